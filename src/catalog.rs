@@ -1,0 +1,217 @@
+//! The catalog: every scenario and profile this run knows (the built-ins plus `--config`
+//! files), and the resolution of the user's selection flags against it.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::check::Tolerance;
+use crate::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
+use crate::error::{unknown_name, InputError};
+use crate::profile::{Profile, ProfileRegistry};
+use crate::scenario::{build, Scenario};
+
+/// Scenarios and profiles.
+pub struct Catalog {
+    /// Scenarios, built-ins first in a fixed order, then configs (a config with a built-in's
+    /// name replaces it in place).
+    pub scenarios: Vec<Box<dyn Scenario>>,
+    /// Known profiles and modifiers.
+    pub profiles: ProfileRegistry,
+    /// Names of the scenarios that came from `--config` files.
+    pub from_configs: Vec<String>,
+}
+
+/// What the user selected; `None` means the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// `--scenario` names.
+    pub scenarios: Option<Vec<String>>,
+    /// `--param` ids.
+    pub params: Option<Vec<String>>,
+    /// `--profile` specs.
+    pub profiles: Option<Vec<String>>,
+    /// `--policy` names.
+    pub policies: Option<Vec<String>>,
+}
+
+/// One (scenario, parametrization, profile) with its resolved policies.
+pub struct Group {
+    /// Index into [`Catalog::scenarios`].
+    pub scenario: usize,
+    /// Parametrization index within the scenario.
+    pub param: usize,
+    /// The profile.
+    pub profile: Profile,
+    /// Selected policy names, in order.
+    pub policy_names: Vec<String>,
+    /// `tolerances[p][c]`: policy p's tolerance for check c of this parametrization.
+    pub tolerances: Vec<Vec<Tolerance>>,
+}
+
+impl Catalog {
+    /// Loads the built-ins, then each config file in order. `rng` overrides every
+    /// scenario's generator when given.
+    pub fn load(configs: &[impl AsRef<Path>], rng: Option<RngKind>) -> anyhow::Result<Self> {
+        let mut profiles = ProfileRegistry::builtin()?;
+        let mut commons = Vec::new();
+        for (file, text) in BUILTIN_SCENARIOS {
+            commons.push(parse_scenario_config(
+                &format!("built-in configs/{file}"),
+                text,
+            )?);
+        }
+        let mut from_configs = Vec::new();
+        for path in configs {
+            let path = path.as_ref();
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--config: cannot read {}", path.display()))?;
+            let common = parse_scenario_config(&path.display().to_string(), &text)?;
+            from_configs.push(common.name.clone());
+            match commons.iter().position(|c| c.name == common.name) {
+                Some(i) => commons[i] = common,
+                None => commons.push(common),
+            }
+        }
+        let mut scenarios = Vec::new();
+        for mut common in commons {
+            profiles.add(&common.file, &common.extra_profiles)?;
+            if let Some(r) = rng {
+                common.rng = r;
+            }
+            for spec in &common.profiles {
+                profiles.resolve(spec, "default_profiles").map_err(|e| {
+                    InputError::config(&common.file, "default_profiles", e.to_string())
+                })?;
+            }
+            scenarios.push(build(common)?);
+        }
+        for s in &scenarios {
+            let names: Vec<&str> = s.policies().iter().map(|p| p.name.as_str()).collect();
+            for p in &s.common().default_policies {
+                if !names.contains(&p.as_str()) {
+                    return Err(InputError::config(
+                        &s.common().file,
+                        "default_policies",
+                        unknown_name("policy", p, &names),
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(Self {
+            scenarios,
+            profiles,
+            from_configs,
+        })
+    }
+
+    /// Scenario names, in catalog order.
+    pub fn scenario_names(&self) -> Vec<&str> {
+        self.scenarios
+            .iter()
+            .map(|s| s.common().name.as_str())
+            .collect()
+    }
+
+    /// Index of a scenario by name.
+    pub fn scenario_index(&self, name: &str, flag: &str) -> Result<usize, InputError> {
+        self.scenarios
+            .iter()
+            .position(|s| s.common().name == name)
+            .ok_or_else(|| {
+                InputError::flag(flag, unknown_name("scenario", name, &self.scenario_names()))
+            })
+    }
+
+    /// Resolves a selection into groups, in (scenario, param, profile) order.
+    /// Without `--scenario`, the config files' scenarios when any were given, else all.
+    pub fn plan(&self, sel: &Selection) -> Result<Vec<Group>, InputError> {
+        let scenario_idx: Vec<usize> = match &sel.scenarios {
+            Some(names) => names
+                .iter()
+                .map(|n| self.scenario_index(n, "--scenario"))
+                .collect::<Result<_, _>>()?,
+            None if !self.from_configs.is_empty() => self
+                .from_configs
+                .iter()
+                .map(|n| self.scenario_index(n, "--config"))
+                .collect::<Result<_, _>>()?,
+            None => (0..self.scenarios.len()).collect(),
+        };
+        if let Some(params) = &sel.params {
+            for p in params {
+                let known = scenario_idx
+                    .iter()
+                    .any(|&s| self.scenarios[s].param_ids().contains(&p.as_str()));
+                if !known {
+                    let mut valid: Vec<&str> = Vec::new();
+                    for &s in &scenario_idx {
+                        valid.extend(self.scenarios[s].param_ids());
+                    }
+                    return Err(InputError::flag(
+                        "--param",
+                        unknown_name("parametrization", p, &valid),
+                    ));
+                }
+            }
+        }
+        let mut groups = Vec::new();
+        for &si in &scenario_idx {
+            let s = &self.scenarios[si];
+            let profile_specs: Vec<String> = match &sel.profiles {
+                Some(p) => p.clone(),
+                None => s.common().profiles.clone(),
+            };
+            let profiles: Vec<Profile> = profile_specs
+                .iter()
+                .map(|spec| self.profiles.resolve(spec, "--profile"))
+                .collect::<Result<_, _>>()?;
+            let policy_names: Vec<String> = match &sel.policies {
+                Some(p) => p.clone(),
+                None => s.common().default_policies.clone(),
+            };
+            let mut policies = Vec::new();
+            for name in &policy_names {
+                let p = s
+                    .policies()
+                    .iter()
+                    .find(|p| &p.name == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> =
+                            s.policies().iter().map(|p| p.name.as_str()).collect();
+                        InputError::flag(
+                            "--policy",
+                            format!(
+                                "{} (scenario {})",
+                                unknown_name("policy", name, &valid),
+                                s.common().name
+                            ),
+                        )
+                    })?;
+                policies.push(p);
+            }
+            for (pi, id) in s.param_ids().iter().enumerate() {
+                if let Some(params) = &sel.params {
+                    if !params.iter().any(|p| p == id) {
+                        continue;
+                    }
+                }
+                for profile in &profiles {
+                    let tolerances = policies
+                        .iter()
+                        .map(|p| s.checks(pi).iter().map(|c| p.tolerance(c.name)).collect())
+                        .collect();
+                    groups.push(Group {
+                        scenario: si,
+                        param: pi,
+                        profile: profile.clone(),
+                        policy_names: policy_names.clone(),
+                        tolerances,
+                    });
+                }
+            }
+        }
+        Ok(groups)
+    }
+}

@@ -1,0 +1,429 @@
+//! Tolerances, usage, and torch's mismatch report.
+//!
+//! **Usage** of one element is `|actual - expected| / (atol + rtol·|expected|)`, the criterion
+//! of `torch.isclose` and numpy's `assert_allclose`, evaluated in f64 (both operands are
+//! exactly representable there). The usage of a tensor is the maximum over its elements;
+//! above 1 (100 %) the check fails. Special cases, in this order:
+//! - `actual == expected` (including equal infinities) has usage 0, also when atol = rtol = 0;
+//! - a NaN on either side, an infinity that differs, or any difference where the allowance is
+//!   0 (atol = rtol = 0, or atol = 0 and expected = 0) has usage +∞ and counts as non-finite
+//!   when a NaN or infinity is involved. Nothing is hidden: +∞ is written `inf`.
+
+use std::fmt::Write as _;
+
+/// An (atol, rtol) pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Relative tolerance.
+    pub rtol: f64,
+}
+
+impl Tolerance {
+    /// torch's fp32 default (`torch.testing.assert_close`): atol 1e-5, rtol 1.3e-6.
+    pub const TORCH_FP32: Tolerance = Tolerance {
+        atol: 1e-5,
+        rtol: 1.3e-6,
+    };
+
+    /// `atol + rtol·|expected|`, in f64.
+    #[inline]
+    pub fn allowed(&self, expected: f64) -> f64 {
+        self.atol + self.rtol * expected.abs()
+    }
+
+    /// Usage of one element; see the module doc for the special cases.
+    #[inline]
+    pub fn usage(&self, actual: f64, expected: f64) -> f64 {
+        if actual == expected {
+            return 0.0;
+        }
+        let diff = (actual - expected).abs();
+        if diff.is_nan() {
+            return f64::INFINITY;
+        }
+        let allowed = self.allowed(expected);
+        if allowed == 0.0 {
+            return f64::INFINITY;
+        }
+        diff / allowed
+    }
+}
+
+/// Where in a run a value was observed: an optimizer step, and for checks made at every
+/// gradient-accumulation micro-step, the micro-step within it. Displayed `2` or `2.1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StepLabel {
+    /// Optimizer step, from 0 (or the 1-based step for scenarios whose test counts from 1).
+    pub step: u32,
+    /// Micro-step within the step, for per-micro-step checks.
+    pub micro: Option<u32>,
+}
+
+impl StepLabel {
+    /// A plain step.
+    pub fn step(step: u32) -> Self {
+        Self { step, micro: None }
+    }
+    /// A micro-step of a step.
+    pub fn micro(step: u32, micro: u32) -> Self {
+        Self {
+            step,
+            micro: Some(micro),
+        }
+    }
+}
+
+impl std::fmt::Display for StepLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.micro {
+            None => write!(f, "{}", self.step),
+            Some(m) => write!(f, "{}.{}", self.step, m),
+        }
+    }
+}
+
+/// The outcome of one tensor comparison under one tolerance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorStats {
+    /// Maximum element usage (ratio, 1.0 = 100 %).
+    pub usage: f64,
+    /// Flat index of the element with the maximum usage (first on ties).
+    pub worst_index: usize,
+    /// Elements with usage > 1.
+    pub mismatched: usize,
+    /// Elements compared.
+    pub elements: usize,
+    /// Mismatches that involve a NaN or an infinity.
+    pub nonfinite: usize,
+    /// Maximum `|actual - expected|` (f64; NaN-free: NaN pairs count as +∞).
+    pub max_abs_diff: f64,
+    /// Maximum `|expected|`.
+    pub max_abs_expected: f64,
+}
+
+/// Compares `actual` against `expected` element by element under `tol`.
+pub fn compare(actual: &[f64], expected: &[f64], tol: Tolerance) -> TensorStats {
+    debug_assert_eq!(actual.len(), expected.len());
+    let mut s = TensorStats {
+        usage: 0.0,
+        worst_index: 0,
+        mismatched: 0,
+        elements: actual.len(),
+        nonfinite: 0,
+        max_abs_diff: 0.0,
+        max_abs_expected: 0.0,
+    };
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        let u = tol.usage(a, e);
+        if u > s.usage {
+            s.usage = u;
+            s.worst_index = i;
+        }
+        if u > 1.0 {
+            s.mismatched += 1;
+            if !(a.is_finite() && e.is_finite()) {
+                s.nonfinite += 1;
+            }
+        }
+        let d = if a == e { 0.0 } else { (a - e).abs() };
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        if d > s.max_abs_diff {
+            s.max_abs_diff = d;
+        }
+        let ae = e.abs();
+        if ae > s.max_abs_expected {
+            s.max_abs_expected = ae;
+        }
+    }
+    s
+}
+
+/// Formats a float the way Python's `repr(float)` does, which is how torch's messages print
+/// numbers: the shortest string that round-trips, in fixed notation when the decimal exponent
+/// is in `[-4, 16)` and in scientific notation with a signed two-digit exponent otherwise
+/// (`1e-06`, `1.1173542588949203e-06`, `0.0001`, `1e+16`, `inf`, `nan`).
+pub fn py_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: "1.1173542588949203e-6".
+    let sci = format!("{:e}", x);
+    let (mantissa, exp) = sci.split_once('e').expect("`{:e}` always has an exponent");
+    let exp: i32 = exp.parse().expect("exponent is an integer");
+    if (-4..16).contains(&exp) {
+        let neg = mantissa.starts_with('-');
+        let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+        let mut out = String::new();
+        if neg {
+            out.push('-');
+        }
+        if exp < 0 {
+            out.push_str("0.");
+            for _ in 0..(-exp - 1) {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        } else {
+            let point = exp as usize + 1;
+            if digits.len() <= point {
+                out.push_str(&digits);
+                for _ in digits.len()..point {
+                    out.push('0');
+                }
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..point]);
+                out.push('.');
+                out.push_str(&digits[point..]);
+            }
+        }
+        out
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    }
+}
+
+/// Formats a flat index as torch does in its messages: the bare integer for a 1-d tensor,
+/// a tuple `(1, 1, 45)` for more dimensions, `()` for a 0-d tensor.
+pub fn format_index(flat: usize, shape: &[usize]) -> String {
+    match shape.len() {
+        0 => "()".into(),
+        1 => flat.to_string(),
+        _ => {
+            let mut idx = vec![0usize; shape.len()];
+            let mut rest = flat;
+            for (d, &n) in shape.iter().enumerate().rev() {
+                idx[d] = rest % n.max(1);
+                rest /= n.max(1);
+            }
+            let parts: Vec<String> = idx.iter().map(|i| i.to_string()).collect();
+            format!("({})", parts.join(", "))
+        }
+    }
+}
+
+/// torch's `assert_close` failure message for two fp32 tensors, as
+/// `torch.testing._comparison.make_tensor_mismatch_msg` builds it:
+/// the mismatch decision is the usage criterion above (> 1); the differences are computed as
+/// torch computes them for float32 tensors, `|actual - expected|` rounded to f32 and
+/// `abs_diff / |expected|` in f32, over the mismatched elements only, and printed with
+/// Python's float repr. Returns `None` when nothing mismatches.
+///
+/// `actual`/`expected` are f64 copies of f32 tensors when `f32_inputs` is true; when the
+/// expected side is the float64 ground truth, the differences are computed in f64 instead.
+pub fn torch_mismatch_message(
+    actual: &[f64],
+    expected: &[f64],
+    shape: &[usize],
+    tol: Tolerance,
+    f32_inputs: bool,
+) -> Option<String> {
+    let n = actual.len();
+    let mut mismatched = 0usize;
+    let (mut max_abs, mut max_abs_i) = (0.0f64, 0usize);
+    let (mut max_rel, mut max_rel_i) = (0.0f64, 0usize);
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        if tol.usage(a, e) <= 1.0 {
+            continue;
+        }
+        mismatched += 1;
+        let (abs, rel) = if f32_inputs {
+            let abs = ((a as f32) - (e as f32)).abs();
+            (abs as f64, (abs / (e as f32).abs()) as f64)
+        } else {
+            let abs = (a - e).abs();
+            (abs, abs / e.abs())
+        };
+        // torch.max propagates NaN: a NaN difference wins and is reported.
+        if abs > max_abs || (abs.is_nan() && !max_abs.is_nan()) {
+            max_abs = abs;
+            max_abs_i = i;
+        }
+        if rel > max_rel || (rel.is_nan() && !max_rel.is_nan()) {
+            max_rel = rel;
+            max_rel_i = i;
+        }
+    }
+    if mismatched == 0 {
+        return None;
+    }
+    let equality = tol.atol == 0.0 && tol.rtol == 0.0;
+    let mut msg = String::new();
+    let _ = writeln!(
+        msg,
+        "Tensor-likes are not {}!\n",
+        if equality { "equal" } else { "close" }
+    );
+    let _ = writeln!(
+        msg,
+        "Mismatched elements: {} / {} ({})",
+        mismatched,
+        n,
+        python_percent_1(mismatched as f64 / n as f64)
+    );
+    let allowed = |t: f64| {
+        if equality {
+            String::new()
+        } else {
+            format!(" (up to {} allowed)", py_repr(t))
+        }
+    };
+    let _ = writeln!(
+        msg,
+        "Greatest absolute difference: {} at index {}{}",
+        py_repr(max_abs),
+        format_index(max_abs_i, shape),
+        allowed(tol.atol)
+    );
+    let _ = write!(
+        msg,
+        "Greatest relative difference: {} at index {}{}",
+        py_repr(max_rel),
+        format_index(max_rel_i, shape),
+        allowed(tol.rtol)
+    );
+    Some(msg)
+}
+
+/// Python's `f"{x:.1%}"`: x·100 rounded to one decimal (round-half-even on the exact binary
+/// value, which Rust's formatting also does), followed by `%`.
+fn python_percent_1(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: Tolerance = Tolerance {
+        atol: 1e-6,
+        rtol: 1e-5,
+    };
+
+    #[test]
+    fn usage_is_diff_over_allowance() {
+        // |1.5e-6| / (1e-6 + 1e-5·0.5): both terms computed independently here.
+        let u = OLD.usage(0.5 + 1.5e-6, 0.5);
+        let expect = ((0.5 + 1.5e-6) - 0.5f64).abs() / (1e-6 + 1e-5 * 0.5);
+        assert_eq!(u, expect);
+        assert!(u < 1.0);
+    }
+
+    #[test]
+    fn nan_on_either_side_is_infinite_usage() {
+        assert_eq!(OLD.usage(f64::NAN, 1.0), f64::INFINITY);
+        assert_eq!(OLD.usage(1.0, f64::NAN), f64::INFINITY);
+        assert_eq!(OLD.usage(f64::NAN, f64::NAN), f64::INFINITY);
+    }
+
+    #[test]
+    fn infinities_are_equal_only_to_themselves() {
+        assert_eq!(OLD.usage(f64::INFINITY, f64::INFINITY), 0.0);
+        assert_eq!(OLD.usage(f64::INFINITY, 1.0), f64::INFINITY);
+        assert_eq!(OLD.usage(f64::NEG_INFINITY, f64::INFINITY), f64::INFINITY);
+    }
+
+    #[test]
+    fn zero_tolerance_is_exact_equality() {
+        let exact = Tolerance {
+            atol: 0.0,
+            rtol: 0.0,
+        };
+        assert_eq!(exact.usage(1.0, 1.0), 0.0);
+        assert_eq!(exact.usage(1.0 + f64::EPSILON, 1.0), f64::INFINITY);
+        assert_eq!(exact.usage(0.0, -0.0), 0.0, "IEEE equality: +0 == -0");
+    }
+
+    #[test]
+    fn compare_counts_mismatches_and_flags_nonfinite() {
+        let a = [1.0, 2.0 + 1e-3, f64::NAN, 4.0];
+        let e = [1.0, 2.0, 3.0, 4.0];
+        let s = compare(&a, &e, OLD);
+        assert_eq!(s.mismatched, 2);
+        assert_eq!(s.nonfinite, 1);
+        assert_eq!(s.usage, f64::INFINITY);
+        assert_eq!(s.worst_index, 2);
+        assert_eq!(s.max_abs_diff, f64::INFINITY);
+        assert_eq!(s.max_abs_expected, 4.0);
+    }
+
+    #[test]
+    fn py_repr_matches_python_for_known_values() {
+        // Expected strings are what CPython 3 prints for repr() of these doubles.
+        assert_eq!(py_repr(1e-6), "1e-06");
+        assert_eq!(py_repr(1e-5), "1e-05");
+        assert_eq!(py_repr(1.3e-6), "1.3e-06");
+        assert_eq!(py_repr(1.1173542588949203e-06), "1.1173542588949203e-06");
+        assert_eq!(py_repr(0.0001), "0.0001");
+        assert_eq!(py_repr(0.00012), "0.00012");
+        assert_eq!(py_repr(0.5), "0.5");
+        assert_eq!(py_repr(13.75), "13.75");
+        assert_eq!(py_repr(100.0), "100.0");
+        assert_eq!(py_repr(1e16), "1e+16");
+        assert_eq!(py_repr(123456789012345.0), "123456789012345.0");
+        assert_eq!(py_repr(-2.5e-7), "-2.5e-07");
+        assert_eq!(py_repr(f64::INFINITY), "inf");
+        assert_eq!(py_repr(0.0), "0.0");
+    }
+
+    #[test]
+    fn index_formatting_follows_torch() {
+        assert_eq!(
+            format_index(1 * 335 + 1 * 67 + 45, &[2, 5, 67]),
+            "(1, 1, 45)"
+        );
+        assert_eq!(format_index(45, &[670]), "45");
+        assert_eq!(format_index(0, &[]), "()");
+    }
+
+    #[test]
+    fn mismatch_message_has_torch_layout() {
+        let mut e = vec![0.25f64; 670];
+        let mut a = e.clone();
+        // One element off by 2^-20 (about 9.5e-7) on an expected value of 2^-10: the
+        // allowance is 1e-6 + 1e-5·2^-10 ≈ 1.0098e-6, so the element passes; make it fail
+        // with 2^-19 instead.
+        let idx = 335 + 67 + 45;
+        e[idx] = 2f64.powi(-10);
+        a[idx] = 2f64.powi(-10) + 2f64.powi(-19);
+        let msg = torch_mismatch_message(&a, &e, &[2, 5, 67], OLD, true).unwrap();
+        let expected_abs = py_repr(2f64.powi(-19));
+        let expected_rel = py_repr(2f64.powi(-9));
+        assert_eq!(
+            msg,
+            format!(
+                "Tensor-likes are not close!\n\n\
+                 Mismatched elements: 1 / 670 (0.1%)\n\
+                 Greatest absolute difference: {expected_abs} at index (1, 1, 45) (up to 1e-06 allowed)\n\
+                 Greatest relative difference: {expected_rel} at index (1, 1, 45) (up to 1e-05 allowed)"
+            )
+        );
+        assert!(torch_mismatch_message(&e, &e, &[670], OLD, true).is_none());
+    }
+
+    #[test]
+    fn equality_message_says_equal_and_omits_allowance() {
+        let exact = Tolerance {
+            atol: 0.0,
+            rtol: 0.0,
+        };
+        let msg = torch_mismatch_message(&[1.0, 2.5], &[1.0, 2.0], &[2], exact, false).unwrap();
+        assert!(msg.starts_with("Tensor-likes are not equal!"));
+        assert!(msg.contains("Mismatched elements: 1 / 2 (50.0%)"));
+        assert!(msg.contains("Greatest absolute difference: 0.5 at index 1\n"));
+        assert!(!msg.contains("allowed"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Command-line definitions. This is the only module that knows clap; it turns the parsed
+//! arguments into the typed options of [`crate::app`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::app::{Common, ReproOptions, SweepOptions};
+use crate::catalog::Selection;
+use crate::config::RngKind;
+use crate::error::InputError;
+use crate::evaluate::Comparison;
+
+/// Seed-sweep numerical divergence harness: mirrors sharded-vs-unsharded ML tests bit-exactly
+/// on the CPU and reports how much of each check's tolerance every seed uses.
+#[derive(Debug, Parser)]
+#[command(name = "seedsweep", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sweep N seeds of the selected scenarios and write seeds.csv and summary.csv.
+    Sweep(SweepArgs),
+    /// Re-run one seed and print torch-style mismatch messages for every failing check.
+    Repro(ReproArgs),
+    /// List scenarios, parametrizations, checks, profiles and policies.
+    List(SelectArgs),
+}
+
+/// Flags shared by the commands.
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// Scenario config file(s) to add or replace (copy one from configs/). Repeatable.
+    #[arg(long = "config", value_name = "FILE")]
+    pub configs: Vec<PathBuf>,
+    /// Random generator for initial weights and inputs: torch (bit-exact torch CPU) or chacha.
+    #[arg(long, value_name = "NAME")]
+    pub rng: Option<String>,
+}
+
+/// Selection flags.
+#[derive(Debug, Args)]
+pub struct Filter {
+    /// Scenario name(s), comma-separated (default: all, or those of --config files).
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub scenario: Option<Vec<String>>,
+    /// Parametrization id(s) as pytest spells them, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub param: Option<Vec<String>>,
+    /// Numerics profile(s), comma-separated; compose modifiers with '+' (default: the config's).
+    #[arg(long, value_delimiter = ',', value_name = "PROFILE")]
+    pub profile: Option<Vec<String>>,
+    /// Tolerance policies, comma-separated (default: the config's, e.g. old,torch-default).
+    #[arg(long, value_delimiter = ',', value_name = "POLICY")]
+    pub policy: Option<Vec<String>>,
+}
+
+/// `sweep` flags.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    #[command(flatten)]
+    filter: Filter,
+    /// Number of seeds per (parametrization, profile).
+    #[arg(long, default_value_t = 40)]
+    seeds: u64,
+    /// First seed (default: each scenario's own, 8173 for the DeepSpeed tests).
+    #[arg(long, value_name = "S")]
+    first_seed: Option<u64>,
+    /// Worker threads (default: all cores). Output is identical for any value.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Output directory.
+    #[arg(long, default_value = "results/latest", value_name = "DIR")]
+    out: PathBuf,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Exit with code 3 when a sharded-vs-ref check fails for some seed.
+    #[arg(long)]
+    fail_on_exceed: bool,
+}
+
+/// `repro` flags.
+#[derive(Debug, Args)]
+pub struct ReproArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    #[command(flatten)]
+    filter: Filter,
+    /// The seed to re-run (default: each scenario's own first seed).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Which comparison gets torch-style messages: sharded-vs-ref, ref-vs-f64, sharded-vs-f64.
+    #[arg(long, default_value = "sharded-vs-ref", value_name = "NAME")]
+    comparison: String,
+    /// Exit with code 3 when a check of that comparison exceeds its tolerance.
+    #[arg(long)]
+    fail_on_exceed: bool,
+}
+
+fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputError> {
+    let rng = match &select.rng {
+        None => None,
+        Some(s) => Some(RngKind::parse(s).ok_or_else(|| {
+            InputError::flag(
+                "--rng",
+                format!("`{s}` is not allowed; allowed: torch, chacha"),
+            )
+        })?),
+    };
+    let selection = match filter {
+        None => Selection::default(),
+        Some(f) => Selection {
+            scenarios: f.scenario.clone(),
+            params: f.param.clone(),
+            profiles: f.profile.clone(),
+            policies: f.policy.clone(),
+        },
+    };
+    for (flag, list) in [
+        ("--scenario", &selection.scenarios),
+        ("--param", &selection.params),
+        ("--profile", &selection.profiles),
+        ("--policy", &selection.policies),
+    ] {
+        if let Some(l) = list {
+            if l.is_empty() || l.iter().any(|s| s.trim().is_empty()) {
+                return Err(InputError::flag(
+                    flag,
+                    "empty name; give one or more comma-separated names",
+                ));
+            }
+        }
+    }
+    Ok(Common {
+        configs: select.configs.clone(),
+        rng,
+        selection,
+    })
+}
+
+/// What `main` should run.
+pub enum Action {
+    /// A sweep.
+    Sweep(SweepOptions),
+    /// A repro.
+    Repro(ReproOptions),
+    /// A listing.
+    List(Common),
+}
+
+/// Turns parsed arguments into options.
+pub fn into_action(cli: Cli) -> Result<Action, InputError> {
+    Ok(match cli.command {
+        Command::Sweep(a) => Action::Sweep(SweepOptions {
+            common: common(&a.select, Some(&a.filter))?,
+            seeds: a.seeds,
+            first_seed: a.first_seed,
+            threads: a.threads,
+            out: a.out,
+            quiet: a.quiet,
+            fail_on_exceed: a.fail_on_exceed,
+        }),
+        Command::Repro(a) => {
+            let comparison = Comparison::parse(&a.comparison).ok_or_else(|| {
+                InputError::flag(
+                    "--comparison",
+                    format!(
+                        "`{}` is not allowed; allowed: sharded-vs-ref, ref-vs-f64, sharded-vs-f64",
+                        a.comparison
+                    ),
+                )
+            })?;
+            Action::Repro(ReproOptions {
+                common: common(&a.select, Some(&a.filter))?,
+                seed: a.seed,
+                comparison,
+                fail_on_exceed: a.fail_on_exceed,
+            })
+        }
+        Command::List(a) => Action::List(common(&a, None)?),
+    })
+}

@@ -1,0 +1,1380 @@
+//! Matmul models: how K is split into blocks, how each block accumulates, and
+//! which precision passes make up the product, plus fast kernels that compute
+//! every element in exactly the order of the scalar references in
+//! [`super::dot`].
+//!
+//! Element order (for every output element `c[i][j]` and every pass term):
+//! the K range is cut by [`KSplit::for_each_block`]; each block is reduced
+//! independently in [`Accum`] order; block results are combined left to right
+//! with plain f32 adds, `((blk0 + blk1) + blk2) + ...`. This is exactly
+//! [`dot_blocked`](super::dot::dot_blocked) applied to row `i` of `a` and
+//! column `j` of `b`. Multi-pass models ([`Passes`]) compute each term as such a
+//! matmul on the split inputs and fold the terms left to right in f32.
+//!
+//! Kernel structure: for each row `i` and each K block, the innermost loop runs
+//! over `j` (contiguous output elements, each lane an independent chain) in
+//! register tiles. The kernel body is one `#[inline(always)]` function compiled
+//! twice: once under `#[target_feature(enable = "avx2,fma")]` (chosen at run time
+//! on x86_64 when both features are present) and once portably. IEEE fma,
+//! multiplication and addition are correctly rounded, so both compilations give
+//! bit-identical results (tested).
+
+use std::ops::Range;
+
+use super::round::{bf16_rne, bf16x3_split, bf16x6_split, tf32, Tf32Mode};
+
+/// How the K range of a dot product is cut into independently accumulated
+/// blocks. Blocks are never empty and are visited in ascending order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KSplit {
+    /// One block over all of K.
+    Single,
+    /// The MKL rule measured in numerics.md: K <= 192 one block;
+    /// 192 < K < 384 the even part of K in two equal halves, plus a last block
+    /// of one if K is odd; K >= 384 blocks of 192, the last one shorter.
+    Mkl,
+    /// Blocks of `kc`, the last one shorter. Panics if `kc == 0`.
+    Blocked(usize),
+    /// Split-K into `s` chunks: chunk `i` is `[i*K/s, (i+1)*K/s)` (integer
+    /// division); empty chunks are skipped. Panics if `s == 0`.
+    Chunks(usize),
+}
+
+impl KSplit {
+    /// Calls `f` once per non-empty block of `0..k`, in ascending order.
+    /// Allocates nothing. Panics for `Blocked(0)` and `Chunks(0)`.
+    pub fn for_each_block(&self, k: usize, mut f: impl FnMut(Range<usize>)) {
+        for r in self.blocks(k) {
+            f(r);
+        }
+    }
+
+    /// The blocks as an iterator (used by the kernels: a closure-free loop
+    /// keeps the kernel body inside its `target_feature` function).
+    #[inline(always)]
+    fn blocks(&self, k: usize) -> Blocks {
+        match *self {
+            KSplit::Blocked(kc) => assert!(kc > 0, "KSplit::Blocked(0)"),
+            KSplit::Chunks(s) => assert!(s > 0, "KSplit::Chunks(0)"),
+            _ => {}
+        }
+        Blocks {
+            split: *self,
+            k,
+            pos: 0,
+            idx: 0,
+        }
+    }
+
+    /// Length of the longest block for this `k` (0 if `k == 0`).
+    fn max_block(&self, k: usize) -> usize {
+        self.blocks(k).map(|r| r.len()).max().unwrap_or(0)
+    }
+}
+
+/// Iterator over the blocks of a [`KSplit`].
+struct Blocks {
+    split: KSplit,
+    k: usize,
+    /// Start of the next block.
+    pos: usize,
+    /// Next chunk index (Chunks only).
+    idx: usize,
+}
+
+impl Iterator for Blocks {
+    type Item = Range<usize>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Range<usize>> {
+        let (k, pos) = (self.k, self.pos);
+        if pos >= k {
+            return None;
+        }
+        let end = match self.split {
+            KSplit::Single => k,
+            KSplit::Mkl => {
+                if k <= 192 {
+                    k
+                } else if k < 384 {
+                    // Even part in two equal halves, then a block of one if odd.
+                    let even = k & !1;
+                    if pos < even / 2 {
+                        even / 2
+                    } else if pos < even {
+                        even
+                    } else {
+                        k
+                    }
+                } else {
+                    (pos + 192).min(k)
+                }
+            }
+            KSplit::Blocked(kc) => (pos + kc).min(k),
+            KSplit::Chunks(s) => loop {
+                // Chunk i = [i*k/s, (i+1)*k/s); skip empty chunks.
+                let i = self.idx;
+                self.idx += 1;
+                let (lo, hi) = (i * k / s, (i + 1) * k / s);
+                debug_assert!(i < s && (lo == pos || lo == hi));
+                if lo < hi {
+                    break hi;
+                }
+            },
+        };
+        self.pos = end;
+        Some(pos..end)
+    }
+}
+
+/// How one K block is reduced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Accum {
+    /// `c = +0; c = fma(a[k], b[k], c)` for k ascending.
+    Fma,
+    /// `c = +0; c = c + fl(a[k] * b[k])` for k ascending.
+    MulAdd,
+    /// Rounded products summed by the pairwise tree of
+    /// [`dot_pairwise`](super::dot::dot_pairwise) (left half = ceil(len/2)).
+    Pairwise,
+}
+
+/// Which input roundings / splits make up the product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Passes {
+    /// Plain f32 inputs.
+    F32,
+    /// Inputs rounded with [`bf16_rne`]; products of bf16 values are exact in
+    /// f32; f32 accumulation in the model order. One pass.
+    Bf16x1,
+    /// XLA bf16_3x: `(lo·hi + hi·lo) + hi·hi` with [`bf16x3_split`] pieces,
+    /// `X·Y` meaning `a_X · b_Y`, each term a full matmul in the model order.
+    Bf16x3,
+    /// XLA bf16_6x with [`bf16x6_split`] pieces:
+    /// `((((mid·mid + hi·lo) + lo·hi) + hi·mid) + mid·hi) + hi·hi`.
+    Bf16x6,
+    /// Inputs rounded to TF32 in the given mode, then f32 accumulation in the
+    /// model order.
+    Tf32(Tf32Mode),
+}
+
+/// A complete matmul numerics model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulModel {
+    pub split: KSplit,
+    pub accum: Accum,
+    pub passes: Passes,
+}
+
+/// Reusable buffers for [`MatmulModel`]. They grow on demand and never
+/// shrink, so once they have grown to the largest shapes used, matmuls
+/// allocate nothing.
+#[derive(Default)]
+pub struct MatmulScratch {
+    /// Transposed `b` for `matmul_nt` (k×n).
+    bt: Vec<f32>,
+    /// Rounded / split pieces of `a` (same layout as the `a` operand).
+    pa: [Vec<f32>; 3],
+    /// Rounded / split pieces of `b` (k×n).
+    pb: [Vec<f32>; 3],
+    /// One pass term (m×n).
+    term: Vec<f32>,
+    /// One block's accumulators (n).
+    acc: Vec<f32>,
+    /// Pairwise product rows (longest block × n).
+    pw: Vec<f32>,
+}
+
+/// Grows `v` to at least `len` and returns its first `len` elements.
+fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+/// Pass terms as (a piece, b piece) indices, folded left to right.
+const TERMS_1: &[(usize, usize)] = &[(0, 0)];
+/// Pieces [hi, lo]: lo·hi, hi·lo, hi·hi.
+const TERMS_3: &[(usize, usize)] = &[(1, 0), (0, 1), (0, 0)];
+/// Pieces [hi, mid, lo]: mid·mid, hi·lo, lo·hi, hi·mid, mid·hi, hi·hi.
+const TERMS_6: &[(usize, usize)] = &[(1, 1), (0, 2), (2, 0), (0, 1), (1, 0), (0, 0)];
+
+/// The `a` operand: element `(i, kk)` is `data[i * rs + kk * ks]`.
+#[derive(Clone, Copy)]
+struct AView<'a> {
+    data: &'a [f32],
+    rs: usize,
+    ks: usize,
+}
+
+/// Whether the avx2+fma compilation of the kernel is used on this machine.
+pub fn fast_path_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+impl MatmulModel {
+    /// c (m×n) = a (m×k) · b (k×n), row-major. c is overwritten.
+    ///
+    /// Panics unless `a.len() == m*k`, `b.len() == k*n`, `c.len() == m*n`.
+    pub fn matmul(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) {
+        check_lens(a, b, c, m, k, n);
+        let av = AView {
+            data: a,
+            rs: k,
+            ks: 1,
+        };
+        self.run(av, b, c, m, k, n, s, true);
+    }
+
+    /// c (m×n) = a (m×k) · bᵀ where b is (n×k) row-major (torch `F.linear`:
+    /// x · Wᵀ). `b` is transposed into scratch, then the same kernel runs.
+    ///
+    /// Panics unless `a.len() == m*k`, `b.len() == n*k`, `c.len() == m*n`.
+    pub fn matmul_nt(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) {
+        self.nt(a, b, c, m, k, n, s, true);
+    }
+
+    /// c (m×n) = aᵀ · b where a is (k×m) row-major (weight gradients: dYᵀ · X).
+    /// The kernel reads `a` with strides (element (i, kk) at `kk*m + i`), which
+    /// is equivalent to transposing it first.
+    ///
+    /// Panics unless `a.len() == k*m`, `b.len() == k*n`, `c.len() == m*n`.
+    pub fn matmul_tn(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) {
+        self.tn(a, b, c, m, k, n, s, true);
+    }
+
+    /// [`matmul`](Self::matmul) forced onto the portable kernel (no avx2/fma
+    /// target features). Bit-identical to `matmul`; exists for tests/benches.
+    pub fn matmul_portable(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) {
+        check_lens(a, b, c, m, k, n);
+        let av = AView {
+            data: a,
+            rs: k,
+            ks: 1,
+        };
+        self.run(av, b, c, m, k, n, s, false);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn nt(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+        fast: bool,
+    ) {
+        check_lens(a, b, c, m, k, n);
+        let mut bt = std::mem::take(&mut s.bt);
+        transpose_into(b, n, k, grown(&mut bt, k * n), fast);
+        let av = AView {
+            data: a,
+            rs: k,
+            ks: 1,
+        };
+        self.run(av, &bt[..k * n], c, m, k, n, s, fast);
+        s.bt = bt;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tn(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+        fast: bool,
+    ) {
+        check_lens(a, b, c, m, k, n);
+        let av = AView {
+            data: a,
+            rs: 1,
+            ks: m,
+        };
+        self.run(av, b, c, m, k, n, s, fast);
+    }
+
+    /// `b` is k×n contiguous; `a` is read through its view.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        a: AView<'_>,
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+        fast: bool,
+    ) {
+        let MatmulScratch {
+            pa,
+            pb,
+            term,
+            acc,
+            pw,
+            ..
+        } = s;
+        let kern = Kernel {
+            split: self.split,
+            accum: self.accum,
+            m,
+            k,
+            n,
+            fast,
+        };
+        if kern.accum == Accum::Pairwise {
+            grown(pw, kern.split.max_block(k) * n);
+        }
+        grown(acc, n);
+        let terms = match self.passes {
+            Passes::F32 => {
+                kern.run(a, b, c, acc, pw);
+                return;
+            }
+            Passes::Bf16x1 => {
+                map_into(a.data, &mut pa[0], bf16_rne);
+                map_into(b, &mut pb[0], bf16_rne);
+                TERMS_1
+            }
+            Passes::Tf32(mode) => {
+                map_into(a.data, &mut pa[0], |x| tf32(x, mode));
+                map_into(b, &mut pb[0], |x| tf32(x, mode));
+                TERMS_1
+            }
+            Passes::Bf16x3 => {
+                split3_into(a.data, pa);
+                split3_into(b, pb);
+                TERMS_3
+            }
+            Passes::Bf16x6 => {
+                split6_into(a.data, pa);
+                split6_into(b, pb);
+                TERMS_6
+            }
+        };
+        let na = a.data.len();
+        let nb = b.len();
+        let term = grown(term, m * n);
+        for (t, &(ia, ib)) in terms.iter().enumerate() {
+            let ap = AView {
+                data: &pa[ia][..na],
+                ..a
+            };
+            let bp = &pb[ib][..nb];
+            if t == 0 {
+                kern.run(ap, bp, c, acc, pw);
+            } else {
+                kern.run(ap, bp, term, acc, pw);
+                for (x, &y) in c.iter_mut().zip(term.iter()) {
+                    *x += y;
+                }
+            }
+        }
+    }
+}
+
+/// `dst` (cols×rows) = transpose of `src` (rows×cols): pure data movement, so
+/// both versions below give identical results.
+fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], fast: bool) {
+    assert!(src.len() == rows * cols && dst.len() == rows * cols);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fast && fast_path_available() {
+            // SAFETY: avx2 was detected just above; lengths were checked.
+            unsafe { transpose_avx2(src, rows, cols, dst) };
+            return;
+        }
+    }
+    let _ = fast;
+    transpose_scalar(src, rows, cols, dst, 0, 0);
+}
+
+/// Scalar transpose of `src[r0.., c0..]` (contiguous writes, strided reads).
+fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], r0: usize, c0: usize) {
+    for c in c0..cols {
+        for r in r0..rows {
+            dst[c * rows + r] = src[r * cols + c];
+        }
+    }
+}
+
+/// 8×8 tiles with AVX shuffles; the ragged right and bottom edges scalar.
+///
+/// # Safety
+/// The CPU must support avx2, and `src.len() == dst.len() == rows * cols`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_avx2(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    for r0 in (0..r8).step_by(8) {
+        for c0 in (0..c8).step_by(8) {
+            // SAFETY: rows r0..r0+8 < rows and columns c0..c0+8 <= cols, so
+            // every load is inside src and every store inside dst.
+            unsafe {
+                let ld = |i: usize| _mm256_loadu_ps(sp.add((r0 + i) * cols + c0));
+                let (x0, x1, x2, x3) = (ld(0), ld(1), ld(2), ld(3));
+                let (x4, x5, x6, x7) = (ld(4), ld(5), ld(6), ld(7));
+                let t0 = _mm256_unpacklo_ps(x0, x1);
+                let t1 = _mm256_unpackhi_ps(x0, x1);
+                let t2 = _mm256_unpacklo_ps(x2, x3);
+                let t3 = _mm256_unpackhi_ps(x2, x3);
+                let t4 = _mm256_unpacklo_ps(x4, x5);
+                let t5 = _mm256_unpackhi_ps(x4, x5);
+                let t6 = _mm256_unpacklo_ps(x6, x7);
+                let t7 = _mm256_unpackhi_ps(x6, x7);
+                let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let st = |j: usize, v: __m256| _mm256_storeu_ps(dp.add((c0 + j) * rows + r0), v);
+                st(0, _mm256_permute2f128_ps::<0x20>(s0, s4));
+                st(1, _mm256_permute2f128_ps::<0x20>(s1, s5));
+                st(2, _mm256_permute2f128_ps::<0x20>(s2, s6));
+                st(3, _mm256_permute2f128_ps::<0x20>(s3, s7));
+                st(4, _mm256_permute2f128_ps::<0x31>(s0, s4));
+                st(5, _mm256_permute2f128_ps::<0x31>(s1, s5));
+                st(6, _mm256_permute2f128_ps::<0x31>(s2, s6));
+                st(7, _mm256_permute2f128_ps::<0x31>(s3, s7));
+            }
+        }
+        // Right edge of this band of 8 rows.
+        for c in c8..cols {
+            for r in r0..r0 + 8 {
+                dst[c * rows + r] = src[r * cols + c];
+            }
+        }
+    }
+    // Bottom rows.
+    transpose_scalar(src, rows, cols, dst, r8, 0);
+}
+
+fn check_lens(a: &[f32], b: &[f32], c: &[f32], m: usize, k: usize, n: usize) {
+    assert_eq!(a.len(), m * k, "matmul: a has the wrong length");
+    assert_eq!(b.len(), k * n, "matmul: b has the wrong length");
+    assert_eq!(c.len(), m * n, "matmul: c has the wrong length");
+}
+
+fn map_into(src: &[f32], dst: &mut Vec<f32>, f: impl Fn(f32) -> f32) {
+    let dst = grown(dst, src.len());
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = f(x);
+    }
+}
+
+fn split3_into(src: &[f32], dst: &mut [Vec<f32>; 3]) {
+    let [hi, lo, _] = dst;
+    let hi = grown(hi, src.len());
+    let lo = grown(lo, src.len());
+    for ((h, l), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(src) {
+        (*h, *l) = bf16x3_split(x);
+    }
+}
+
+fn split6_into(src: &[f32], dst: &mut [Vec<f32>; 3]) {
+    let [hi, mid, lo] = dst;
+    let hi = grown(hi, src.len());
+    let mid = grown(mid, src.len());
+    let lo = grown(lo, src.len());
+    for (((h, md), l), &x) in hi
+        .iter_mut()
+        .zip(mid.iter_mut())
+        .zip(lo.iter_mut())
+        .zip(src)
+    {
+        (*h, *md, *l) = bf16x6_split(x);
+    }
+}
+
+/// One f32 matmul term in a split/accum order.
+#[derive(Clone, Copy)]
+struct Kernel {
+    split: KSplit,
+    accum: Accum,
+    m: usize,
+    k: usize,
+    n: usize,
+    fast: bool,
+}
+
+impl Kernel {
+    /// `c = a · b` in the model order. `acc` holds at least n, `pw` at least
+    /// (longest block)·n elements when accum is Pairwise.
+    fn run(&self, a: AView<'_>, b: &[f32], c: &mut [f32], acc: &mut [f32], pw: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.fast && fast_path_available() {
+                // SAFETY: avx2 and fma were detected on this CPU just above.
+                unsafe { kernel_avx2_fma(self, a, b, c, acc, pw) };
+                return;
+            }
+        }
+        kernel_portable(self, a, b, c, acc, pw);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2_fma(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+    pw: &mut [f32],
+) {
+    kernel_body(kern, a, b, c, acc, pw);
+}
+
+fn kernel_portable(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+    pw: &mut [f32],
+) {
+    kernel_body(kern, a, b, c, acc, pw);
+}
+
+#[inline(always)]
+fn kernel_body(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+    pw: &mut [f32],
+) {
+    match kern.accum {
+        Accum::Fma => chain_matmul::<true>(kern, a, b, c, acc),
+        Accum::MulAdd => chain_matmul::<false>(kern, a, b, c, acc),
+        Accum::Pairwise => pairwise_matmul(kern, a, b, c, pw),
+    }
+}
+
+#[inline(always)]
+fn chain_matmul<const FMA: bool>(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+) {
+    let (m, k, n) = (kern.m, kern.k, kern.n);
+    if n == 0 {
+        return;
+    }
+    let acc = &mut acc[..n];
+    for (i, c_row) in c.chunks_exact_mut(n).take(m).enumerate() {
+        let a_off = i * a.rs;
+        let mut first = true;
+        for r in kern.split.blocks(k) {
+            if first {
+                chain_block::<FMA>(a, a_off, b, n, r, c_row);
+                first = false;
+            } else {
+                chain_block::<FMA>(a, a_off, b, n, r, acc);
+                for (x, &y) in c_row.iter_mut().zip(acc.iter()) {
+                    *x += y;
+                }
+            }
+        }
+        if first {
+            c_row.fill(0.0); // K = 0: no blocks
+        }
+    }
+}
+
+/// `dst[j] = chain over kk in r of a(i, kk) * b[kk][j]`, for all j < n.
+#[inline(always)]
+fn chain_block<const FMA: bool>(
+    a: AView<'_>,
+    a_off: usize,
+    b: &[f32],
+    n: usize,
+    r: Range<usize>,
+    dst: &mut [f32],
+) {
+    let mut j = 0;
+    while j + 32 <= n {
+        tile::<32, FMA>(a, a_off, b, n, r.clone(), j, dst);
+        j += 32;
+    }
+    let rest = n - j;
+    match rest / 8 {
+        3 => tile::<24, FMA>(a, a_off, b, n, r.clone(), j, dst),
+        2 => tile::<16, FMA>(a, a_off, b, n, r.clone(), j, dst),
+        1 => tile::<8, FMA>(a, a_off, b, n, r.clone(), j, dst),
+        _ => {}
+    }
+    j += rest / 8 * 8;
+    match n - j {
+        7 => tile::<7, FMA>(a, a_off, b, n, r, j, dst),
+        6 => tile::<6, FMA>(a, a_off, b, n, r, j, dst),
+        5 => tile::<5, FMA>(a, a_off, b, n, r, j, dst),
+        4 => tile::<4, FMA>(a, a_off, b, n, r, j, dst),
+        3 => tile::<3, FMA>(a, a_off, b, n, r, j, dst),
+        2 => tile::<2, FMA>(a, a_off, b, n, r, j, dst),
+        1 => tile::<1, FMA>(a, a_off, b, n, r, j, dst),
+        _ => {}
+    }
+}
+
+/// W independent chains held in registers over the whole block.
+#[inline(always)]
+fn tile<const W: usize, const FMA: bool>(
+    a: AView<'_>,
+    a_off: usize,
+    b: &[f32],
+    n: usize,
+    r: Range<usize>,
+    j0: usize,
+    dst: &mut [f32],
+) {
+    let mut t = [0.0f32; W];
+    for kk in r {
+        let av = a.data[a_off + kk * a.ks];
+        let row: &[f32; W] = b[kk * n + j0..kk * n + j0 + W].try_into().unwrap();
+        for l in 0..W {
+            t[l] = if FMA {
+                av.mul_add(row[l], t[l])
+            } else {
+                t[l] + av * row[l]
+            };
+        }
+    }
+    dst[j0..j0 + W].copy_from_slice(&t);
+}
+
+#[inline(always)]
+fn pairwise_matmul(kern: &Kernel, a: AView<'_>, b: &[f32], c: &mut [f32], pw: &mut [f32]) {
+    let (m, k, n) = (kern.m, kern.k, kern.n);
+    if n == 0 {
+        return;
+    }
+    for (i, c_row) in c.chunks_exact_mut(n).take(m).enumerate() {
+        let a_off = i * a.rs;
+        let mut first = true;
+        for r in kern.split.blocks(k) {
+            let len = r.len();
+            let rows = &mut pw[..len * n];
+            for (t, kk) in r.enumerate() {
+                let av = a.data[a_off + kk * a.ks];
+                let brow = &b[kk * n..kk * n + n];
+                for (p, &y) in rows[t * n..t * n + n].iter_mut().zip(brow) {
+                    *p = av * y;
+                }
+            }
+            tree_reduce(rows, n, 0, len);
+            let res = &rows[..n];
+            if first {
+                c_row.copy_from_slice(res);
+                first = false;
+            } else {
+                for (x, &y) in c_row.iter_mut().zip(res) {
+                    *x += y;
+                }
+            }
+        }
+        if first {
+            c_row.fill(0.0);
+        }
+    }
+}
+
+/// Reduces rows `lo..hi` of `rows` (each n wide) into row `lo` with the tree of
+/// `dot_pairwise`: S(lo..hi) = S(lo..mid) + S(mid..hi), mid = lo + ceil(len/2).
+fn tree_reduce(rows: &mut [f32], n: usize, lo: usize, hi: usize) {
+    if hi - lo <= 1 {
+        return;
+    }
+    let mid = lo + (hi - lo).div_ceil(2);
+    tree_reduce(rows, n, lo, mid);
+    tree_reduce(rows, n, mid, hi);
+    let (left, right) = rows.split_at_mut(mid * n);
+    for (x, &y) in left[lo * n..lo * n + n].iter_mut().zip(&right[..n]) {
+        *x += y;
+    }
+}
+
+/// c (m×n) = a (m×k) · b (k×n) in f64: `c = +0; c = c + a*b` over k ascending,
+/// no fma. Panics on wrong lengths.
+pub fn matmul_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    matmul_f64_strided(a, k, 1, b, n, 1, c, m, k, n);
+}
+
+/// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`].
+pub fn matmul_nt_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    matmul_f64_strided(a, k, 1, b, 1, k, c, m, k, n);
+}
+
+/// c (m×n) = aᵀ · b, a (k×m) row-major, f64, same order as [`matmul_f64`].
+pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    matmul_f64_strided(a, 1, m, b, n, 1, c, m, k, n);
+}
+
+/// a(i, kk) = a[i*ars + kk*aks], b(kk, j) = b[kk*bks + j*bjs].
+#[allow(clippy::too_many_arguments)]
+fn matmul_f64_strided(
+    a: &[f64],
+    ars: usize,
+    aks: usize,
+    b: &[f64],
+    bks: usize,
+    bjs: usize,
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    assert_eq!(a.len(), m * k, "matmul_f64: a has the wrong length");
+    assert_eq!(b.len(), k * n, "matmul_f64: b has the wrong length");
+    assert_eq!(c.len(), m * n, "matmul_f64: c has the wrong length");
+    if n == 0 {
+        return;
+    }
+    for (i, c_row) in c.chunks_exact_mut(n).enumerate() {
+        c_row.fill(0.0);
+        for kk in 0..k {
+            let av = a[i * ars + kk * aks];
+            for (j, x) in c_row.iter_mut().enumerate() {
+                *x += av * b[kk * bks + j * bjs];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::dot::{dot_blocked, dot_f64};
+    use super::*;
+
+    /// Deterministic generator (SplitMix64) so failures are reproducible.
+    struct Rng(u64);
+    impl Rng {
+        fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n as u64) as usize
+        }
+        /// Uniform in [-1, 1) with 24 random bits, times 2^e, e in -6..=6;
+        /// 1 in 32 values is ±0 so signed-zero handling is exercised.
+        fn val(&mut self) -> f32 {
+            let r = self.next_u64();
+            if r % 32 == 0 {
+                return if r & 64 == 0 { 0.0 } else { -0.0 };
+            }
+            let u = ((r >> 40) as f32) * 2f32.powi(-23) - 1.0;
+            let e = ((r >> 8) % 13) as i32 - 6;
+            u * 2f32.powi(e)
+        }
+        fn vec(&mut self, len: usize) -> Vec<f32> {
+            (0..len).map(|_| self.val()).collect()
+        }
+    }
+
+    /// Independent per-element reference: dot_blocked on explicit row/column
+    /// vectors of the rounded / split inputs, terms folded left to right.
+    fn reference(
+        model: &MatmulModel,
+        a: &[f32],
+        b: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Vec<f32> {
+        let dot = |x: &[f32], y: &[f32]| dot_blocked(x, y, model.split, model.accum);
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let row: Vec<f32> = a[i * k..(i + 1) * k].to_vec();
+                let col: Vec<f32> = (0..k).map(|kk| b[kk * n + j]).collect();
+                let map =
+                    |v: &[f32], f: &dyn Fn(f32) -> f32| v.iter().map(|&x| f(x)).collect::<Vec<_>>();
+                c[i * n + j] = match model.passes {
+                    Passes::F32 => dot(&row, &col),
+                    Passes::Bf16x1 => dot(&map(&row, &bf16_rne), &map(&col, &bf16_rne)),
+                    Passes::Tf32(md) => {
+                        let f = move |x| tf32(x, md);
+                        dot(&map(&row, &f), &map(&col, &f))
+                    }
+                    Passes::Bf16x3 => {
+                        let ah = map(&row, &|x| bf16x3_split(x).0);
+                        let al = map(&row, &|x| bf16x3_split(x).1);
+                        let bh = map(&col, &|x| bf16x3_split(x).0);
+                        let bl = map(&col, &|x| bf16x3_split(x).1);
+                        (dot(&al, &bh) + dot(&ah, &bl)) + dot(&ah, &bh)
+                    }
+                    Passes::Bf16x6 => {
+                        let p = |v: &[f32], q: usize| {
+                            v.iter()
+                                .map(|&x| {
+                                    let s = bf16x6_split(x);
+                                    [s.0, s.1, s.2][q]
+                                })
+                                .collect::<Vec<_>>()
+                        };
+                        let (ah, am, al) = (p(&row, 0), p(&row, 1), p(&row, 2));
+                        let (bh, bm, bl) = (p(&col, 0), p(&col, 1), p(&col, 2));
+                        ((((dot(&am, &bm) + dot(&ah, &bl)) + dot(&al, &bh)) + dot(&ah, &bm))
+                            + dot(&am, &bh))
+                            + dot(&ah, &bh)
+                    }
+                };
+            }
+        }
+        c
+    }
+
+    fn all_passes() -> Vec<Passes> {
+        vec![
+            Passes::F32,
+            Passes::Bf16x1,
+            Passes::Bf16x3,
+            Passes::Bf16x6,
+            Passes::Tf32(Tf32Mode::Rne),
+            Passes::Tf32(Tf32Mode::Rna),
+            Passes::Tf32(Tf32Mode::Trunc),
+        ]
+    }
+
+    fn all_models() -> Vec<MatmulModel> {
+        let splits = [
+            KSplit::Single,
+            KSplit::Mkl,
+            KSplit::Blocked(1),
+            KSplit::Blocked(7),
+            KSplit::Blocked(64),
+            KSplit::Chunks(3),
+            KSplit::Chunks(5),
+        ];
+        let mut v = vec![];
+        for &split in &splits {
+            for accum in [Accum::Fma, Accum::MulAdd, Accum::Pairwise] {
+                for passes in all_passes() {
+                    v.push(MatmulModel {
+                        split,
+                        accum,
+                        passes,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        let mut t = vec![0.0; x.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = x[r * cols + c];
+            }
+        }
+        t
+    }
+
+    #[track_caller]
+    fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len());
+        for (idx, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{what}: element {idx}: got {g:e} want {w:e}"
+            );
+        }
+    }
+
+    fn blocks(split: KSplit, k: usize) -> Vec<usize> {
+        let mut v = vec![];
+        split.for_each_block(k, |r| v.push(r.len()));
+        v
+    }
+
+    #[test]
+    fn mkl_blocks_match_measurements() {
+        let mkl = |k| blocks(KSplit::Mkl, k);
+        assert_eq!(mkl(0), Vec::<usize>::new());
+        assert_eq!(mkl(1), vec![1]);
+        assert_eq!(mkl(18), vec![18]);
+        assert_eq!(mkl(192), vec![192]);
+        assert_eq!(mkl(193), vec![96, 96, 1]);
+        assert_eq!(mkl(200), vec![100, 100]);
+        assert_eq!(mkl(256), vec![128, 128]);
+        assert_eq!(mkl(257), vec![128, 128, 1]);
+        assert_eq!(mkl(300), vec![150, 150]);
+        assert_eq!(mkl(383), vec![191, 191, 1]);
+        assert_eq!(mkl(384), vec![192, 192]);
+        assert_eq!(mkl(385), vec![192, 192, 1]);
+        assert_eq!(mkl(1001), vec![192, 192, 192, 192, 192, 41]);
+    }
+
+    #[test]
+    fn other_splits_blocks() {
+        assert_eq!(blocks(KSplit::Single, 35), vec![35]);
+        assert_eq!(blocks(KSplit::Single, 0), Vec::<usize>::new());
+        assert_eq!(blocks(KSplit::Blocked(7), 18), vec![7, 7, 4]);
+        assert_eq!(blocks(KSplit::Blocked(7), 14), vec![7, 7]);
+        assert_eq!(blocks(KSplit::Blocked(64), 35), vec![35]);
+        // Chunks(4) of 10: [0,2) [2,5) [5,7) [7,10).
+        let mut v = vec![];
+        KSplit::Chunks(4).for_each_block(10, |r| v.push(r));
+        assert_eq!(v, vec![0..2, 2..5, 5..7, 7..10]);
+        // Chunks(5) of 3: bounds 0,0,1,1,2,3 -> [0,1) [1,2) [2,3); empties skipped.
+        let mut v = vec![];
+        KSplit::Chunks(5).for_each_block(3, |r| v.push(r));
+        assert_eq!(v, vec![0..1, 1..2, 2..3]);
+        // Blocks are contiguous and cover 0..k for every split.
+        for split in [
+            KSplit::Mkl,
+            KSplit::Blocked(5),
+            KSplit::Chunks(7),
+            KSplit::Single,
+        ] {
+            for k in 0..800 {
+                let mut next = 0;
+                split.for_each_block(k, |r| {
+                    assert_eq!(r.start, next);
+                    assert!(r.end > r.start);
+                    next = r.end;
+                });
+                assert_eq!(next, k, "{split:?} k={k}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "Blocked(0)")]
+    fn blocked_zero_panics() {
+        KSplit::Blocked(0).for_each_block(3, |_| {});
+    }
+
+    const KS: [usize; 10] = [1, 18, 35, 191, 192, 193, 257, 383, 384, 385];
+
+    #[test]
+    fn every_model_matches_scalar_reference() {
+        let mut rng = Rng(1);
+        let mut s = MatmulScratch::default();
+        let models = all_models();
+        for &k in &KS {
+            // Shapes: a random small one and one whose n exercises the 32-wide
+            // tiles, the 8-wide tiles and a ragged tail (n = 67 = 32 + 32 + 3).
+            for (m, n) in [(1 + rng.below(3), 1 + rng.below(12)), (2, 67)] {
+                let a = rng.vec(m * k);
+                let b = rng.vec(k * n);
+                for model in &models {
+                    // The reference is slow at large k; sample the models there.
+                    if k > 200 && rng.below(3) != 0 {
+                        continue;
+                    }
+                    let want = reference(model, &a, &b, m, k, n);
+                    let mut c = vec![f32::NAN; m * n];
+                    model.matmul(&a, &b, &mut c, m, k, n, &mut s);
+                    assert_same_bits(&c, &want, &format!("{model:?} m={m} k={k} n={n}"));
+                }
+            }
+        }
+    }
+
+    /// The models really are different orders on this data; otherwise the
+    /// comparison above could not tell a wrong order from a right one.
+    #[test]
+    fn models_are_distinguishable() {
+        let mut rng = Rng(2);
+        let (m, k, n) = (3, 385, 40);
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let mut s = MatmulScratch::default();
+        let run = |model: MatmulModel, s: &mut MatmulScratch| {
+            let mut c = vec![0.0; m * n];
+            model.matmul(&a, &b, &mut c, m, k, n, s);
+            c.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        let base = MatmulModel {
+            split: KSplit::Single,
+            accum: Accum::Fma,
+            passes: Passes::F32,
+        };
+        let mut seen = vec![run(base, &mut s)];
+        let variants = [
+            MatmulModel {
+                split: KSplit::Mkl,
+                ..base
+            },
+            MatmulModel {
+                split: KSplit::Chunks(3),
+                ..base
+            },
+            MatmulModel {
+                accum: Accum::MulAdd,
+                ..base
+            },
+            MatmulModel {
+                accum: Accum::Pairwise,
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Bf16x1,
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Bf16x3,
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Bf16x6,
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Tf32(Tf32Mode::Rne),
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Tf32(Tf32Mode::Rna),
+                ..base
+            },
+            MatmulModel {
+                passes: Passes::Tf32(Tf32Mode::Trunc),
+                ..base
+            },
+        ];
+        for v in variants {
+            let r = run(v, &mut s);
+            assert!(
+                !seen.contains(&r),
+                "{v:?} gives the same bits as an earlier model"
+            );
+            seen.push(r);
+        }
+    }
+
+    #[test]
+    fn nt_and_tn_equal_explicit_transposition() {
+        let mut rng = Rng(3);
+        let mut s = MatmulScratch::default();
+        for model in all_models() {
+            for &k in &[0usize, 1, 35, 193] {
+                let (m, n) = (1 + rng.below(11), 1 + rng.below(70));
+                let a = rng.vec(m * k);
+                let b = rng.vec(k * n);
+                let mut want = vec![0.0; m * n];
+                model.matmul(&a, &b, &mut want, m, k, n, &mut s);
+                // nt: pass b as (n×k).
+                let bt = transpose(&b, k, n);
+                let mut c = vec![f32::NAN; m * n];
+                model.matmul_nt(&a, &bt, &mut c, m, k, n, &mut s);
+                assert_same_bits(&c, &want, &format!("nt {model:?} {m}x{k}x{n}"));
+                // tn: pass a as (k×m).
+                let at = transpose(&a, m, k);
+                let mut c = vec![f32::NAN; m * n];
+                model.matmul_tn(&at, &b, &mut c, m, k, n, &mut s);
+                assert_same_bits(&c, &want, &format!("tn {model:?} {m}x{k}x{n}"));
+            }
+        }
+    }
+
+    #[test]
+    fn transposes_agree_with_naive() {
+        let mut rng = Rng(8);
+        for rows in 0..20 {
+            for cols in 0..20 {
+                let src = rng.vec(rows * cols);
+                let want = transpose(&src, rows, cols);
+                for fast in [false, true] {
+                    let mut dst = vec![f32::NAN; rows * cols];
+                    transpose_into(&src, rows, cols, &mut dst, fast);
+                    assert_same_bits(&dst, &want, &format!("{rows}x{cols} fast={fast}"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn k_zero_and_empty_shapes() {
+        let mut s = MatmulScratch::default();
+        for model in all_models() {
+            let mut c = vec![f32::NAN; 6];
+            model.matmul(&[], &[], &mut c, 2, 0, 3, &mut s);
+            assert!(c.iter().all(|x| x.to_bits() == 0), "{model:?}");
+            model.matmul(&[], &[1.0; 4], &mut [], 0, 4, 1, &mut s);
+            model.matmul(&[1.0; 4], &[], &mut [], 4, 1, 0, &mut s);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "wrong length")]
+    fn wrong_length_panics() {
+        let model = MatmulModel {
+            split: KSplit::Single,
+            accum: Accum::Fma,
+            passes: Passes::F32,
+        };
+        model.matmul(
+            &[1.0; 5],
+            &[1.0; 6],
+            &mut [0.0; 4],
+            2,
+            3,
+            2,
+            &mut MatmulScratch::default(),
+        );
+    }
+
+    #[test]
+    fn portable_and_fast_paths_agree_bitwise() {
+        if !fast_path_available() {
+            eprintln!("avx2+fma not available: the fast path is the portable path here");
+        }
+        let mut rng = Rng(4);
+        let mut s = MatmulScratch::default();
+        for model in all_models() {
+            let k = KS[rng.below(KS.len())];
+            let (m, n) = (1 + rng.below(6), 1 + rng.below(80));
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            let mut fast = vec![0.0; m * n];
+            let mut port = vec![0.0; m * n];
+            model.matmul(&a, &b, &mut fast, m, k, n, &mut s);
+            model.matmul_portable(&a, &b, &mut port, m, k, n, &mut s);
+            assert_same_bits(&fast, &port, &format!("{model:?}"));
+            let bt = transpose(&b, k, n);
+            model.nt(&a, &bt, &mut fast, m, k, n, &mut s, true);
+            model.nt(&a, &bt, &mut port, m, k, n, &mut s, false);
+            assert_same_bits(&fast, &port, &format!("nt {model:?}"));
+            let at = transpose(&a, m, k);
+            model.tn(&at, &b, &mut fast, m, k, n, &mut s, true);
+            model.tn(&at, &b, &mut port, m, k, n, &mut s, false);
+            assert_same_bits(&fast, &port, &format!("tn {model:?}"));
+        }
+    }
+
+    #[test]
+    fn scratch_stops_growing() {
+        let model = MatmulModel {
+            split: KSplit::Mkl,
+            accum: Accum::Pairwise,
+            passes: Passes::Bf16x6,
+        };
+        let mut rng = Rng(5);
+        let (m, k, n) = (4, 257, 19);
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let mut c = vec![0.0; m * n];
+        let mut s = MatmulScratch::default();
+        model.matmul_nt(&a, &b, &mut c, m, k, n, &mut s);
+        let ptrs = |s: &MatmulScratch| {
+            let mut v = vec![
+                s.bt.as_ptr(),
+                s.term.as_ptr(),
+                s.acc.as_ptr(),
+                s.pw.as_ptr(),
+            ];
+            v.extend(s.pa.iter().chain(&s.pb).map(|x| x.as_ptr()));
+            v
+        };
+        let before = ptrs(&s);
+        for _ in 0..3 {
+            model.matmul_nt(&a, &b, &mut c, m, k, n, &mut s);
+            model.matmul(&a[..2 * k], &b, &mut c[..2 * n], 2, k, n, &mut s);
+        }
+        assert_eq!(ptrs(&s), before, "scratch was reallocated");
+    }
+
+    #[test]
+    fn f64_variants_match_naive_triple_loop() {
+        let mut rng = Rng(6);
+        for _ in 0..50 {
+            let (m, k, n) = (1 + rng.below(7), rng.below(40), 1 + rng.below(9));
+            let a: Vec<f64> = (0..m * k)
+                .map(|_| rng.val() as f64 * (1.0 + 1e-9))
+                .collect();
+            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
+            // Naive: per element, c = 0; c = c + a*b over k ascending.
+            let mut want = vec![0.0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let row: Vec<f64> = (0..k).map(|kk| a[i * k + kk]).collect();
+                    let col: Vec<f64> = (0..k).map(|kk| b[kk * n + j]).collect();
+                    want[i * n + j] = dot_f64(&row, &col);
+                    let mut acc = 0.0;
+                    for kk in 0..k {
+                        acc += a[i * k + kk] * b[kk * n + j];
+                    }
+                    assert_eq!(acc.to_bits(), want[i * n + j].to_bits());
+                }
+            }
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let mut c = vec![f64::NAN; m * n];
+            matmul_f64(&a, &b, &mut c, m, k, n);
+            assert_eq!(bits(&c), bits(&want));
+            let mut bt = vec![0.0; k * n];
+            for kk in 0..k {
+                for j in 0..n {
+                    bt[j * k + kk] = b[kk * n + j];
+                }
+            }
+            let mut c = vec![f64::NAN; m * n];
+            matmul_nt_f64(&a, &bt, &mut c, m, k, n);
+            assert_eq!(bits(&c), bits(&want));
+            let mut at = vec![0.0; m * k];
+            for i in 0..m {
+                for kk in 0..k {
+                    at[kk * m + i] = a[i * k + kk];
+                }
+            }
+            let mut c = vec![f64::NAN; m * n];
+            matmul_tn_f64(&at, &b, &mut c, m, k, n);
+            assert_eq!(bits(&c), bits(&want));
+        }
+    }
+
+    /// Error of the pass schemes against the exact dot product, for inputs in
+    /// the normal range (here |x| in [2^-8, 2^6] or 0, so no product or
+    /// partial sum underflows). With S = Σ|a_k b_k| and u = 2^-24:
+    ///
+    /// - Representation. 3x: a = hi + lo + d with |lo| <= 2^-7|a|,
+    ///   |d| <= 2^-15|a| (round.rs); the missing part of a·b is
+    ///   lo_a lo_b + d_a b + (hi_b + lo_b)... i.e. at most
+    ///   (2^-14 + 2^-15 + 2^-15(1 + 2^-15))|ab| <= (2^-13 + 2^-29)|ab|.
+    ///   6x: a = hi + mid + lo exactly, |mid| <= 2^-7|a|, |lo| <= 2^-15|a|;
+    ///   missing mid·lo + lo·mid + lo·lo <= (2^-21 + 2^-30)|ab|.
+    ///   1x (bf16 RNE, relative error <= 2^-8 per input):
+    ///   <= (2^-7 + 2^-16)|ab|.
+    /// - Accumulation. Every term is summed by a binary tree (chains, pairwise
+    ///   trees and block combination alike) of depth <= K - 1 with one rounding
+    ///   per node (fma included), then T terms are folded with T - 1 more
+    ///   roundings: error <= γ_{K+T} Σ_t Σ_k |p_tk|, γ_n = nu/(1 - nu). The
+    ///   term products sum to at most (1 + 2^-5) S, and γ_{K+T} <= 1.0001 (K+T) u
+    ///   for K + T < 2^10; we use 2 (K + T) u, which covers both factors.
+    /// - The f64 reference sums exact products with error <= K 2^-53 S, covered
+    ///   by the slack above.
+    #[test]
+    fn pass_schemes_error_within_derived_bounds() {
+        let mut rng = Rng(7);
+        let mut s = MatmulScratch::default();
+        let u = 2f64.powi(-24);
+        let mut worst = [0f64; 3];
+        for trial in 0..400 {
+            let k = if trial % 4 == 0 {
+                1 + rng.below(400)
+            } else {
+                1 + rng.below(8)
+            };
+            let gen = |rng: &mut Rng| loop {
+                let x = rng.val();
+                if x == 0.0 || x.abs() >= 2f32.powi(-8) {
+                    break x;
+                }
+            };
+            let a: Vec<f32> = (0..k).map(|_| gen(&mut rng)).collect();
+            let b: Vec<f32> = (0..k).map(|_| gen(&mut rng)).collect();
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let sabs: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (*x as f64 * *y as f64).abs())
+                .sum();
+            let split = [KSplit::Single, KSplit::Mkl, KSplit::Chunks(3)][rng.below(3)];
+            let accum = [Accum::Fma, Accum::MulAdd, Accum::Pairwise][rng.below(3)];
+            let kf = k as f64;
+            let cases = [
+                (
+                    Passes::Bf16x1,
+                    2f64.powi(-7) + 2f64.powi(-16) + 2.0 * (kf + 1.0) * u,
+                ),
+                (
+                    Passes::Bf16x3,
+                    2f64.powi(-13) + 2f64.powi(-29) + 2.0 * (kf + 3.0) * u,
+                ),
+                (
+                    Passes::Bf16x6,
+                    2f64.powi(-21) + 2f64.powi(-30) + 2.0 * (kf + 6.0) * u,
+                ),
+            ];
+            for (idx, (passes, rel)) in cases.into_iter().enumerate() {
+                let model = MatmulModel {
+                    split,
+                    accum,
+                    passes,
+                };
+                let mut c = [0.0f32];
+                model.matmul(&a, &b, &mut c, 1, k, 1, &mut s);
+                let err = (c[0] as f64 - exact).abs();
+                assert!(
+                    err <= rel * sabs,
+                    "{model:?} k={k}: err {err:e} > {:e}",
+                    rel * sabs
+                );
+                if sabs > 0.0 {
+                    worst[idx] = worst[idx].max(err / sabs);
+                }
+            }
+        }
+        // Sanity: the schemes are ordered as expected, and 1x really exceeds the
+        // 3x representation bound somewhere (so the 3x check has teeth).
+        assert!(worst[0] > 2f64.powi(-13), "{worst:?}");
+        assert!(worst[1] > worst[2], "{worst:?}");
+    }
+}

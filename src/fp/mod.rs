@@ -1,0 +1,20 @@
+//! Exact IEEE floating-point kernels in stated orders.
+//!
+//! Every function in this module computes its result in one documented order of
+//! IEEE-754 binary32/binary64 operations, so a result is a fact about that order
+//! rather than an accident of the compiler or the CPU. The orders and their
+//! sources are collected in `shared/docs/numerics.md`.
+//!
+//! - [`round`]: f32 -> bf16 / f16 / TF32 roundings and XLA's bf16 splits.
+//! - [`dot`]: scalar reference dot products (the specification the fast kernels
+//!   are tested against).
+//! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
+//! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
+//!
+//! This module uses only `std`, `half` and `libm`; it depends on no other part of
+//! the crate.
+
+pub mod allreduce;
+pub mod dot;
+pub mod matmul;
+pub mod round;

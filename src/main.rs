@@ -1,0 +1,26 @@
+//! `seedsweep`: parse arguments, run the command, map errors to exit codes
+//! (1: error, 2: bad usage from clap, 3: `--fail-on-exceed` and a check exceeded).
+
+use clap::Parser;
+
+fn run() -> anyhow::Result<i32> {
+    let cli = seedsweep::cli::Cli::parse();
+    match seedsweep::cli::into_action(cli)? {
+        seedsweep::cli::Action::Sweep(o) => seedsweep::app::sweep(&o),
+        seedsweep::cli::Action::Repro(o) => seedsweep::app::repro(&o),
+        seedsweep::cli::Action::List(c) => {
+            print!("{}", seedsweep::app::list(&c)?);
+            Ok(0)
+        }
+    }
+}
+
+fn main() {
+    match run() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Layers: embedding, linear, tanh, cross-entropy, SGD, and their backward passes.
+
+use crate::backend::Backend;
+use crate::real::Real;
+
+/// `out[t] = table[ids[t]]` for t in token order (`nn.Embedding`): a copy, no arithmetic.
+/// `table` is `rows × dim`, `out` is `ids.len() × dim`.
+pub fn embedding_lookup<R: Real>(table: &[R], dim: usize, ids: &[i64], out: &mut [R]) {
+    for (t, &id) in ids.iter().enumerate() {
+        let row = id as usize * dim;
+        out[t * dim..(t + 1) * dim].copy_from_slice(&table[row..row + dim]);
+    }
+}
+
+/// Embedding backward (torch's `embedding_dense_backward` on the CPU): `grad` (rows × dim)
+/// is zeroed, then for t in token order, unless `ids[t]` is the padding index,
+/// `grad[ids[t]] = grad[ids[t]] + dx[t]` elementwise. Each row therefore sums its tokens'
+/// gradients left to right, starting from 0.
+pub fn embedding_backward<R: Real>(
+    dx: &[R],
+    dim: usize,
+    ids: &[i64],
+    padding_idx: Option<i64>,
+    grad: &mut [R],
+) {
+    grad.fill(R::ZERO);
+    for (t, &id) in ids.iter().enumerate() {
+        if Some(id) == padding_idx {
+            continue;
+        }
+        let row = id as usize * dim;
+        for (g, &d) in grad[row..row + dim]
+            .iter_mut()
+            .zip(&dx[t * dim..(t + 1) * dim])
+        {
+            *g = *g + d;
+        }
+    }
+}
+
+/// `y = x · Wᵀ + b` (`F.linear` through torch's `addmm`): the backend's matmul, then
+/// `y[t][o] = acc[t][o] + b[o]` with one rounding. `x` is `m × k`, `w` is `n × k`.
+#[allow(clippy::too_many_arguments)]
+pub fn linear<B: Backend>(
+    be: &mut B,
+    x: &[B::R],
+    w: &[B::R],
+    bias: Option<&[B::R]>,
+    y: &mut [B::R],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    be.matmul_nt(x, w, y, m, k, n);
+    if let Some(b) = bias {
+        add_row_bias(y, b, n);
+    }
+}
+
+/// `y[t][o] = y[t][o] + b[o]` for every row t.
+pub fn add_row_bias<R: Real>(y: &mut [R], b: &[R], n: usize) {
+    for row in y.chunks_exact_mut(n) {
+        for (v, &bb) in row.iter_mut().zip(b) {
+            *v = *v + bb;
+        }
+    }
+}
+
+/// `x = tanh(x)` elementwise (`libm`).
+pub fn tanh_inplace<R: Real>(x: &mut [R]) {
+    for v in x {
+        *v = v.tanh();
+    }
+}
+
+/// tanh backward (`tanh_backward`): `dpre = dh · (1 - h·h)`, rounding after the square,
+/// the subtraction and the product.
+pub fn tanh_backward<R: Real>(dh: &[R], h: &[R], dpre: &mut [R]) {
+    for ((d, &g), &y) in dpre.iter_mut().zip(dh).zip(h) {
+        *d = g * (R::ONE - y * y);
+    }
+}
+
+/// Column sums of an `m × n` matrix: `out[j] = ((x[0][j] + x[1][j]) + …)`, rows in order,
+/// starting from `x[0][j]` (bias gradients, `grad.sum(0)`).
+pub fn column_sums<R: Real>(x: &[R], n: usize, out: &mut [R]) {
+    out.copy_from_slice(&x[..n]);
+    for row in x.chunks_exact(n).skip(1) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = *o + v;
+        }
+    }
+}
+
+/// Mean cross-entropy over `labels.len()` rows of `logits` (`n` classes), with its gradient
+/// for a backward pass seeded with `scale` (1 for `loss.backward()`, 1/2 for `(loss/2)`).
+///
+/// Forward, per row t (`log_softmax` then `nll_loss`): `m = max_v x[v]`;
+/// `s = Σ_v exp(x[v] - m)` summed left to right from 0; `lse = m + ln(s)`;
+/// `logp[v] = x[v] - lse`. The loss is `(Σ_t -logp[t][label_t]) / T`, summed in token order
+/// and divided once.
+///
+/// Backward: `w = scale / T` (one rounding), and
+/// `dlogits[t][v] = exp(logp[t][v])·w - [v == label_t]·w`, i.e. softmax·w minus the one-hot
+/// weight, each operation rounded.
+///
+/// `dlogits` receives the gradient; it also serves as the `logp` buffer. Returns the loss.
+pub fn cross_entropy<R: Real>(
+    logits: &[R],
+    labels: &[i64],
+    n: usize,
+    scale: R,
+    dlogits: &mut [R],
+) -> R {
+    let t_count = labels.len();
+    let mut total = R::ZERO;
+    for (t, &label) in labels.iter().enumerate() {
+        let x = &logits[t * n..(t + 1) * n];
+        let mut m = x[0];
+        for &v in &x[1..] {
+            if v > m {
+                m = v;
+            }
+        }
+        let mut s = R::ZERO;
+        for &v in x {
+            s = s + (v - m).exp();
+        }
+        let lse = m + s.ln();
+        let logp = &mut dlogits[t * n..(t + 1) * n];
+        for (lp, &v) in logp.iter_mut().zip(x) {
+            *lp = v - lse;
+        }
+        total = total + (-logp[label as usize]);
+    }
+    let tc = R::from_f64(t_count as f64);
+    let loss = total / tc;
+    let w = scale / tc;
+    for (t, &label) in labels.iter().enumerate() {
+        for (v, g) in dlogits[t * n..(t + 1) * n].iter_mut().enumerate() {
+            let p = g.exp() * w;
+            *g = if v == label as usize { p - w } else { p };
+        }
+    }
+    loss
+}
+
+/// SGD without momentum as torch applies it on the CPU (`param.add_(grad, alpha=-lr)`, whose
+/// vectorized kernel is a fused multiply-add): `p = fma(g, -lr, p)`, one rounding.
+pub fn sgd<R: Real>(p: &mut [R], g: &[R], lr: R) {
+    let neg = -lr;
+    for (w, &d) in p.iter_mut().zip(g) {
+        *w = d.fma(neg, *w);
+    }
+}
+
+/// The SGD update as a test writes its expectation, `p - lr·g`: the product rounded, then
+/// the difference rounded.
+pub fn sgd_unfused<R: Real>(p: &[R], g: &[R], lr: R, out: &mut [R]) {
+    for ((o, &w), &d) in out.iter_mut().zip(p).zip(g) {
+        *o = w - lr * d;
+    }
+}
+
+/// Gradient accumulation: on the first micro-step the gradient is stored as is (torch's
+/// `AccumulateGrad` steals the first gradient); afterwards `acc = acc + g`.
+pub fn accumulate<R: Real>(acc: &mut [R], g: &[R], first: bool) {
+    if first {
+        acc.copy_from_slice(g);
+    } else {
+        for (a, &v) in acc.iter_mut().zip(g) {
+            *a = *a + v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::F64Backend;
+
+    #[test]
+    fn cross_entropy_matches_closed_form_in_f64() {
+        // Two tokens, three classes; reference loss and gradient from the textbook formulas
+        // computed here independently with f64::exp/ln. Tolerance 1e-15: both sides are f64
+        // evaluations of the same expression in different orders, a few ulps apart at most.
+        let logits = [1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0];
+        let labels = [1i64, 2];
+        let mut d = [0.0f64; 6];
+        let loss = cross_entropy(&logits, &labels, 3, 1.0, &mut d);
+        let mut expect_loss = 0.0;
+        for t in 0..2 {
+            let row = &logits[t * 3..t * 3 + 3];
+            let z: f64 = row.iter().map(|v| v.exp()).sum();
+            expect_loss += -(row[labels[t] as usize].exp() / z).ln();
+            for v in 0..3 {
+                let p = row[v].exp() / z;
+                let g = (p - if v == labels[t] as usize { 1.0 } else { 0.0 }) / 2.0;
+                assert!((d[t * 3 + v] - g).abs() < 1e-15, "grad[{t}][{v}]");
+            }
+        }
+        assert!((loss - expect_loss / 2.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn embedding_backward_skips_padding_and_sums_in_token_order() {
+        let dx = [1.0f64, 2.0, 10.0, 20.0, 100.0, 200.0];
+        let mut g = [9.0f64; 6];
+        embedding_backward(&dx, 2, &[1, 0, 1], Some(0), &mut g);
+        assert_eq!(g, [0.0, 0.0, 101.0, 202.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn sgd_is_fused_and_its_unfused_expectation_is_not() {
+        // p = 1, g = 1 + 2^-23, lr = 1 - 2^-24 chosen so lr·g is inexact in f32.
+        let p = [1.0f32];
+        let g = [1.0f32 + f32::EPSILON];
+        let lr = 1.0f32 - f32::EPSILON / 2.0;
+        let mut fused = p;
+        sgd(&mut fused, &g, lr);
+        let exact = 1.0f64 - (lr as f64) * (g[0] as f64);
+        assert_eq!(fused[0], exact as f32, "one rounding of the exact value");
+        let mut unfused = [0.0f32];
+        sgd_unfused(&p, &g, lr, &mut unfused);
+        assert_eq!(unfused[0], 1.0f32 - lr * g[0]);
+        assert_ne!(
+            fused[0], unfused[0],
+            "the example must separate the two orders"
+        );
+    }
+
+    #[test]
+    fn linear_adds_bias_after_the_matmul() {
+        let mut be = F64Backend;
+        let x = [1.0, 2.0];
+        let w = [3.0, 4.0, 5.0, 6.0];
+        let mut y = [0.0; 2];
+        linear(&mut be, &x, &w, Some(&[0.5, -0.5]), &mut y, 1, 2, 2);
+        assert_eq!(y, [11.5, 16.5]);
+    }
+}

@@ -1,0 +1,9 @@
+//! Building blocks of the mirrored models, written once and generic over the [`Real`] type
+//! and the [`Backend`](crate::backend::Backend) that decides how matmuls and collectives
+//! round. Each function states its order of operations; elementwise operations round once
+//! per written operation (Rust never fuses on its own).
+//!
+//! [`Real`]: crate::real::Real
+
+pub mod layers;
+pub mod tp;

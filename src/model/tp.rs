@@ -1,0 +1,241 @@
+//! Tensor parallelism: DeepSpeed's shard sizes and the row-parallel linear layer.
+
+use std::ops::Range;
+
+use crate::backend::Backend;
+use crate::real::Real;
+
+/// Shard size of rank `rank` when `total` is split over `tp` ranks, DeepSpeed AutoTP's
+/// near-even rule (`deepspeed/module_inject/tp_shard.py::get_shard_size`, no KV heads):
+/// with `g = total / grain` grains, rank r gets `(g / tp + (r < g % tp)) · grain`.
+/// DeepSpeed's default grain is 1, so 35 over 2 ranks is 18 + 17 and 32 is 16 + 16. When
+/// `total` is not a multiple of `grain` the remainder goes to the last rank, so the shards
+/// always cover `total` (DeepSpeed leaves that case to its callers).
+pub fn shard_size(total: usize, tp: usize, rank: usize, grain: usize) -> usize {
+    let grain = grain.max(1);
+    let grains = total / grain;
+    let mut size = (grains / tp + usize::from(rank < grains % tp)) * grain;
+    if rank + 1 == tp {
+        size += total - grains * grain;
+    }
+    size
+}
+
+/// The contiguous ranges of the `tp` shards of a dimension of size `total`, rank order.
+/// Ranks may be empty when `tp > total`.
+pub fn shard_ranges(total: usize, tp: usize, grain: usize) -> Vec<Range<usize>> {
+    let mut start = 0;
+    (0..tp)
+        .map(|r| {
+            let len = shard_size(total, tp, r, grain);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
+}
+
+/// Copies columns `cols` of the `rows × width` matrix `src` into `dst` (`rows × cols.len()`).
+pub fn gather_columns<R: Real>(
+    src: &[R],
+    rows: usize,
+    width: usize,
+    cols: Range<usize>,
+    dst: &mut [R],
+) {
+    let w = cols.len();
+    for r in 0..rows {
+        dst[r * w..(r + 1) * w].copy_from_slice(&src[r * width + cols.start..r * width + cols.end]);
+    }
+}
+
+/// Writes `src` (`rows × cols.len()`) into columns `cols` of the `rows × width` matrix `dst`
+/// (an all-gather along the last dimension: a copy, no arithmetic).
+pub fn scatter_columns<R: Real>(
+    src: &[R],
+    rows: usize,
+    width: usize,
+    cols: Range<usize>,
+    dst: &mut [R],
+) {
+    let w = cols.len();
+    for r in 0..rows {
+        dst[r * width + cols.start..r * width + cols.end].copy_from_slice(&src[r * w..(r + 1) * w]);
+    }
+}
+
+/// Reusable buffers of [`row_parallel_forward`] and [`row_parallel_backward`].
+#[derive(Debug, Default, Clone)]
+pub struct RowParallelBuffers<R> {
+    x_shard: Vec<R>,
+    w_shard: Vec<R>,
+    partials: Vec<R>,
+    g_shard: Vec<R>,
+}
+
+fn grow<R: Real>(v: &mut Vec<R>, len: usize) {
+    if v.len() < len {
+        v.resize(len, R::ZERO);
+    }
+}
+
+/// Row-parallel linear forward, `y = x · Wᵀ` with the input dimension `k` split over ranks
+/// (`shards`): rank r computes the partial `x[:, s_r] · W[:, s_r]ᵀ` with the backend's matmul
+/// (a reduction of length |s_r|), then the partials are summed by the backend's all-reduce
+/// in its order. An empty shard contributes a zero partial. With one shard this is exactly
+/// the unsharded `x · Wᵀ`. `x` is `m × k`, `w` is `n × k`, `y` is `m × n`. Bias, if any, is
+/// added by the caller after the all-reduce.
+#[allow(clippy::too_many_arguments)]
+pub fn row_parallel_forward<B: Backend>(
+    be: &mut B,
+    x: &[B::R],
+    w: &[B::R],
+    y: &mut [B::R],
+    m: usize,
+    k: usize,
+    n: usize,
+    shards: &[Range<usize>],
+    buf: &mut RowParallelBuffers<B::R>,
+) {
+    if shards.len() == 1 {
+        be.matmul_nt(x, w, y, m, k, n);
+        return;
+    }
+    let tp = shards.len();
+    grow(&mut buf.partials, tp * m * n);
+    for (r, cols) in shards.iter().enumerate() {
+        let part = &mut buf.partials[r * m * n..(r + 1) * m * n];
+        let ks = cols.len();
+        if ks == 0 {
+            part.fill(B::R::ZERO);
+            continue;
+        }
+        grow(&mut buf.x_shard, m * ks);
+        grow(&mut buf.w_shard, n * ks);
+        gather_columns(x, m, k, cols.clone(), &mut buf.x_shard[..m * ks]);
+        gather_columns(w, n, k, cols.clone(), &mut buf.w_shard[..n * ks]);
+        be.matmul_nt(
+            &buf.x_shard[..m * ks],
+            &buf.w_shard[..n * ks],
+            part,
+            m,
+            ks,
+            n,
+        );
+    }
+    be.all_reduce(&buf.partials[..tp * m * n], tp, y);
+}
+
+/// Row-parallel linear backward for `y = x · Wᵀ` given `dy` (`m × n`):
+/// - `dw` (`n × k`): rank r computes its shard `dyᵀ · x[:, s_r]` (a reduction over the m
+///   rows), written into its columns;
+/// - `dx` (`m × k`): rank r computes `dy · W[:, s_r]` (a reduction over the n outputs), and
+///   the shards are all-gathered (copied) into `dx`.
+///
+/// The input gradient needs no all-reduce: each rank's slice is complete. Either output may
+/// be skipped with `None`.
+#[allow(clippy::too_many_arguments)]
+pub fn row_parallel_backward<B: Backend>(
+    be: &mut B,
+    x: &[B::R],
+    w: &[B::R],
+    dy: &[B::R],
+    dw: Option<&mut [B::R]>,
+    dx: Option<&mut [B::R]>,
+    m: usize,
+    k: usize,
+    n: usize,
+    shards: &[Range<usize>],
+    buf: &mut RowParallelBuffers<B::R>,
+) {
+    if shards.len() == 1 {
+        if let Some(dw) = dw {
+            be.matmul_tn(dy, x, dw, n, m, k);
+        }
+        if let Some(dx) = dx {
+            be.matmul(dy, w, dx, m, n, k);
+        }
+        return;
+    }
+    if let Some(dw) = dw {
+        for cols in shards {
+            let ks = cols.len();
+            if ks == 0 {
+                continue;
+            }
+            grow(&mut buf.x_shard, m * ks);
+            grow(&mut buf.g_shard, n * ks);
+            gather_columns(x, m, k, cols.clone(), &mut buf.x_shard[..m * ks]);
+            be.matmul_tn(
+                dy,
+                &buf.x_shard[..m * ks],
+                &mut buf.g_shard[..n * ks],
+                n,
+                m,
+                ks,
+            );
+            scatter_columns(&buf.g_shard[..n * ks], n, k, cols.clone(), dw);
+        }
+    }
+    if let Some(dx) = dx {
+        for cols in shards {
+            let ks = cols.len();
+            if ks == 0 {
+                continue;
+            }
+            grow(&mut buf.w_shard, n * ks);
+            grow(&mut buf.g_shard, m * ks);
+            gather_columns(w, n, k, cols.clone(), &mut buf.w_shard[..n * ks]);
+            be.matmul(
+                dy,
+                &buf.w_shard[..n * ks],
+                &mut buf.g_shard[..m * ks],
+                m,
+                n,
+                ks,
+            );
+            scatter_columns(&buf.g_shard[..m * ks], m, k, cols.clone(), dx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_follow_deepspeed_near_even_rule() {
+        assert_eq!(shard_ranges(35, 2, 1), vec![0..18, 18..35]);
+        assert_eq!(shard_ranges(32, 2, 1), vec![0..16, 16..32]);
+        assert_eq!(shard_ranges(35, 4, 1), vec![0..9, 9..18, 18..27, 27..35]);
+        // More ranks than columns: the tail ranks hold empty shards.
+        let r = shard_ranges(3, 5, 1);
+        assert_eq!(r, vec![0..1, 1..2, 2..3, 3..3, 3..3]);
+        // Grain 64 on 200 columns over 2 ranks: 3 grains -> 128 + 64, remainder 8 to the last.
+        assert_eq!(shard_ranges(200, 2, 64), vec![0..128, 128..200]);
+    }
+
+    #[test]
+    fn shards_cover_the_dimension_for_every_tp_degree_up_to_64() {
+        for total in [1, 17, 32, 35, 100, 4096] {
+            for tp in 1..=64 {
+                let r = shard_ranges(total, tp, 1);
+                assert_eq!(r.len(), tp);
+                assert_eq!(r.last().unwrap().end, total, "total {total} tp {tp}");
+            }
+        }
+    }
+
+    #[test]
+    fn column_gather_and_scatter_round_trip() {
+        let src: Vec<f64> = (0..12).map(f64::from).collect();
+        let mut shard = vec![0.0; 6];
+        gather_columns(&src, 3, 4, 1..3, &mut shard);
+        assert_eq!(shard, vec![1.0, 2.0, 5.0, 6.0, 9.0, 10.0]);
+        let mut back = vec![0.0; 12];
+        scatter_columns(&shard, 3, 4, 1..3, &mut back);
+        assert_eq!(back[1], 1.0);
+        assert_eq!(back[10], 10.0);
+        assert_eq!(back[0], 0.0);
+    }
+}

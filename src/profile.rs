@@ -1,0 +1,385 @@
+//! Named numerics profiles: a matmul model × an all-reduce model.
+//!
+//! The built-in profiles live in `configs/profiles.toml`, embedded in the binary; a user
+//! config may add profiles and modifiers with the same tables. A profile spec on the command
+//! line is a profile name followed by modifiers joined with `+`
+//! (`cpu-fma+allreduce-bf16`): each modifier overrides the parts it names, left to right.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::error::{unknown_name, InputError};
+use crate::fp::allreduce::{AllReduceAlgo, Wire};
+use crate::fp::matmul::{Accum, KSplit, MatmulModel, Passes};
+use crate::fp::round::Tf32Mode;
+
+/// A resolved numerics profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// The spec it was selected by (`cpu-fma`, `cpu-fma+allreduce-bf16`).
+    pub name: String,
+    /// One line for `seedsweep list`.
+    pub description: String,
+    /// How every fp32 matmul rounds.
+    pub matmul: MatmulModel,
+    /// All-reduce order.
+    pub allreduce: AllReduceAlgo,
+    /// All-reduce buffer dtype.
+    pub wire: Wire,
+}
+
+/// A profile or modifier table as written in TOML. Every part is optional in a modifier and
+/// required in a profile.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileToml {
+    /// One line describing it.
+    pub description: Option<String>,
+    /// `single`, `mkl`, `blocked:<kc>` or `chunks:<s>`.
+    pub split: Option<String>,
+    /// `fma`, `mul-add` or `pairwise`.
+    pub accum: Option<String>,
+    /// `f32`, `bf16`, `bf16x3`, `bf16x6`, `tf32-rne`, `tf32-rna` or `tf32-trunc`.
+    pub passes: Option<String>,
+    /// `ring`, `rank-order` or `tree`.
+    pub allreduce: Option<String>,
+    /// `f32` or `bf16`.
+    pub wire: Option<String>,
+}
+
+/// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilesToml {
+    /// Named profiles.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileToml>,
+    /// Named modifiers.
+    #[serde(default)]
+    pub modifiers: BTreeMap<String, ProfileToml>,
+}
+
+/// The built-in profiles file.
+pub const BUILTIN_PROFILES: &str = include_str!("../configs/profiles.toml");
+
+/// All known profiles and modifiers, validated.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileRegistry {
+    profiles: BTreeMap<String, Profile>,
+    modifiers: BTreeMap<String, (String, ProfileToml)>,
+}
+
+fn parse_split(file: &str, key: &str, s: &str) -> Result<KSplit, InputError> {
+    let bad = || {
+        InputError::config(
+            file,
+            key,
+            format!(
+                "`{s}` is not a split; allowed: single, mkl, blocked:<kc>, chunks:<s> (kc, s >= 1)"
+            ),
+        )
+    };
+    match s {
+        "single" => Ok(KSplit::Single),
+        "mkl" => Ok(KSplit::Mkl),
+        _ => {
+            let (kind, n) = s.split_once(':').ok_or_else(bad)?;
+            let n: usize = n.trim().parse().map_err(|_| bad())?;
+            if n == 0 {
+                return Err(bad());
+            }
+            match kind {
+                "blocked" => Ok(KSplit::Blocked(n)),
+                "chunks" => Ok(KSplit::Chunks(n)),
+                _ => Err(bad()),
+            }
+        }
+    }
+}
+
+fn parse_accum(file: &str, key: &str, s: &str) -> Result<Accum, InputError> {
+    match s {
+        "fma" => Ok(Accum::Fma),
+        "mul-add" => Ok(Accum::MulAdd),
+        "pairwise" => Ok(Accum::Pairwise),
+        _ => Err(InputError::config(
+            file,
+            key,
+            format!("`{s}` is not an accumulation; allowed: fma, mul-add, pairwise"),
+        )),
+    }
+}
+
+fn parse_passes(file: &str, key: &str, s: &str) -> Result<Passes, InputError> {
+    match s {
+        "f32" => Ok(Passes::F32),
+        "bf16" => Ok(Passes::Bf16x1),
+        "bf16x3" => Ok(Passes::Bf16x3),
+        "bf16x6" => Ok(Passes::Bf16x6),
+        "tf32-rne" => Ok(Passes::Tf32(Tf32Mode::Rne)),
+        "tf32-rna" => Ok(Passes::Tf32(Tf32Mode::Rna)),
+        "tf32-trunc" => Ok(Passes::Tf32(Tf32Mode::Trunc)),
+        _ => Err(InputError::config(
+            file,
+            key,
+            format!("`{s}` is not a pass scheme; allowed: f32, bf16, bf16x3, bf16x6, tf32-rne, tf32-rna, tf32-trunc"),
+        )),
+    }
+}
+
+fn parse_algo(file: &str, key: &str, s: &str) -> Result<AllReduceAlgo, InputError> {
+    match s {
+        "ring" => Ok(AllReduceAlgo::Ring),
+        "rank-order" => Ok(AllReduceAlgo::RankOrder),
+        "tree" => Ok(AllReduceAlgo::Tree),
+        _ => Err(InputError::config(
+            file,
+            key,
+            format!("`{s}` is not an all-reduce algorithm; allowed: ring, rank-order, tree"),
+        )),
+    }
+}
+
+fn parse_wire(file: &str, key: &str, s: &str) -> Result<Wire, InputError> {
+    match s {
+        "f32" => Ok(Wire::F32),
+        "bf16" => Ok(Wire::Bf16),
+        _ => Err(InputError::config(
+            file,
+            key,
+            format!("`{s}` is not a wire dtype; allowed: f32, bf16"),
+        )),
+    }
+}
+
+/// Applies the parts named in `t` to `p`.
+fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(), InputError> {
+    if let Some(s) = &t.split {
+        p.matmul.split = parse_split(file, &format!("{prefix}.split"), s)?;
+    }
+    if let Some(s) = &t.accum {
+        p.matmul.accum = parse_accum(file, &format!("{prefix}.accum"), s)?;
+    }
+    if let Some(s) = &t.passes {
+        p.matmul.passes = parse_passes(file, &format!("{prefix}.passes"), s)?;
+    }
+    if let Some(s) = &t.allreduce {
+        p.allreduce = parse_algo(file, &format!("{prefix}.allreduce"), s)?;
+    }
+    if let Some(s) = &t.wire {
+        p.wire = parse_wire(file, &format!("{prefix}.wire"), s)?;
+    }
+    Ok(())
+}
+
+impl ProfileRegistry {
+    /// The registry of the built-in profiles.
+    pub fn builtin() -> Result<Self, InputError> {
+        let mut r = Self::default();
+        r.add_toml("built-in configs/profiles.toml", BUILTIN_PROFILES)?;
+        Ok(r)
+    }
+
+    /// Adds (or replaces) the profiles and modifiers of a TOML document.
+    pub fn add_toml(&mut self, file: &str, text: &str) -> Result<(), InputError> {
+        let parsed: ProfilesToml = toml::from_str(text).map_err(|e| toml_error(file, e))?;
+        self.add(file, &parsed)
+    }
+
+    /// Adds (or replaces) parsed profiles and modifiers.
+    pub fn add(&mut self, file: &str, parsed: &ProfilesToml) -> Result<(), InputError> {
+        for (name, t) in &parsed.profiles {
+            let prefix = format!("profiles.{name}");
+            validate_name(file, &prefix, name)?;
+            for (part, v) in [
+                ("split", &t.split),
+                ("accum", &t.accum),
+                ("passes", &t.passes),
+                ("allreduce", &t.allreduce),
+                ("wire", &t.wire),
+            ] {
+                if v.is_none() {
+                    return Err(InputError::config(
+                        file,
+                        format!("{prefix}.{part}"),
+                        "missing; a profile must set split, accum, passes, allreduce and wire",
+                    ));
+                }
+            }
+            let mut p = Profile {
+                name: name.clone(),
+                description: t.description.clone().unwrap_or_default(),
+                matmul: MatmulModel {
+                    split: KSplit::Single,
+                    accum: Accum::Fma,
+                    passes: Passes::F32,
+                },
+                allreduce: AllReduceAlgo::Ring,
+                wire: Wire::F32,
+            };
+            apply(file, &prefix, t, &mut p)?;
+            self.profiles.insert(name.clone(), p);
+        }
+        for (name, t) in &parsed.modifiers {
+            let prefix = format!("modifiers.{name}");
+            validate_name(file, &prefix, name)?;
+            // Validate now so a bad modifier fails at load time, not at use.
+            let mut scratch = Profile {
+                name: String::new(),
+                description: String::new(),
+                matmul: MatmulModel {
+                    split: KSplit::Single,
+                    accum: Accum::Fma,
+                    passes: Passes::F32,
+                },
+                allreduce: AllReduceAlgo::Ring,
+                wire: Wire::F32,
+            };
+            apply(file, &prefix, t, &mut scratch)?;
+            self.modifiers
+                .insert(name.clone(), (file.to_string(), t.clone()));
+        }
+        Ok(())
+    }
+
+    /// Names of the profiles, sorted.
+    pub fn profile_names(&self) -> Vec<&str> {
+        self.profiles.keys().map(String::as_str).collect()
+    }
+
+    /// Names of the modifiers, sorted.
+    pub fn modifier_names(&self) -> Vec<&str> {
+        self.modifiers.keys().map(String::as_str).collect()
+    }
+
+    /// All profiles, sorted by name.
+    pub fn profiles(&self) -> impl Iterator<Item = &Profile> {
+        self.profiles.values()
+    }
+
+    /// A modifier's description.
+    pub fn modifier_description(&self, name: &str) -> Option<&str> {
+        self.modifiers
+            .get(name)
+            .and_then(|(_, t)| t.description.as_deref())
+    }
+
+    /// Resolves a spec `base+mod+mod`; `flag` names where the spec came from, for errors.
+    pub fn resolve(&self, spec: &str, flag: &str) -> Result<Profile, InputError> {
+        let mut parts = spec.split('+').map(str::trim);
+        let base = parts.next().unwrap_or_default();
+        let mut p = self.profiles.get(base).cloned().ok_or_else(|| {
+            InputError::flag(flag, unknown_name("profile", base, &self.profile_names()))
+        })?;
+        for m in parts {
+            let (file, t) = self.modifiers.get(m).ok_or_else(|| {
+                InputError::flag(
+                    flag,
+                    unknown_name("profile modifier", m, &self.modifier_names()),
+                )
+            })?;
+            apply(file, &format!("modifiers.{m}"), t, &mut p)?;
+            if let Some(d) = &t.description {
+                p.description = format!("{}; {}", p.description, d);
+            }
+        }
+        p.name = spec.to_string();
+        Ok(p)
+    }
+}
+
+/// Names are used in CSV cells and on the command line: keep them to `[A-Za-z0-9._-]`.
+pub fn validate_name(file: &str, key: &str, name: &str) -> Result<(), InputError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(InputError::config(
+            file,
+            key,
+            format!("name `{name}` may only use letters, digits, '-', '_' and '.'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Turns a TOML parse error into an [`InputError`] naming the file and, where toml knows it,
+/// the key and line.
+pub fn toml_error(file: &str, e: toml::de::Error) -> InputError {
+    let msg = e.message().to_string();
+    let location = e
+        .span()
+        .map(|s| format!(" (at byte {})", s.start))
+        .unwrap_or_default();
+    InputError::config(file, "(document)", format!("{msg}{location}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_profiles_parse_and_cpu_fma_is_mkl_fma() {
+        let r = ProfileRegistry::builtin().unwrap();
+        let p = r.resolve("cpu-fma", "--profile").unwrap();
+        assert_eq!(p.matmul.split, KSplit::Mkl);
+        assert_eq!(p.matmul.accum, Accum::Fma);
+        assert_eq!(p.matmul.passes, Passes::F32);
+        for name in [
+            "cpu-nofma",
+            "pairwise",
+            "splitk-4",
+            "tpu-bf16",
+            "gpu-tf32",
+            "f32",
+        ] {
+            r.resolve(name, "--profile").unwrap();
+        }
+    }
+
+    #[test]
+    fn modifiers_compose_left_to_right() {
+        let r = ProfileRegistry::builtin().unwrap();
+        let p = r
+            .resolve("cpu-fma+allreduce-bf16+allreduce-tree", "--profile")
+            .unwrap();
+        assert_eq!(p.wire, Wire::Bf16);
+        assert_eq!(p.allreduce, AllReduceAlgo::Tree);
+        assert_eq!(p.matmul.split, KSplit::Mkl);
+        assert_eq!(p.name, "cpu-fma+allreduce-bf16+allreduce-tree");
+    }
+
+    #[test]
+    fn unknown_profile_lists_the_valid_ones() {
+        let r = ProfileRegistry::builtin().unwrap();
+        let e = r.resolve("cpu-fmaa", "--profile").unwrap_err().to_string();
+        assert!(e.contains("--profile"), "{e}");
+        assert!(e.contains("cpu-fmaa") && e.contains("cpu-nofma"), "{e}");
+    }
+
+    #[test]
+    fn bad_part_names_file_and_key() {
+        let mut r = ProfileRegistry::default();
+        let e = r
+            .add_toml(
+                "my.toml",
+                "[profiles.x]\nsplit='chunks:0'\naccum='fma'\npasses='f32'\nallreduce='ring'\nwire='f32'\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("my.toml") && e.contains("profiles.x.split"),
+            "{e}"
+        );
+        let e = r
+            .add_toml("my.toml", "[profiles.y]\nsplit='mkl'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("profiles.y.accum") && e.contains("missing"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! `seedsweep repro`: re-run one seed and show every failure the way torch printed it.
+
+use std::fmt::Write as _;
+
+use crate::catalog::{Catalog, Group};
+use crate::check::{compare, torch_mismatch_message};
+use crate::evaluate::{evaluate, for_each_pair, Comparison, SeedCheck};
+use crate::export::table::{pct, render, sci};
+use crate::scenario::Workspace;
+
+/// What `repro` found.
+pub struct ReproOutcome {
+    /// The report text.
+    pub text: String,
+    /// Whether any check of the messaged comparison exceeded its tolerance.
+    pub exceeded: bool,
+}
+
+/// Runs `seed` for every group and reports usages and torch-style messages for every
+/// (check, step) of `message_comparison` that exceeds under a selected policy.
+pub fn repro(
+    catalog: &Catalog,
+    groups: &[Group],
+    seed_for: impl Fn(&Group) -> u64,
+    message_comparison: Comparison,
+) -> ReproOutcome {
+    let mut ws = Workspace::default();
+    let mut text = String::new();
+    let mut exceeded = false;
+    let mut results: Vec<SeedCheck> = Vec::new();
+    for g in groups {
+        let s = &catalog.scenarios[g.scenario];
+        let seed = seed_for(g);
+        let param = s.param_ids()[g.param];
+        s.run(g.param, seed, &g.profile, &mut ws);
+        let checks = s.checks(g.param);
+        evaluate(checks, &g.tolerances, &ws.traces, &mut results);
+        let seed_note = if s.seed_dependent() {
+            format!("seed {seed}")
+        } else {
+            "fixed data (seed-independent)".to_string()
+        };
+        let _ = writeln!(
+            text,
+            "== {} [{}]  profile {}  {}",
+            s.common().name,
+            param,
+            g.profile.name,
+            seed_note
+        );
+        let mut header = vec!["check".to_string(), "comparison".to_string()];
+        for p in &g.policy_names {
+            header.push(format!("{p}: usage"));
+            header.push("step".into());
+            header.push("mismatched".into());
+        }
+        header.push("max|diff|".into());
+        header.push("max|expected|".into());
+        let np = g.policy_names.len();
+        let mut rows = Vec::new();
+        let mut k = 0;
+        for c in checks {
+            for cmp in Comparison::ALL {
+                let mut row = vec![c.name.to_string(), cmp.name().to_string()];
+                let first = &results[k];
+                for p in 0..np {
+                    let r = &results[k + p];
+                    let flag = if r.usage > 1.0 { " FAIL" } else { "" };
+                    row.push(format!("{}{flag}", pct(r.usage)));
+                    row.push(r.worst_step.to_string());
+                    row.push(format!("{} / {}", r.mismatched, r.elements));
+                }
+                row.push(sci(first.max_abs_diff));
+                row.push(format!("{:.4}", first.max_abs_expected));
+                rows.push(row);
+                k += np;
+            }
+        }
+        text.push_str(&render(&header, &rows, 2));
+        // Messages, check by check and step by step, as the test would raise them.
+        for (ci, c) in checks.iter().enumerate() {
+            for (pi, policy) in g.policy_names.iter().enumerate() {
+                let tol = g.tolerances[pi][ci];
+                for_each_pair(&ws.traces, ci, c, message_comparison, |step, a, e| {
+                    if compare(a, e, tol).usage <= 1.0 {
+                        return;
+                    }
+                    exceeded = true;
+                    if let Some(msg) =
+                        torch_mismatch_message(a, e, &c.shape, tol, message_comparison.both_f32())
+                    {
+                        let _ = writeln!(
+                            text,
+                            "\n-- {} at step {} ({}, policy {}: atol={}, rtol={})",
+                            c.name,
+                            step,
+                            message_comparison.name(),
+                            policy,
+                            crate::check::py_repr(tol.atol),
+                            crate::check::py_repr(tol.rtol)
+                        );
+                        text.push_str(&msg);
+                        text.push('\n');
+                    }
+                });
+            }
+        }
+        text.push('\n');
+    }
+    ReproOutcome { text, exceeded }
+}

@@ -1,0 +1,126 @@
+//! Scenarios: one file per mirrored test.
+//!
+//! A scenario runs one (parametrization, profile, seed) as three computations of the same
+//! model code, and records what its checks compare into three [`Trace`]s:
+//! - `f64`: the float64 ground truth (unsharded);
+//! - `reference`: the unsharded fp32 computation in the profile;
+//! - `sharded`: the sharded fp32 computation in the profile (what the test runs).
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+
+use crate::config::{CommonConfig, Policy};
+use crate::error::{unknown_name, InputError};
+use crate::fp::matmul::MatmulScratch;
+use crate::profile::Profile;
+use crate::trace::Trace;
+
+pub mod row_parallel;
+pub mod tied_row_parallel;
+
+/// One check of a parametrization.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckSpec {
+    /// Name (`logits`, `tied_grad`, ...).
+    pub name: &'static str,
+    /// Shape of the compared tensor, for torch-style indices.
+    pub shape: Vec<usize>,
+    /// A self-consistency check: the computation's value is compared against the test's
+    /// formula evaluated on the same computation's inputs (the SGD-update check).
+    pub self_consistent: bool,
+}
+
+impl CheckSpec {
+    /// A plain check.
+    pub fn new(name: &'static str, shape: Vec<usize>) -> Self {
+        Self {
+            name,
+            shape,
+            self_consistent: false,
+        }
+    }
+}
+
+/// The three recorded computations of one seed.
+#[derive(Debug, Default, Clone)]
+pub struct Traces {
+    /// Float64 ground truth.
+    pub f64: Trace,
+    /// Unsharded fp32 reference.
+    pub reference: Trace,
+    /// Sharded fp32 computation.
+    pub sharded: Trace,
+}
+
+impl Traces {
+    /// Clears all three, keeping capacity.
+    pub fn clear(&mut self) {
+        self.f64.clear();
+        self.reference.clear();
+        self.sharded.clear();
+    }
+}
+
+/// Per-thread reusable state: matmul scratch and each scenario's own buffers.
+#[derive(Default)]
+pub struct Workspace {
+    /// Matmul scratch buffers.
+    pub scratch: MatmulScratch,
+    /// The three traces of the current seed.
+    pub traces: Traces,
+    buffers: HashMap<TypeId, Box<dyn Any + Send>>,
+}
+
+impl Workspace {
+    /// The buffers of type `T`, created on first use and then reused, with the matmul
+    /// scratch borrowed beside them.
+    pub fn buffers<T: Default + Send + 'static>(&mut self) -> (&mut T, &mut MatmulScratch) {
+        let entry = self
+            .buffers
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(T::default()));
+        let buffers = entry
+            .downcast_mut::<T>()
+            .expect("workspace entries are keyed by their own TypeId");
+        (buffers, &mut self.scratch)
+    }
+}
+
+/// A mirrored test.
+pub trait Scenario: Send + Sync {
+    /// The validated common config.
+    fn common(&self) -> &CommonConfig;
+    /// Parametrization ids, in config order.
+    fn param_ids(&self) -> Vec<&str>;
+    /// The checks of parametrization `param`, in recording order of their first slot.
+    fn checks(&self, param: usize) -> &[CheckSpec];
+    /// Every check name the scenario knows, for `list` and for policy overrides.
+    fn all_check_names(&self) -> &'static [&'static str];
+    /// The resolved policies (built-ins plus the config's own).
+    fn policies(&self) -> &[Policy];
+    /// Whether the seed changes the computation (false for fixed-data tests).
+    fn seed_dependent(&self) -> bool {
+        true
+    }
+    /// Runs one seed of one parametrization in `profile`, leaving the three computations in
+    /// `ws.traces`.
+    fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace);
+    /// One line on what one seed-run computes, for `list`.
+    fn summary(&self) -> String;
+}
+
+/// Builds a scenario from a parsed config.
+pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
+    match common.kind.as_str() {
+        tied_row_parallel::KIND => Ok(Box::new(tied_row_parallel::TiedRowParallel::new(common)?)),
+        row_parallel::KIND => Ok(Box::new(row_parallel::RowParallel::new(common)?)),
+        other => Err(InputError::config(
+            &common.file,
+            "scenario",
+            unknown_name("scenario kind", other, KINDS),
+        )),
+    }
+}
+
+/// Scenario kinds this build knows.
+pub const KINDS: &[&str] = &[tied_row_parallel::KIND, row_parallel::KIND];
