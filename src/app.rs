@@ -53,6 +53,8 @@ pub struct ReproOptions {
     pub comparison: Comparison,
     /// Exit with [`EXIT_EXCEEDED`] when a check of that comparison exceeds.
     pub fail_on_exceed: bool,
+    /// Directory for raw trace dumps.
+    pub dump: Option<PathBuf>,
 }
 
 fn pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> {
@@ -113,6 +115,9 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
 pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
     let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
     let groups = catalog.plan(&o.common.selection)?;
+    if let Some(dir) = &o.dump {
+        prepare_dir(dir, "--dump")?;
+    }
     let outcome = crate::repro::repro(
         &catalog,
         &groups,
@@ -121,7 +126,8 @@ pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
                 .unwrap_or(catalog.scenarios[g.scenario].common().first_seed)
         },
         o.comparison,
-    );
+        o.dump.as_deref(),
+    )?;
     print!("{}", outcome.text);
     Ok(if o.fail_on_exceed && outcome.exceeded {
         EXIT_EXCEEDED

@@ -40,7 +40,9 @@ impl Tolerance {
             return 0.0;
         }
         let diff = (actual - expected).abs();
-        if diff.is_nan() {
+        if !diff.is_finite() {
+            // A NaN, or an infinity on one side only (also when expected is infinite and the
+            // allowance with it: inf/inf must not become NaN).
             return f64::INFINITY;
         }
         let allowed = self.allowed(expected);
@@ -334,6 +336,7 @@ mod tests {
         assert_eq!(OLD.usage(f64::INFINITY, f64::INFINITY), 0.0);
         assert_eq!(OLD.usage(f64::INFINITY, 1.0), f64::INFINITY);
         assert_eq!(OLD.usage(f64::NEG_INFINITY, f64::INFINITY), f64::INFINITY);
+        assert_eq!(OLD.usage(1.0, f64::INFINITY), f64::INFINITY);
     }
 
     #[test]

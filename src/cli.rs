@@ -103,6 +103,9 @@ pub struct ReproArgs {
     /// Exit with code 3 when a check of that comparison exceeds its tolerance.
     #[arg(long)]
     fail_on_exceed: bool,
+    /// Also write every recorded tensor of the three computations as CSV into DIR.
+    #[arg(long, value_name = "DIR")]
+    dump: Option<PathBuf>,
 }
 
 fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputError> {
@@ -183,6 +186,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 seed: a.seed,
                 comparison,
                 fail_on_exceed: a.fail_on_exceed,
+                dump: a.dump,
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),

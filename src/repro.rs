@@ -18,12 +18,16 @@ pub struct ReproOutcome {
 
 /// Runs `seed` for every group and reports usages and torch-style messages for every
 /// (check, step) of `message_comparison` that exceeds under a selected policy.
+///
+/// With `dump`, each group's raw traces are also written to
+/// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv` (see [`crate::export::dump`]).
 pub fn repro(
     catalog: &Catalog,
     groups: &[Group],
     seed_for: impl Fn(&Group) -> u64,
     message_comparison: Comparison,
-) -> ReproOutcome {
+    dump: Option<&std::path::Path>,
+) -> anyhow::Result<ReproOutcome> {
     let mut ws = Workspace::default();
     let mut text = String::new();
     let mut exceeded = false;
@@ -34,6 +38,21 @@ pub fn repro(
         let param = s.param_ids()[g.param];
         s.run(g.param, seed, &g.profile, &mut ws);
         let checks = s.checks(g.param);
+        if let Some(dir) = dump {
+            let name = format!(
+                "{}__{}__{}__seed{}.csv",
+                s.common().name,
+                param,
+                g.profile.name,
+                seed
+            );
+            let path = dir.join(name);
+            crate::export::write_atomic(
+                &path,
+                &crate::export::dump::dump_csv(checks, &ws.traces)?,
+            )?;
+            let _ = writeln!(text, "dumped {}", path.display());
+        }
         evaluate(checks, &g.tolerances, &ws.traces, &mut results);
         let seed_note = if s.seed_dependent() {
             format!("seed {seed}")
@@ -107,5 +126,5 @@ pub fn repro(
         }
         text.push('\n');
     }
-    ReproOutcome { text, exceeded }
+    Ok(ReproOutcome { text, exceeded })
 }

@@ -1,6 +1,7 @@
 //! Writers: one file per output format.
 
 pub mod csv;
+pub mod dump;
 pub mod table;
 
 use std::io::Write;

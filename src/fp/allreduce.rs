@@ -30,15 +30,20 @@ use super::round::bf16_rne;
 /// All-reduce algorithm (summation order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllReduceAlgo {
+    /// NCCL ring: chunk c folded from rank c+1 around to rank c.
     Ring,
+    /// `((x0 + x1) + x2) + ...`.
     RankOrder,
+    /// Recursive halving over rank ranges (module doc).
     Tree,
 }
 
 /// Element type on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Wire {
+    /// f32 buffers: no extra rounding.
     F32,
+    /// bf16 buffers: inputs and every partial sum rounded with `bf16_rne`.
     Bf16,
 }
 
@@ -95,12 +100,14 @@ pub fn all_reduce_sum(
         }
         AllReduceAlgo::Ring => {
             for c in 0..n_ranks {
-                for j in c * len / n_ranks..(c + 1) * len / n_ranks {
+                let lo = c * len / n_ranks;
+                let hi = (c + 1) * len / n_ranks;
+                for (j, o) in (lo..hi).zip(&mut out[lo..hi]) {
                     let mut s = x((c + 1) % n_ranks, j);
                     for t in 2..=n_ranks {
                         s = wire.add(s, x((c + t) % n_ranks, j));
                     }
-                    out[j] = s;
+                    *o = s;
                 }
             }
         }

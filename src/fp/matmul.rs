@@ -19,6 +19,10 @@
 //! multiplication and addition are correctly rounded, so both compilations give
 //! bit-identical results (tested).
 
+// The public matmul signatures (a, b, c, m, k, n, scratch) are fixed by the
+// crate's API; the internal kernels thread the same arguments through.
+#![allow(clippy::too_many_arguments)]
+
 use std::ops::Range;
 
 use super::round::{bf16_rne, bf16x3_split, bf16x6_split, tf32, Tf32Mode};
@@ -161,8 +165,11 @@ pub enum Passes {
 /// A complete matmul numerics model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulModel {
+    /// How K is cut into blocks.
     pub split: KSplit,
+    /// How each block accumulates.
     pub accum: Accum,
+    /// Input roundings / splits and their term order.
     pub passes: Passes,
 }
 
@@ -299,7 +306,6 @@ impl MatmulModel {
         self.run(av, b, c, m, k, n, s, false);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn nt(
         &self,
         a: &[f32],
@@ -323,7 +329,6 @@ impl MatmulModel {
         s.bt = bt;
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn tn(
         &self,
         a: &[f32],
@@ -345,7 +350,6 @@ impl MatmulModel {
     }
 
     /// `b` is k×n contiguous; `a` is read through its view.
-    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         a: AView<'_>,
@@ -643,6 +647,11 @@ fn chain_matmul<const FMA: bool>(
 }
 
 /// `dst[j] = chain over kk in r of a(i, kk) * b[kk][j]`, for all j < n.
+///
+/// Lanes are independent chains, so a lane may be computed twice (by
+/// overlapping tiles) and gives the same bits both times. That lets a ragged
+/// row end be covered by an 8-wide tile ending at `n`, run in the same k loop
+/// as the preceding full tile so that all chains of the row interleave.
 #[inline(always)]
 fn chain_block<const FMA: bool>(
     a: AView<'_>,
@@ -653,54 +662,94 @@ fn chain_block<const FMA: bool>(
     dst: &mut [f32],
 ) {
     let mut j = 0;
-    while j + 32 <= n {
-        tile::<32, FMA>(a, a_off, b, n, r.clone(), j, dst);
-        j += 32;
+    while n - j >= 72 {
+        tile::<64, 0, FMA>(a, a_off, b, n, r.clone(), j, 0, dst);
+        j += 64;
     }
     let rest = n - j;
-    match rest / 8 {
-        3 => tile::<24, FMA>(a, a_off, b, n, r.clone(), j, dst),
-        2 => tile::<16, FMA>(a, a_off, b, n, r.clone(), j, dst),
-        1 => tile::<8, FMA>(a, a_off, b, n, r.clone(), j, dst),
-        _ => {}
+    let full = rest / 8 * 8;
+    macro_rules! go {
+        ($wa:literal, $wb:literal, $jb:expr) => {
+            tile::<$wa, $wb, FMA>(a, a_off, b, n, r, j, $jb, dst)
+        };
     }
-    j += rest / 8 * 8;
-    match n - j {
-        7 => tile::<7, FMA>(a, a_off, b, n, r, j, dst),
-        6 => tile::<6, FMA>(a, a_off, b, n, r, j, dst),
-        5 => tile::<5, FMA>(a, a_off, b, n, r, j, dst),
-        4 => tile::<4, FMA>(a, a_off, b, n, r, j, dst),
-        3 => tile::<3, FMA>(a, a_off, b, n, r, j, dst),
-        2 => tile::<2, FMA>(a, a_off, b, n, r, j, dst),
-        1 => tile::<1, FMA>(a, a_off, b, n, r, j, dst),
-        _ => {}
+    if rest.is_multiple_of(8) {
+        match full {
+            8 => go!(8, 0, 0),
+            16 => go!(16, 0, 0),
+            24 => go!(24, 0, 0),
+            32 => go!(32, 0, 0),
+            40 => go!(40, 0, 0),
+            48 => go!(48, 0, 0),
+            56 => go!(56, 0, 0),
+            64 => go!(64, 0, 0),
+            _ => {} // rest == 0
+        }
+    } else if n >= 8 {
+        // Full vectors from j, plus one 8-wide tile ending at n.
+        let jb = n - 8;
+        match full {
+            0 => go!(0, 8, jb),
+            8 => go!(8, 8, jb),
+            16 => go!(16, 8, jb),
+            24 => go!(24, 8, jb),
+            32 => go!(32, 8, jb),
+            40 => go!(40, 8, jb),
+            48 => go!(48, 8, jb),
+            56 => go!(56, 8, jb),
+            _ => go!(64, 8, jb),
+        }
+    } else {
+        // n < 8: one short tile (j == 0).
+        match n {
+            1 => go!(1, 0, 0),
+            2 => go!(2, 0, 0),
+            3 => go!(3, 0, 0),
+            4 => go!(4, 0, 0),
+            5 => go!(5, 0, 0),
+            6 => go!(6, 0, 0),
+            _ => go!(7, 0, 0),
+        }
     }
 }
 
-/// W independent chains held in registers over the whole block.
+/// Two tiles of independent chains held in registers over the whole block:
+/// lanes `ja..ja+WA` and `jb..jb+WB` (they may overlap; see `chain_block`).
 #[inline(always)]
-fn tile<const W: usize, const FMA: bool>(
+fn tile<const WA: usize, const WB: usize, const FMA: bool>(
     a: AView<'_>,
     a_off: usize,
     b: &[f32],
     n: usize,
     r: Range<usize>,
-    j0: usize,
+    ja: usize,
+    jb: usize,
     dst: &mut [f32],
 ) {
-    let mut t = [0.0f32; W];
-    for kk in r {
-        let av = a.data[a_off + kk * a.ks];
-        let row: &[f32; W] = b[kk * n + j0..kk * n + j0 + W].try_into().unwrap();
-        for l in 0..W {
-            t[l] = if FMA {
-                av.mul_add(row[l], t[l])
-            } else {
-                t[l] + av * row[l]
-            };
+    #[inline(always)]
+    fn step<const FMA: bool>(av: f32, bv: f32, c: f32) -> f32 {
+        if FMA {
+            av.mul_add(bv, c)
+        } else {
+            c + av * bv
         }
     }
-    dst[j0..j0 + W].copy_from_slice(&t);
+    let mut ta = [0.0f32; WA];
+    let mut tb = [0.0f32; WB];
+    for kk in r {
+        let av = a.data[a_off + kk * a.ks];
+        let brow = &b[kk * n..kk * n + n];
+        let ra: &[f32; WA] = brow[ja..ja + WA].try_into().unwrap();
+        let rb: &[f32; WB] = brow[jb..jb + WB].try_into().unwrap();
+        for l in 0..WA {
+            ta[l] = step::<FMA>(av, ra[l], ta[l]);
+        }
+        for l in 0..WB {
+            tb[l] = step::<FMA>(av, rb[l], tb[l]);
+        }
+    }
+    dst[ja..ja + WA].copy_from_slice(&ta);
+    dst[jb..jb + WB].copy_from_slice(&tb);
 }
 
 #[inline(always)]
@@ -771,7 +820,6 @@ pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n:
 }
 
 /// a(i, kk) = a[i*ars + kk*aks], b(kk, j) = b[kk*bks + j*bjs].
-#[allow(clippy::too_many_arguments)]
 fn matmul_f64_strided(
     a: &[f64],
     ars: usize,
@@ -823,7 +871,7 @@ mod tests {
         /// 1 in 32 values is ±0 so signed-zero handling is exercised.
         fn val(&mut self) -> f32 {
             let r = self.next_u64();
-            if r % 32 == 0 {
+            if r.is_multiple_of(32) {
                 return if r & 64 == 0 { 0.0 } else { -0.0 };
             }
             let u = ((r >> 40) as f32) * 2f32.powi(-23) - 1.0;
@@ -1034,6 +1082,36 @@ mod tests {
                     model.matmul(&a, &b, &mut c, m, k, n, &mut s);
                     assert_same_bits(&c, &want, &format!("{model:?} m={m} k={k} n={n}"));
                 }
+            }
+        }
+    }
+
+    /// Every tile shape of the chain kernel (full 64-wide tiles, 8..64-wide
+    /// final tiles, the overlapping 8-wide tail, n < 8) against the reference.
+    #[test]
+    fn every_row_width_matches_scalar_reference() {
+        let mut rng = Rng(9);
+        let mut s = MatmulScratch::default();
+        for n in 1..=140 {
+            for (split, accum) in [
+                (KSplit::Single, Accum::Fma),
+                (KSplit::Blocked(4), Accum::MulAdd),
+                (KSplit::Chunks(2), Accum::Pairwise),
+            ] {
+                let model = MatmulModel {
+                    split,
+                    accum,
+                    passes: Passes::F32,
+                };
+                let (m, k) = (2, 9);
+                let a = rng.vec(m * k);
+                let b = rng.vec(k * n);
+                let want = reference(&model, &a, &b, m, k, n);
+                let mut c = vec![f32::NAN; m * n];
+                model.matmul(&a, &b, &mut c, m, k, n, &mut s);
+                assert_same_bits(&c, &want, &format!("{model:?} n={n}"));
+                model.matmul_portable(&a, &b, &mut c, m, k, n, &mut s);
+                assert_same_bits(&c, &want, &format!("portable {model:?} n={n}"));
             }
         }
     }
@@ -1296,8 +1374,9 @@ mod tests {
     ///
     /// - Representation. 3x: a = hi + lo + d with |lo| <= 2^-7|a|,
     ///   |d| <= 2^-15|a| (round.rs); the missing part of a·b is
-    ///   lo_a lo_b + d_a b + (hi_b + lo_b)... i.e. at most
-    ///   (2^-14 + 2^-15 + 2^-15(1 + 2^-15))|ab| <= (2^-13 + 2^-29)|ab|.
+    ///   with A = hi_a + lo_a, ab = A·B + A·d_b + d_a·b and A·B lacks only
+    ///   lo_a·lo_b, so the missing part is at most
+    ///   (2^-14 + 2^-15(1 + 2^-15) + 2^-15)|ab| <= (2^-13 + 2^-29)|ab|.
     ///   6x: a = hi + mid + lo exactly, |mid| <= 2^-7|a|, |lo| <= 2^-15|a|;
     ///   missing mid·lo + lo·mid + lo·lo <= (2^-21 + 2^-30)|ab|.
     ///   1x (bf16 RNE, relative error <= 2^-8 per input):

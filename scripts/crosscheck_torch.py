@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Cross-check seedsweep's T1 mirror against real PyTorch on this machine's CPU.
+
+Runs DeepSpeed's TestTiedRowParallelOutputHeadTraining model (mission.md, T1) in torch for
+one seed and parametrization, twice: the unsharded fp32 reference and a simulated row-parallel
+head (each rank's contiguous weight shard, partial logits summed), then compares every
+recorded tensor with `seedsweep repro --dump DIR` bit for bit and prints per-check agreement
+rates. Needs `pip install torch`; never needed by the tests or the main job.
+
+    cargo run --release -- repro --seed 8199 --param 35-3-False-0 --dump /tmp/dump
+    python3 scripts/crosscheck_torch.py --seed 8199 --param 35-3-False-0 \
+        --dump /tmp/dump/deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv
+"""
+import argparse
+import csv
+import math
+from collections import defaultdict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PARAMS = {
+    "32-None-False-0": (32, None, 0),
+    "35-3-False-0": (35, 3, 0),
+    "35-3-True-0": (35, 3, 0),
+    "32-3-False-2": (32, 3, 2),
+}
+V, B, S, STEPS, LR, TP = 67, 2, 5, 3, 0.05, 2
+
+
+def shards(h, tp):
+    out, start = [], 0
+    for r in range(tp):
+        n = h // tp + (1 if r < h % tp else 0)
+        out.append(slice(start, start + n))
+        start += n
+    return out
+
+
+def run(seed, hidden, pad, zero_stage, sharded):
+    torch.manual_seed(seed)
+    emb = nn.Embedding(V, hidden, padding_idx=pad)
+    proj = nn.Linear(hidden, hidden)
+    head = nn.Linear(hidden, V, bias=False)
+    head.weight = emb.weight  # tied
+    params = [emb.weight, proj.weight, proj.bias]
+    opt = torch.optim.SGD(params, lr=LR)
+    rec = defaultdict(list)
+    for step in range(STEPS):
+        torch.manual_seed(100 + step)
+        ids = torch.randint(V, (B, S))
+        if pad is not None:
+            ids[0, 0] = pad
+        labels = torch.randint(V, (B, S))
+        opt.zero_grad()
+        x = emb(ids)
+        h = torch.tanh(proj(x))
+        if sharded:
+            parts = []
+            for s in shards(hidden, TP):
+                w_shard = emb.weight[:, s].contiguous()
+                # Gradient flows back into the full weight through the slice.
+                w_shard = emb.weight[:, s] if False else emb.weight[:, s]
+                parts.append(F.linear(h[..., s].contiguous(), w_shard.contiguous()))
+            logits = parts[0]
+            for p in parts[1:]:
+                logits = logits + p
+        else:
+            logits = head(h)
+        rec[("logits", str(step))] = logits.detach().flatten().tolist()
+        loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        loss.backward()
+        if zero_stage == 0:
+            rec[("tied_grad", str(step))] = emb.weight.grad.detach().flatten().tolist()
+        opt.step()
+        rec[("head_weight", str(step))] = emb.weight.detach().flatten().tolist()
+        rec[("projection_weight", str(step))] = proj.weight.detach().flatten().tolist()
+    return rec
+
+
+def load_dump(path):
+    out = defaultdict(dict)
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["role"] != "value":
+                continue
+            out[(row["computation"], row["check"], row["step"])][int(row["index"])] = float(row["value"])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--param", required=True, choices=sorted(PARAMS))
+    ap.add_argument("--dump", required=True, help="CSV written by seedsweep repro --dump")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    hidden, pad, zero = PARAMS[a.param]
+    dump = load_dump(a.dump)
+    print(f"torch {torch.__version__}, seed {a.seed}, param {a.param}")
+    for comp, sharded in (("reference", False), ("sharded", True)):
+        rec = run(a.seed, hidden, pad, zero, sharded)
+        for (check, step), values in sorted(rec.items()):
+            ours = dump.get((comp, check, step))
+            if ours is None:
+                print(f"  {comp:9} {check:18} step {step}: not in dump")
+                continue
+            same = sum(1 for i, v in enumerate(values) if ours.get(i) == v)
+            worst = max(abs(ours[i] - v) for i, v in enumerate(values))
+            print(f"  {comp:9} {check:18} step {step}: {same}/{len(values)} bit-identical, max |diff| {worst:.3e}")
+    # The quantity the test asserts: sharded vs reference logits.
+    ref = run(a.seed, hidden, pad, zero, False)
+    tp = run(a.seed, hidden, pad, zero, True)
+    for step in range(STEPS):
+        r, t = ref[("logits", str(step))], tp[("logits", str(step))]
+        usage = max(abs(x - y) / (1e-6 + 1e-5 * abs(y)) for x, y in zip(t, r))
+        usage_d = max(abs(x - y) / (1e-5 + 1.3e-6 * abs(y)) for x, y in zip(t, r))
+        print(f"  torch logits step {step}: usage old {100*usage:.1f}%, torch-default {100*usage_d:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

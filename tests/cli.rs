@@ -1,0 +1,363 @@
+//! The CLI as a user runs it.
+
+use assert_cmd::Command;
+use std::path::Path;
+
+fn seedsweep() -> Command {
+    Command::cargo_bin("seedsweep").expect("binary is built by cargo test")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Finds the summary row with the given key columns and returns the value of `column`.
+fn summary_value(csv: &str, key: &[(&str, &str)], column: &str) -> Vec<String> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    };
+    let out: Vec<String> = lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| key.iter().all(|(k, v)| f[col(k)] == *v))
+        .map(|f| f[col(column)].to_string())
+        .collect();
+    assert!(!out.is_empty(), "no summary row matches {key:?}");
+    out
+}
+
+#[test]
+fn sweep_writes_both_csvs_with_the_documented_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    seedsweep()
+        .args(["sweep", "--seeds", "3", "--quiet", "--out"])
+        .arg(dir.path())
+        .assert()
+        .success()
+        .stdout(predicates_contains("deepspeed-tied-row-parallel"));
+    let seeds = read(&dir.path().join("seeds.csv"));
+    let summary = read(&dir.path().join("summary.csv"));
+    assert!(seeds.starts_with(
+        "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,worst_step,mismatched,elements"
+    ));
+    assert!(summary.starts_with(
+        "scenario,param,profile,check,comparison,policy,atol,rtol,seeds,failing_seeds,worst_usage_pct,worst_seed,worst_step,p50_usage_pct,p95_usage_pct,max_abs_diff,max_abs_expected"
+    ));
+    // 4 T1 params x (3 or 4 checks) + 3 T2 params x (8 or 10 checks), x 3 comparisons x 2 policies.
+    let t1_checks = 4 + 4 + 4 + 3;
+    let t2_checks = 8 + 10 + 10;
+    assert_eq!(summary.lines().count() - 1, (t1_checks + t2_checks) * 3 * 2);
+    assert_eq!(
+        seeds.lines().count() - 1,
+        3 * (t1_checks + t2_checks) * 3 * 2
+    );
+}
+
+fn predicates_contains(s: &'static str) -> impl predicates::Predicate<[u8]> {
+    predicates::str::contains(s).from_utf8()
+}
+
+use predicates::prelude::PredicateStrExt;
+
+#[test]
+fn default_sweep_reproduces_the_deepspeed_ci_failure_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    seedsweep()
+        .args([
+            "sweep",
+            "--seeds",
+            "40",
+            "--quiet",
+            "--scenario",
+            "deepspeed-tied-row-parallel",
+            "--out",
+        ])
+        .arg(dir.path())
+        .assert()
+        .success();
+    let summary = read(&dir.path().join("summary.csv"));
+    let seeds = read(&dir.path().join("seeds.csv"));
+    // Seed 8199 fails the old logits check of both 35-3 parametrizations, as on the L40S runner.
+    for param in ["35-3-False-0", "35-3-True-0"] {
+        let row = seeds
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "deepspeed-tied-row-parallel,{param},cpu-fma,8199,logits,sharded-vs-ref,old,"
+                ))
+            })
+            .expect("seed 8199 row");
+        let usage: f64 = row.split(',').nth(7).unwrap().parse().unwrap();
+        assert!(
+            usage > 100.0,
+            "{param}: seed 8199 uses {usage}% of the old logits tolerance"
+        );
+    }
+    // Under torch's default no seed fails any T1 check.
+    for f in summary_value(
+        &summary,
+        &[
+            ("comparison", "sharded-vs-ref"),
+            ("policy", "torch-default"),
+        ],
+        "failing_seeds",
+    ) {
+        assert_eq!(f, "0");
+    }
+    // The old logits tolerance fails on some seed of every parametrization.
+    for f in summary_value(
+        &summary,
+        &[
+            ("check", "logits"),
+            ("comparison", "sharded-vs-ref"),
+            ("policy", "old"),
+        ],
+        "failing_seeds",
+    ) {
+        assert_ne!(f, "0");
+    }
+    // Logits reach |13| or so, where one fp32 ulp is about 1e-6.
+    let max_logit: f64 = summary_value(
+        &summary,
+        &[("check", "logits"), ("comparison", "ref-vs-f64")],
+        "max_abs_expected",
+    )
+    .iter()
+    .map(|v| v.parse::<f64>().unwrap())
+    .fold(0.0, f64::max);
+    assert!((12.0..15.0).contains(&max_logit), "max |logit| {max_logit}");
+}
+
+#[test]
+fn output_is_byte_identical_for_one_and_two_threads() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    for (dir, threads) in [(&a, "1"), (&b, "2")] {
+        seedsweep()
+            .args([
+                "sweep",
+                "--seeds",
+                "6",
+                "--quiet",
+                "--threads",
+                threads,
+                "--out",
+            ])
+            .arg(dir.path())
+            .assert()
+            .success();
+    }
+    for f in ["seeds.csv", "summary.csv"] {
+        assert_eq!(
+            read(&a.path().join(f)),
+            read(&b.path().join(f)),
+            "{f} differs between 1 and 2 threads"
+        );
+    }
+}
+
+#[test]
+fn repro_prints_torch_style_mismatch_for_seed_8199() {
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--policy",
+            "old",
+        ])
+        .assert()
+        .success()
+        .stdout(predicates_contains("Mismatched elements: "))
+        .stdout(predicates_contains("/ 670 ("))
+        .stdout(predicates_contains("(up to 1e-06 allowed)"))
+        .stdout(predicates_contains("(up to 1e-05 allowed)"));
+}
+
+#[test]
+fn repro_fail_on_exceed_exits_with_code_3_only_when_a_check_exceeds() {
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--policy",
+            "old",
+            "--fail-on-exceed",
+        ])
+        .assert()
+        .code(3);
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--policy",
+            "torch-default",
+            "--fail-on-exceed",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn list_shows_scenarios_params_checks_profiles_and_policies() {
+    let out = seedsweep()
+        .arg("list")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for s in [
+        "deepspeed-tied-row-parallel",
+        "deepspeed-row-parallel",
+        "35-3-True-0",
+        "35-input_shape2-embed_out-True",
+        "tied_grad",
+        "sgd_update",
+        "cpu-fma",
+        "cpu-nofma",
+        "pairwise",
+        "splitk-4",
+        "torch-default",
+        "old",
+        "allreduce-bf16",
+    ] {
+        assert!(out.contains(s), "list output lacks {s}");
+    }
+}
+
+#[test]
+fn unknown_scenario_is_an_error_listing_the_valid_ones() {
+    seedsweep()
+        .args(["sweep", "--scenario", "nope", "--quiet"])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--scenario"))
+        .stderr(predicates_contains("deepspeed-tied-row-parallel"));
+}
+
+#[test]
+fn zero_seeds_is_an_error_naming_the_flag() {
+    seedsweep()
+        .args(["sweep", "--seeds", "0", "--quiet"])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--seeds"));
+}
+
+#[test]
+fn unwritable_out_fails_before_any_work_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    seedsweep()
+        .args(["sweep", "--seeds", "1", "--quiet", "--out"])
+        .arg(file.join("sub"))
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--out"));
+}
+
+#[test]
+fn malformed_toml_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "scenario = \"deepspeed-tied-row-parallel\"\n[model\n").unwrap();
+    seedsweep()
+        .args(["sweep", "--seeds", "1", "--quiet", "--config"])
+        .arg(&cfg)
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("bad.toml"));
+}
+
+#[test]
+fn bad_config_value_names_file_and_key_and_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        include_str!("../configs/deepspeed_tied_row_parallel.toml").replace("tp = 2 ", "tp = 65 ");
+    let cfg = dir.path().join("tp65.toml");
+    std::fs::write(&cfg, text).unwrap();
+    seedsweep()
+        .args(["sweep", "--seeds", "1", "--quiet", "--config"])
+        .arg(&cfg)
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("tp65.toml"))
+        .stderr(predicates_contains("model.tp"))
+        .stderr(predicates_contains("1..=64"));
+    let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
+        .replace("vocab = 67", "vocab = 67\nvocabb = 3");
+    std::fs::write(&cfg, text).unwrap();
+    seedsweep()
+        .args(["list", "--config"])
+        .arg(&cfg)
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("vocabb"));
+}
+
+#[test]
+fn a_copied_config_with_other_shapes_runs_and_replaces_the_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
+        .replace("tp = 2 ", "tp = 4 ")
+        .replace("steps = 3", "steps = 2");
+    let cfg = dir.path().join("tp4.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = dir.path().join("out");
+    seedsweep()
+        .args([
+            "sweep",
+            "--seeds",
+            "2",
+            "--quiet",
+            "--param",
+            "35-3-False-0",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let summary = read(&out.join("summary.csv"));
+    // Only the config's scenario is swept, with 2 steps (worst_step is 0 or 1).
+    assert!(summary
+        .lines()
+        .skip(1)
+        .all(|l| l.starts_with("deepspeed-tied-row-parallel,35-3-False-0,")));
+    assert!(summary.lines().skip(1).all(|l| {
+        let step = l.split(',').nth(12).unwrap();
+        step == "0" || step == "1"
+    }));
+}
+
+#[test]
+fn unknown_profile_and_policy_list_the_valid_ones() {
+    seedsweep()
+        .args(["sweep", "--seeds", "1", "--quiet", "--profile", "cpu-fmaa"])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--profile"))
+        .stderr(predicates_contains("cpu-nofma"));
+    seedsweep()
+        .args(["sweep", "--seeds", "1", "--quiet", "--policy", "strict"])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--policy"))
+        .stderr(predicates_contains("torch-default"));
+}
