@@ -196,3 +196,100 @@ pub fn list(common: &Common) -> anyhow::Result<String> {
     );
     Ok(out)
 }
+
+/// `bench` options.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Selection and configs (default: the T1 scenario).
+    pub common: Common,
+    /// Seeds per parametrization and profile for the measured runs.
+    pub seeds: u64,
+}
+
+/// Seed-runs per second of `groups` over `seeds` seeds each, run + evaluate, no output files.
+pub fn measure(
+    catalog: &Catalog,
+    groups: &[crate::catalog::Group],
+    seeds: u64,
+    kernels: crate::backend::Kernels,
+    threads: usize,
+) -> anyhow::Result<(u64, f64)> {
+    use rayon::prelude::*;
+    let units: Vec<(usize, u64)> = (0..groups.len())
+        .flat_map(|g| (0..seeds).map(move |s| (g, s)))
+        .collect();
+    let start = std::time::Instant::now();
+    let checksum: f64 = pool(Some(threads))?.install(|| {
+        units
+            .par_iter()
+            .map_init(
+                || crate::scenario::Workspace::with_kernels(kernels),
+                |ws, &(gi, s)| {
+                    let g = &groups[gi];
+                    let sc = &catalog.scenarios[g.scenario];
+                    sc.run(g.param, sc.common().first_seed + s, &g.profile, ws);
+                    let mut out = Vec::new();
+                    crate::evaluate::evaluate(
+                        sc.checks(g.param),
+                        &g.tolerances,
+                        &ws.traces,
+                        &mut out,
+                    );
+                    out.first().map(|r| r.usage).unwrap_or(0.0)
+                },
+            )
+            .sum()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    std::hint::black_box(checksum);
+    Ok((units.len() as u64, units.len() as f64 / secs))
+}
+
+/// `bench`: seed-runs per second of the fast kernels against the scalar-reference baseline in
+/// the same process, on 1 thread and on all threads. One seed-run is one parametrization ×
+/// one seed × the three computations (f64, reference, sharded) over all steps, plus the
+/// evaluation of every check.
+pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
+    if o.seeds == 0 {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    let mut sel = o.common.selection.clone();
+    if sel.scenarios.is_none() && o.common.configs.is_empty() {
+        sel.scenarios = Some(vec!["deepspeed-tied-row-parallel".into()]);
+    }
+    let groups = catalog.plan(&sel)?;
+    let all = rayon::current_num_threads();
+    use crate::backend::Kernels;
+    // Warm-up: grows every buffer and faults in the code.
+    measure(&catalog, &groups, 2, Kernels::Fast, 1)?;
+    let baseline_seeds = (o.seeds / 10).max(1);
+    let (nb, base) = measure(
+        &catalog,
+        &groups,
+        baseline_seeds,
+        Kernels::ScalarReference,
+        1,
+    )?;
+    let (n1, fast1) = measure(&catalog, &groups, o.seeds, Kernels::Fast, 1)?;
+    let (nn, fastn) = measure(&catalog, &groups, o.seeds, Kernels::Fast, all)?;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "seed-runs: {} parametrization(s) x profile(s), {} seeds each\n",
+        groups.len(),
+        o.seeds
+    ));
+    out.push_str(&format!(
+        "  baseline (scalar reference kernels), 1 thread: {base:>10.0} seed-runs/s  ({nb} runs)\n"
+    ));
+    out.push_str(&format!(
+        "  fast kernels, 1 thread:                        {fast1:>10.0} seed-runs/s  ({n1} runs)  {:.2}x baseline\n",
+        fast1 / base
+    ));
+    out.push_str(&format!(
+        "  fast kernels, {all} threads:                       {fastn:>10.0} seed-runs/s  ({nn} runs)  {:.2}x baseline, {:.2}x 1 thread\n",
+        fastn / base,
+        fastn / fast1
+    ));
+    Ok(out)
+}

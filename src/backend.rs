@@ -6,7 +6,10 @@
 //! how every matmul and every all-reduce rounds; elementwise code rounds as written.
 
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
-use crate::fp::matmul::{matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch};
+use crate::fp::dot::dot_blocked;
+use crate::fp::matmul::{
+    matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
+};
 use crate::profile::Profile;
 use crate::real::Real;
 
@@ -52,8 +55,11 @@ pub trait Backend {
 
 /// Float64 ground truth: sequential `c = c + a·b` matmuls (see [`matmul_f64`]) and rank-order
 /// all-reduce. Only the unsharded model runs in it.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct F64Backend;
+#[derive(Debug, Default, Clone)]
+pub struct F64Backend {
+    /// Transpose buffer, reused.
+    scratch: Vec<f64>,
+}
 
 impl Backend for F64Backend {
     type R = f64;
@@ -61,7 +67,7 @@ impl Backend for F64Backend {
         matmul_f64(a, b, c, m, k, n);
     }
     fn matmul_nt(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-        matmul_nt_f64(a, b, c, m, k, n);
+        matmul_nt_f64(a, b, c, m, k, n, &mut self.scratch);
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_tn_f64(a, b, c, m, k, n);
@@ -78,6 +84,18 @@ impl Backend for F64Backend {
     }
 }
 
+/// How the fp32 backend evaluates its matmuls. Both give bit-identical results (every element
+/// is the same chain in the same order); only the speed differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// The vectorized kernels of [`crate::fp::matmul`] (runtime-dispatched AVX2/FMA).
+    #[default]
+    Fast,
+    /// The straightforward implementation: one scalar [`dot_blocked`] per output element.
+    /// The benchmark's baseline, and an independent check of the fast kernels.
+    ScalarReference,
+}
+
 /// fp32 arithmetic in a numerics profile: its matmul model for every matmul (forward and
 /// backward, as XLA applies a precision to every f32 dot), and its all-reduce model.
 pub struct F32Backend<'a> {
@@ -89,6 +107,10 @@ pub struct F32Backend<'a> {
     pub wire: Wire,
     /// Reusable matmul buffers.
     pub scratch: &'a mut MatmulScratch,
+    /// Which kernels evaluate the matmuls.
+    pub kernels: Kernels,
+    /// Transpose buffer of the scalar reference kernels.
+    pub transposed: Vec<f32>,
 }
 
 impl<'a> F32Backend<'a> {
@@ -99,6 +121,45 @@ impl<'a> F32Backend<'a> {
             algo: profile.allreduce,
             wire: profile.wire,
             scratch,
+            kernels: Kernels::Fast,
+            transposed: Vec::new(),
+        }
+    }
+
+    /// Uses `kernels` for the matmuls.
+    pub fn with_kernels(mut self, kernels: Kernels) -> Self {
+        self.kernels = kernels;
+        self
+    }
+
+    /// The scalar reference applies when asked for and when the model has no input-precision
+    /// passes (the scalar dot products model f32 inputs only).
+    fn scalar(&self) -> bool {
+        self.kernels == Kernels::ScalarReference && self.matmul.passes == Passes::F32
+    }
+
+    /// `c[i][j] = dot_blocked(a row i, bt row j)` with `bt` (n×k) holding `b`'s columns.
+    fn scalar_nt(&self, a: &[f32], bt: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = dot_blocked(
+                    &a[i * k..(i + 1) * k],
+                    &bt[j * k..(j + 1) * k],
+                    self.matmul.split,
+                    self.matmul.accum,
+                );
+            }
+        }
+    }
+}
+
+/// `dst (cols×rows) = srcᵀ` for `src` (rows×cols).
+fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut Vec<f32>) {
+    dst.clear();
+    dst.resize(rows * cols, 0.0);
+    for r in 0..rows {
+        for c in 0..cols {
+            dst[c * rows + r] = src[r * cols + c];
         }
     }
 }
@@ -106,13 +167,34 @@ impl<'a> F32Backend<'a> {
 impl Backend for F32Backend<'_> {
     type R = f32;
     fn matmul(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        self.matmul.matmul(a, b, c, m, k, n, self.scratch);
+        if self.scalar() {
+            let mut bt = std::mem::take(&mut self.transposed);
+            transpose_into(b, k, n, &mut bt);
+            self.scalar_nt(a, &bt, c, m, k, n);
+            self.transposed = bt;
+        } else {
+            self.matmul.matmul(a, b, c, m, k, n, self.scratch);
+        }
     }
     fn matmul_nt(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch);
+        if self.scalar() {
+            self.scalar_nt(a, b, c, m, k, n);
+        } else {
+            self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch);
+        }
     }
     fn matmul_tn(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
+        if self.scalar() {
+            // aᵀ (m×k) as rows, b's columns as rows of bᵀ (n×k).
+            let mut at = std::mem::take(&mut self.transposed);
+            transpose_into(a, k, m, &mut at);
+            let mut bt = Vec::new();
+            transpose_into(b, k, n, &mut bt);
+            self.scalar_nt(&at, &bt, c, m, k, n);
+            self.transposed = at;
+        } else {
+            self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
+        }
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

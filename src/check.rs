@@ -142,6 +142,140 @@ pub fn compare(actual: &[f64], expected: &[f64], tol: Tolerance) -> TensorStats 
     s
 }
 
+/// Usage of one element, branch-free (selects only), same value as [`Tolerance::usage`].
+#[inline(always)]
+fn usage_lane(a: f64, e: f64, atol: f64, rtol: f64) -> f64 {
+    let d = (a - e).abs();
+    let raw = d / (atol + rtol * e.abs());
+    // d is 0 only when a == e (finite); a non-finite d (NaN or an infinity on one side) and
+    // NaN quotients (inf/inf) are infinite usage; a zero allowance gives d/0 = inf already.
+    let u = if raw.is_nan() || d.is_infinite() || d.is_nan() {
+        f64::INFINITY
+    } else {
+        raw
+    };
+    if a == e {
+        0.0
+    } else {
+        u
+    }
+}
+
+const LANES: usize = 4;
+
+/// Usage statistics of one tensor under one tolerance, without the worst index: the sweep's
+/// hot path. Same definition as [`Tolerance::usage`]; four independent lanes so the compiler
+/// can vectorize it (the maximum does not depend on the order it is taken in).
+/// Returns (max usage, mismatched elements, non-finite mismatches).
+#[inline]
+pub fn usage_stats(actual: &[f64], expected: &[f64], tol: Tolerance) -> (f64, usize, usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { usage_stats_avx2(actual, expected, tol) };
+        }
+    }
+    usage_stats_impl(actual, expected, tol)
+}
+
+/// [`usage_stats`] compiled for AVX2: the same IEEE operations on wider vectors, so the
+/// same results.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn usage_stats_avx2(
+    actual: &[f64],
+    expected: &[f64],
+    tol: Tolerance,
+) -> (f64, usize, usize) {
+    usage_stats_impl(actual, expected, tol)
+}
+
+#[inline(always)]
+fn usage_stats_impl(actual: &[f64], expected: &[f64], tol: Tolerance) -> (f64, usize, usize) {
+    let (atol, rtol) = (tol.atol, tol.rtol);
+    let mut max_u = [0.0f64; LANES];
+    let mut bad = [0u64; LANES];
+    let mut nonfinite = [0u64; LANES];
+    let n = actual.len().min(expected.len());
+    let split = n - n % LANES;
+    for (a4, e4) in actual[..split]
+        .chunks_exact(LANES)
+        .zip(expected[..split].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            let u = usage_lane(a4[l], e4[l], atol, rtol);
+            max_u[l] = if u > max_u[l] { u } else { max_u[l] };
+            let b = u > 1.0;
+            bad[l] += b as u64;
+            nonfinite[l] += (b & !(a4[l].is_finite() & e4[l].is_finite())) as u64;
+        }
+    }
+    for i in split..n {
+        let (a, e) = (actual[i], expected[i]);
+        let u = usage_lane(a, e, atol, rtol);
+        max_u[0] = if u > max_u[0] { u } else { max_u[0] };
+        let b = u > 1.0;
+        bad[0] += b as u64;
+        nonfinite[0] += (b & !(a.is_finite() & e.is_finite())) as u64;
+    }
+    let m = max_u.iter().fold(0.0f64, |m, &u| if u > m { u } else { m });
+    (
+        m,
+        bad.iter().sum::<u64>() as usize,
+        nonfinite.iter().sum::<u64>() as usize,
+    )
+}
+
+/// Largest `|actual - expected|` (a NaN difference counts as +∞) and largest `|expected|`.
+#[inline]
+pub fn magnitude_stats(actual: &[f64], expected: &[f64]) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { magnitude_stats_avx2(actual, expected) };
+        }
+    }
+    magnitude_stats_impl(actual, expected)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn magnitude_stats_avx2(actual: &[f64], expected: &[f64]) -> (f64, f64) {
+    magnitude_stats_impl(actual, expected)
+}
+
+#[inline(always)]
+fn magnitude_stats_impl(actual: &[f64], expected: &[f64]) -> (f64, f64) {
+    let lane = |a: f64, e: f64| {
+        let d = (a - e).abs();
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        (if a == e { 0.0 } else { d }, e.abs())
+    };
+    let mut max_d = [0.0f64; LANES];
+    let mut max_e = [0.0f64; LANES];
+    let n = actual.len().min(expected.len());
+    let split = n - n % LANES;
+    for (a4, e4) in actual[..split]
+        .chunks_exact(LANES)
+        .zip(expected[..split].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            let (d, ae) = lane(a4[l], e4[l]);
+            max_d[l] = if d > max_d[l] { d } else { max_d[l] };
+            max_e[l] = if ae > max_e[l] { ae } else { max_e[l] };
+        }
+    }
+    for i in split..n {
+        let (d, ae) = lane(actual[i], expected[i]);
+        max_d[0] = if d > max_d[0] { d } else { max_d[0] };
+        max_e[0] = if ae > max_e[0] { ae } else { max_e[0] };
+    }
+    let fold = |v: [f64; LANES]| v.iter().fold(0.0f64, |m, &x| if x > m { x } else { m });
+    (fold(max_d), fold(max_e))
+}
+
 /// Formats a float the way Python's `repr(float)` does, which is how torch's messages print
 /// numbers: the shortest string that round-trips, in fixed notation when the decimal exponent
 /// is in `[-4, 16)` and in scientific notation with a signed two-digit exponent otherwise
@@ -361,6 +495,33 @@ mod tests {
         assert_eq!(s.worst_index, 2);
         assert_eq!(s.max_abs_diff, f64::INFINITY);
         assert_eq!(s.max_abs_expected, 4.0);
+    }
+
+    #[test]
+    fn fast_stats_agree_with_the_reference_definition() {
+        let a = [1.0, 2.0 + 1e-3, f64::NAN, 4.0, f64::INFINITY, 0.0, -3.0];
+        let e = [1.0, 2.0, 3.0, 4.0, f64::INFINITY, 1e-7, f64::NEG_INFINITY];
+        for tol in [
+            OLD,
+            Tolerance::TORCH_FP32,
+            Tolerance {
+                atol: 0.0,
+                rtol: 0.0,
+            },
+        ] {
+            let s = compare(&a, &e, tol);
+            let (u, m, nf) = usage_stats(&a, &e, tol);
+            assert_eq!((u, m, nf), (s.usage, s.mismatched, s.nonfinite), "{tol:?}");
+            assert_eq!(usage_stats_impl(&a, &e, tol), (u, m, nf), "portable path");
+            assert_eq!(
+                magnitude_stats(&a, &e),
+                (s.max_abs_diff, s.max_abs_expected)
+            );
+            assert_eq!(
+                magnitude_stats_impl(&a, &e),
+                (s.max_abs_diff, s.max_abs_expected)
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::{Common, ReproOptions, SweepOptions};
+use crate::app::{BenchOptions, Common, ReproOptions, SweepOptions};
 use crate::catalog::Selection;
 use crate::config::RngKind;
 use crate::error::InputError;
@@ -30,6 +30,20 @@ pub enum Command {
     Repro(ReproArgs),
     /// List scenarios, parametrizations, checks, profiles and policies.
     List(SelectArgs),
+    /// Measure seed-runs per second against the scalar-reference baseline (default: T1).
+    Bench(BenchArgs),
+}
+
+/// `bench` flags.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    #[command(flatten)]
+    filter: Filter,
+    /// Seeds per (parametrization, profile); the baseline runs a tenth of them.
+    #[arg(long, default_value_t = 500)]
+    seeds: u64,
 }
 
 /// Flags shared by the commands.
@@ -157,6 +171,8 @@ pub enum Action {
     Repro(ReproOptions),
     /// A listing.
     List(Common),
+    /// A benchmark.
+    Bench(BenchOptions),
 }
 
 /// Turns parsed arguments into options.
@@ -190,5 +206,9 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),
+        Command::Bench(a) => Action::Bench(BenchOptions {
+            common: common(&a.select, Some(&a.filter))?,
+            seeds: a.seeds,
+        }),
     })
 }

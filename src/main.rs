@@ -8,6 +8,10 @@ fn run() -> anyhow::Result<i32> {
     match seedsweep::cli::into_action(cli)? {
         seedsweep::cli::Action::Sweep(o) => seedsweep::app::sweep(&o),
         seedsweep::cli::Action::Repro(o) => seedsweep::app::repro(&o),
+        seedsweep::cli::Action::Bench(o) => {
+            print!("{}", seedsweep::app::bench(&o)?);
+            Ok(0)
+        }
         seedsweep::cli::Action::List(c) => {
             print!("{}", seedsweep::app::list(&c)?);
             Ok(0)

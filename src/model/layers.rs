@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn linear_adds_bias_after_the_matmul() {
-        let mut be = F64Backend;
+        let mut be = F64Backend::default();
         let x = [1.0, 2.0];
         let w = [3.0, 4.0, 5.0, 6.0];
         let mut y = [0.0; 2];

@@ -68,10 +68,21 @@ pub struct Workspace {
     pub scratch: MatmulScratch,
     /// The three traces of the current seed.
     pub traces: Traces,
+    /// Which fp32 matmul kernels the scenarios use (the benchmark baseline and the
+    /// kernel cross-check switch this to the scalar reference).
+    pub kernels: crate::backend::Kernels,
     buffers: HashMap<TypeId, Box<dyn Any + Send>>,
 }
 
 impl Workspace {
+    /// A workspace whose fp32 matmuls use `kernels`.
+    pub fn with_kernels(kernels: crate::backend::Kernels) -> Self {
+        Self {
+            kernels,
+            ..Default::default()
+        }
+    }
+
     /// The buffers of type `T`, created on first use and then reused, with the matmul
     /// scratch borrowed beside them.
     pub fn buffers<T: Default + Send + 'static>(&mut self) -> (&mut T, &mut MatmulScratch) {

@@ -305,6 +305,7 @@ pub struct T1Buffers {
     torch: Option<TorchGenerator>,
     b32: Bufs<f32>,
     b64: Bufs<f64>,
+    f64_backend: F64Backend,
 }
 
 impl TiedRowParallel {
@@ -452,18 +453,19 @@ impl Scenario for TiedRowParallel {
         let p = &self.params[param];
         let mut traces = std::mem::take(&mut ws.traces);
         traces.clear();
+        let kernels = ws.kernels;
         let (bufs, scratch) = ws.buffers::<T1Buffers>();
         self.draw_init(p, seed, &mut bufs.torch, &mut bufs.init);
         let single = [0..p.hidden];
         self.compute(
-            &mut F64Backend,
+            &mut bufs.f64_backend,
             p,
             &bufs.init,
             &single,
             &mut bufs.b64,
             &mut traces.f64,
         );
-        let mut be = F32Backend::new(profile, scratch);
+        let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
         self.compute(
             &mut be,
             p,
