@@ -445,35 +445,233 @@ pub fn log_f32(x: f32) -> f32 {
     fma_dispatch!(fn run(x: f32) -> f32 { log_core(x) })
 }
 
-#[doc(hidden)]
-pub fn debug_expk2f(a: f32) -> (f32, f32) {
-    let d = expk2f(df(a, 0.0));
-    (d.x, d.y)
+
+// ---------------------------------------------------------------------------
+// Cross entropy = log_softmax (last dim) + nll_loss(mean), forward + backward
+// ---------------------------------------------------------------------------
+
+/// ATen's `Vectorized<float>::size()` for the AVX512 kernels.
+const LANES: usize = 16;
+
+/// `vec::map_reduce_all(exp(x - max), +)` from
+/// `aten/src/ATen/cpu/vec/functional_base.h` with 16 lanes:
+/// * `len < 16`: ((e0 + e1) + e2) + ... sequentially;
+/// * otherwise lane l accumulates e[l], e[16+l], e[32+l], ... left to right
+///   (the ragged tail only touches its first lanes), then the AVX512
+///   `vec_reduce_all` butterfly: lanes l and l^8 are added, then l^4, l^2, l^1.
+#[inline(always)]
+fn row_sum_exp(row: &[f32], max: f32) -> f32 {
+    let n = row.len();
+    if n < LANES {
+        let mut acc = exp_core(row[0] - max);
+        for &x in &row[1..] {
+            acc += exp_core(x - max);
+        }
+        return acc;
+    }
+    let mut acc = [0.0f32; LANES];
+    for (l, a) in acc.iter_mut().enumerate() {
+        *a = exp_core(row[l] - max);
+    }
+    let mut d = LANES;
+    while d < n {
+        let end = (d + LANES).min(n);
+        for (a, &x) in acc.iter_mut().zip(&row[d..end]) {
+            *a += exp_core(x - max);
+        }
+        d = end;
+    }
+    tree_reduce_16(&acc)
 }
-#[doc(hidden)]
-pub fn debug_tanh_parts(a: f32) -> (f32, f32, f32, f32, f32, f32) {
-    let d = expk2f(df(a, 0.0));
-    let e = df_rec(d);
-    let n = df_add_df_df(d, df_neg(e));
-    let m = df_add_df_df(d, e);
-    let q = df_div(n, m);
-    (n.x, n.y, m.x, m.y, q.x, q.y)
+
+/// The AVX512 `vec_reduce_all` butterfly over 16 lanes (`_mm512_shuffle_f32x4`
+/// 0x4E / 0xB1 then `_mm512_shuffle_ps` 0x4E / 0xB1): lane 0 of the result.
+#[inline(always)]
+fn tree_reduce_16(v: &[f32; LANES]) -> f32 {
+    let mut a = [0.0f32; 8];
+    for l in 0..8 {
+        a[l] = v[l] + v[l + 8];
+    }
+    let b = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    let c = [b[0] + b[2], b[1] + b[3]];
+    c[0] + c[1]
 }
-#[doc(hidden)]
-pub fn debug_sinh(x: f32) -> f32 {
-    fma_dispatch!(fn run(x: f32) -> f32 {
-    let a = x.abs();
-    let mut d = expk2f(df(a, 0.0));
-    let r = df_rec(d);
-    // dfsub_vf2_vf2_vf2
-    let s = d.x - r.x;
-    let mut t = d.x - s;
-    t -= r.x;
-    t += d.y;
-    d = df(s, t - r.y);
-    let mut y = (d.x + d.y) * 0.5;
-    if a > 89.0 || y.is_nan() { y = f32::INFINITY; }
-    let y = f32::from_bits(y.to_bits() ^ (x.to_bits() & 0x8000_0000));
-    if x.is_nan() { f32::from_bits(0xffff_ffff) } else { y }
+
+/// Max of a row (`vec::reduce_all` with `vec::maximum`; NaN propagates).
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    let mut m = row[0];
+    for &x in &row[1..] {
+        if x.is_nan() || m.is_nan() {
+            m = f32::NAN;
+        } else if x > m {
+            m = x;
+        }
+    }
+    m
+}
+
+/// `ceil(log2(n))` as ATen's `utils::CeilLog2`.
+fn ceil_log2(n: usize) -> u32 {
+    if n <= 1 {
+        0
+    } else {
+        usize::BITS - (n - 1).leading_zeros()
+    }
+}
+
+/// Default `ignore_index` of `F.cross_entropy`.
+pub const IGNORE_INDEX: i64 = -100;
+
+/// `F.cross_entropy(logits, labels, reduction='mean')` on an `N x V` row-major
+/// f32 tensor, forward and backward, bit-exact with PyTorch's CPU kernels.
+/// Returns the mean loss and writes `d(loss * grad_scale)/d logits` to
+/// `dlogits` (`grad_scale` is the gradient arriving at the loss, e.g. 0.5 for
+/// `(loss / 2).backward()`).  Labels equal to [`IGNORE_INDEX`] are skipped
+/// (their rows get zero gradient), as in torch.
+///
+/// Forward, per row (`_vec_log_softmax_lastdim`,
+/// `aten/src/ATen/native/cpu/LogSoftmaxKernelImpl.h`):
+/// `max = max(x)`; `sum = Σ exp(x - max)` with SLEEF `expf_u10` ([`exp_f32`])
+/// summed in the 16-lane order of `vec::map_reduce_all` (see `row_sum_exp`);
+/// `lse = log(sum)` with SLEEF `logf_u10` ([`log_f32`]);
+/// `logp = (x - max) - lse` (two separate subtractions).
+///
+/// `nll_loss` mean (`nll_loss_out_frame`, `aten/src/ATen/native/LossNLL.cpp`):
+/// 8-level cascade sum of `-logp[label]` (level 0 accumulates by subtraction;
+/// it is flushed upwards whenever the row index is a multiple of 16, including
+/// row 0), levels then added 0..7 onto 0.0, and divided by the (float) number
+/// of non-ignored rows.
+///
+/// Backward: `nll_loss_backward` writes `grad = -(grad_scale / total_weight)`
+/// at the label; `_log_softmax_backward_data`
+/// (`_vec_host_softmax_backward_lastdim`, `SoftMaxKernel.cpp`) computes
+/// `s = Σ grad_row` (= grad, all other entries are zero) and
+/// `dlogits = grad_row - exp(logp) * s` (see `LOGSOFTMAX_BWD_FMA`).
+pub fn log_softmax_cross_entropy_f32(
+    logits: &[f32],
+    labels: &[i64],
+    v: usize,
+    grad_scale: f32,
+    dlogits: &mut [f32],
+) -> f32 {
+    let n = labels.len();
+    assert!(v > 0, "v must be positive");
+    assert_eq!(logits.len(), n * v, "logits must be labels.len() x v");
+    assert_eq!(dlogits.len(), n * v, "dlogits must be labels.len() x v");
+    for &t in labels {
+        assert!(
+            t == IGNORE_INDEX || (0..v as i64).contains(&t),
+            "label {t} out of range"
+        );
+    }
+    fma_dispatch!(fn run(logits: &[f32], labels: &[i64], v: usize, grad_scale: f32, dlogits: &mut [f32]) -> f32 {
+        ce_core(logits, labels, v, grad_scale, dlogits)
+    })
+}
+
+#[inline(always)]
+fn ce_core(logits: &[f32], labels: &[i64], v: usize, grad_scale: f32, dlogits: &mut [f32]) -> f32 {
+    let n = labels.len();
+    if n == 0 {
+        return f32::NAN;
+    }
+    // nll_loss forward cascade
+    const LEVELS: usize = 8;
+    let level_power = (ceil_log2(n) / LEVELS as u32).max(4);
+    let level_mask = (1usize << level_power) - 1;
+    let mut partial = [0.0f32; LEVELS];
+    let mut ignored = 0usize;
+    for (b, (&t, row)) in labels.iter().zip(logits.chunks_exact(v)).enumerate() {
+        if t == IGNORE_INDEX {
+            ignored += 1;
+            continue;
+        }
+        let max = row_max(row);
+        let lse = log_core(row_sum_exp(row, max));
+        let logp_t = (row[t as usize] - max) - lse;
+        partial[0] -= logp_t;
+        for j in 0..LEVELS - 1 {
+            let mask = level_mask << (j as u32 * level_power);
+            if b & mask != 0 {
+                break;
+            }
+            partial[j + 1] += partial[j];
+            partial[j] = 0.0;
+        }
+    }
+    let total_weight = (n - ignored) as f32;
+    let mut loss = 0.0f32;
+    for p in partial {
+        loss += p;
+    }
+    loss /= total_weight;
+
+    // backward
+    let grad = -(grad_scale / total_weight);
+    for ((&t, row), drow) in labels
+        .iter()
+        .zip(logits.chunks_exact(v))
+        .zip(dlogits.chunks_exact_mut(v))
+    {
+        if t == IGNORE_INDEX {
+            drow.fill(0.0);
+            continue;
+        }
+        let max = row_max(row);
+        let lse = log_core(row_sum_exp(row, max));
+        let s = grad + 0.0;
+        for (j, (d, &x)) in drow.iter_mut().zip(row).enumerate() {
+            let gj = if j == t as usize { grad } else { 0.0 };
+            let e = exp_core((x - max) - lse);
+            *d = if LOGSOFTMAX_BWD_FMA { fma(-e, s, gj) } else { gj - e * s };
+        }
+    }
+    loss
+}
+
+const LOGSOFTMAX_BWD_FMA: bool = false;
+
+// ---------------------------------------------------------------------------
+// tanh backward, bias-gradient column sums, SGD
+// ---------------------------------------------------------------------------
+
+/// `tanh_backward(grad, y)` = `grad * (1 - y*y)`
+/// (`tanh_backward_kernel`, `aten/src/ATen/native/cpu/BinaryOpsKernel.cpp`).
+pub fn tanh_backward_f32(dy: &[f32], y: &[f32], out: &mut [f32]) {
+    assert_eq!(dy.len(), y.len());
+    assert_eq!(dy.len(), out.len());
+    fma_dispatch!(fn run(dy: &[f32], y: &[f32], out: &mut [f32]) -> () {
+        for ((o, &g), &t) in out.iter_mut().zip(dy).zip(y) {
+            *o = if TANH_BWD_FMA { g * fma(-t, t, 1.0) } else { g * (1.0 - t * t) };
+        }
+    })
+}
+
+const TANH_BWD_FMA: bool = false;
+
+/// `x.sum(0)` for a row-major `n x h` f32 tensor (`h = out.len()`):
+/// out[c] = ((x[0][c] + x[1][c]) + x[2][c]) + ... (rows in order).
+pub fn column_sums_f32(x: &[f32], n: usize, out: &mut [f32]) {
+    let h = out.len();
+    assert_eq!(x.len(), n * h);
+    out.fill(0.0);
+    for row in x.chunks_exact(h.max(1)).take(n) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// Plain SGD step `p.add_(g, alpha=-lr)` (`lr` given as f32, i.e. alpha =
+/// `-(lr as f32)`): p = fma(g, -lr, p) for every element
+/// (`vec::fmadd(other, alpha, self)` in `aten/src/ATen/native/ufunc/add.h`).
+pub fn sgd_f32(p: &mut [f32], g: &[f32], lr: f32) {
+    assert_eq!(p.len(), g.len());
+    let alpha = -lr;
+    fma_dispatch!(fn run(p: &mut [f32], g: &[f32], alpha: f32) -> () {
+        for (p, &g) in p.iter_mut().zip(g) {
+            *p = fma(g, alpha, *p);
+        }
     })
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Regenerates README.md from scripts/README.template.md with real output of the commands it shows.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q
+bin=target/release/seedsweep
+tmp=$(mktemp -d)
+$bin sweep --seeds 40 --quiet --scenario deepspeed-tied-row-parallel --out "$tmp" > "$tmp/sweep.txt"
+$bin repro --seed 8199 --param 35-3-False-0 --policy old > "$tmp/repro.txt"
+$bin bench --seeds 500 > "$tmp/bench.txt"
+python3 - "$tmp" <<'PY'
+import sys
+tmp = sys.argv[1]
+t = open("scripts/README.template.md").read()
+for key, f in (("@@SWEEP@@", "sweep.txt"), ("@@REPRO@@", "repro.txt"), ("@@BENCH@@", "bench.txt")):
+    t = t.replace(key, open(f"{tmp}/{f}").read().rstrip("\n"))
+open("README.md", "w").write(t)
+PY
+rm -rf "$tmp"
+echo "README.md rendered"
