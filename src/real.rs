@@ -43,6 +43,26 @@ pub trait Real:
     fn exp(self) -> Self;
     /// Natural logarithm from `libm` (`logf` / `log`).
     fn ln(self) -> Self;
+    /// `p[i] = fma(g[i], a, p[i])` for every element: one rounding each. Implementations may
+    /// use a hardware FMA path; IEEE fma is exactly specified, so the bits are the same.
+    fn fma_update(p: &mut [Self], g: &[Self], a: Self) {
+        for (w, &d) in p.iter_mut().zip(g) {
+            *w = d.fma(a, *w);
+        }
+    }
+}
+
+#[inline(always)]
+fn fma_update_f32(p: &mut [f32], g: &[f32], a: f32) {
+    for (w, &d) in p.iter_mut().zip(g) {
+        *w = d.mul_add(a, *w);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_update_f32_fma(p: &mut [f32], g: &[f32], a: f32) {
+    fma_update_f32(p, g, a);
 }
 
 impl Real for f32 {
@@ -75,6 +95,18 @@ impl Real for f32 {
     #[inline]
     fn ln(self) -> Self {
         libm::logf(self)
+    }
+    fn fma_update(p: &mut [f32], g: &[f32], a: f32) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                return unsafe { fma_update_f32_fma(p, g, a) };
+            }
+        }
+        fma_update_f32(p, g, a);
     }
 }
 
@@ -124,6 +156,18 @@ mod tests {
         let c = -(1.0f32 + f32::EPSILON * 4096.0);
         assert_eq!(a * a + c, 0.0);
         assert_eq!(Real::fma(a, a, c), 2f32.powi(-24));
+    }
+
+    #[test]
+    fn fma_update_fast_path_matches_the_scalar_fma() {
+        let g: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 3.1).collect();
+        let mut fast: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.11).cos()).collect();
+        let mut slow = fast.clone();
+        f32::fma_update(&mut fast, &g, -0.05);
+        for (w, &d) in slow.iter_mut().zip(&g) {
+            *w = libm::fmaf(d, -0.05, *w);
+        }
+        assert_eq!(fast, slow);
     }
 
     #[test]

@@ -630,7 +630,7 @@ fn ce_core(logits: &[f32], labels: &[i64], v: usize, grad_scale: f32, dlogits: &
     loss
 }
 
-const LOGSOFTMAX_BWD_FMA: bool = false;
+const LOGSOFTMAX_BWD_FMA: bool = true;
 
 // ---------------------------------------------------------------------------
 // tanh backward, bias-gradient column sums, SGD
@@ -648,7 +648,7 @@ pub fn tanh_backward_f32(dy: &[f32], y: &[f32], out: &mut [f32]) {
     })
 }
 
-const TANH_BWD_FMA: bool = false;
+const TANH_BWD_FMA: bool = true;
 
 /// `x.sum(0)` for a row-major `n x h` f32 tensor (`h = out.len()`):
 /// out[c] = ((x[0][c] + x[1][c]) + x[2][c]) + ... (rows in order).

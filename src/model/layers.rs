@@ -148,10 +148,7 @@ pub fn cross_entropy<R: Real>(
 /// SGD without momentum as torch applies it on the CPU (`param.add_(grad, alpha=-lr)`, whose
 /// vectorized kernel is a fused multiply-add): `p = fma(g, -lr, p)`, one rounding.
 pub fn sgd<R: Real>(p: &mut [R], g: &[R], lr: R) {
-    let neg = -lr;
-    for (w, &d) in p.iter_mut().zip(g) {
-        *w = d.fma(neg, *w);
-    }
+    R::fma_update(p, g, -lr);
 }
 
 /// The SGD update as a test writes its expectation, `p - lr·g`: the product rounded, then
