@@ -22,7 +22,10 @@ fn t1_seed_runs(c: &mut Criterion) {
     for g in &groups {
         let s = &catalog.scenarios[g.scenario];
         let id = s.param_ids()[g.param];
-        for (kernels, name) in [(Kernels::Fast, "fast"), (Kernels::ScalarReference, "scalar-reference")] {
+        for (kernels, name) in [
+            (Kernels::Fast, "fast"),
+            (Kernels::ScalarReference, "scalar-reference"),
+        ] {
             let mut ws = Workspace::with_kernels(kernels);
             let mut out = Vec::new();
             let mut seed = 8173u64;

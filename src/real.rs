@@ -3,11 +3,16 @@
 //!
 //! Every method maps to one IEEE operation with one rounding, except the transcendentals,
 //! which come from the pure-Rust `libm` crate so that results are identical on every
-//! machine (numerics.md, "Transcendentals"). Rust never contracts `a * b + c` into an FMA
+//! machine (numerics.md, "Transcendentals"). The slice-level hooks (`tanh_slice`,
+//! `cross_entropy`, `tanh_backward`, `column_sums`) follow torch's CPU kernels for `f32`
+//! (`fp::torch_ops`, verified bit for bit against torch 2.15 except tanh, which is correctly
+//! rounded) and the plain written order for `f64`. Rust never contracts `a * b + c` into an FMA
 //! on its own, so an expression written with `*` and `+` rounds twice, and only
 //! [`Real::fma`] fuses.
 
 use std::fmt::Debug;
+
+use crate::fp::torch_ops;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// A floating-point scalar with exactly-specified operations.
@@ -43,6 +48,30 @@ pub trait Real:
     fn exp(self) -> Self;
     /// Natural logarithm from `libm` (`logf` / `log`).
     fn ln(self) -> Self;
+    /// `x = tanh(x)` elementwise. Default: [`Real::tanh`] per element (`libm`).
+    fn tanh_slice(x: &mut [Self]) {
+        for v in x {
+            *v = v.tanh();
+        }
+    }
+    /// Mean cross-entropy and its gradient; see [`crate::model::layers::cross_entropy`].
+    fn cross_entropy(
+        logits: &[Self],
+        labels: &[i64],
+        n: usize,
+        scale: Self,
+        dlogits: &mut [Self],
+    ) -> Self {
+        crate::model::layers::cross_entropy_generic(logits, labels, n, scale, dlogits)
+    }
+    /// tanh backward; see [`crate::model::layers::tanh_backward`].
+    fn tanh_backward(dh: &[Self], h: &[Self], dpre: &mut [Self]) {
+        crate::model::layers::tanh_backward_generic(dh, h, dpre)
+    }
+    /// Column sums; see [`crate::model::layers::column_sums`].
+    fn column_sums(x: &[Self], n: usize, out: &mut [Self]) {
+        crate::model::layers::column_sums_generic(x, n, out)
+    }
     /// `p[i] = fma(g[i], a, p[i])` for every element: one rounding each. Implementations may
     /// use a hardware FMA path; IEEE fma is exactly specified, so the bits are the same.
     fn fma_update(p: &mut [Self], g: &[Self], a: Self) {
@@ -95,6 +124,31 @@ impl Real for f32 {
     #[inline]
     fn ln(self) -> Self {
         libm::logf(self)
+    }
+    /// torch's CPU `tanh` as closely as a portable implementation can: the correctly
+    /// rounded tanh ([`torch_ops::tanh_slice`]; torch calls MKL's closed `vmsTanh`).
+    fn tanh_slice(x: &mut [f32]) {
+        torch_ops::tanh_slice(x);
+    }
+    /// torch's CPU `log_softmax` + `nll_loss` forward and backward, bit for bit
+    /// ([`torch_ops::log_softmax_cross_entropy_f32`]).
+    fn cross_entropy(
+        logits: &[f32],
+        labels: &[i64],
+        n: usize,
+        scale: f32,
+        dlogits: &mut [f32],
+    ) -> f32 {
+        torch_ops::log_softmax_cross_entropy_f32(logits, labels, n, scale, dlogits)
+    }
+    /// torch's CPU `tanh_backward`, `grad · fma(-y, y, 1)` ([`torch_ops::tanh_backward_f32`]).
+    fn tanh_backward(dh: &[f32], h: &[f32], dpre: &mut [f32]) {
+        torch_ops::tanh_backward_f32(dh, h, dpre);
+    }
+    /// torch's CPU `sum(0)` order ([`torch_ops::column_sums_f32`]).
+    fn column_sums(x: &[f32], n: usize, out: &mut [f32]) {
+        // torch_ops takes the row count; `n` here is the column count (= out.len()).
+        torch_ops::column_sums_f32(x, x.len() / n, out);
     }
     fn fma_update(p: &mut [f32], g: &[f32], a: f32) {
         #[cfg(target_arch = "x86_64")]

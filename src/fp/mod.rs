@@ -18,3 +18,4 @@ pub mod allreduce;
 pub mod dot;
 pub mod matmul;
 pub mod round;
+pub mod torch_ops;

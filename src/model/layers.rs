@@ -66,24 +66,33 @@ pub fn add_row_bias<R: Real>(y: &mut [R], b: &[R], n: usize) {
     }
 }
 
-/// `x = tanh(x)` elementwise (`libm`).
+/// `x = tanh(x)` elementwise ([`Real::tanh_slice`]: torch's kernel for f32, `libm` for f64).
 pub fn tanh_inplace<R: Real>(x: &mut [R]) {
-    for v in x {
-        *v = v.tanh();
-    }
+    R::tanh_slice(x);
 }
 
-/// tanh backward (`tanh_backward`): `dpre = dh · (1 - h·h)`, rounding after the square,
-/// the subtraction and the product.
+/// tanh backward ([`Real::tanh_backward`]: torch's `grad·fma(-y, y, 1)` for f32,
+/// [`tanh_backward_generic`] for f64).
 pub fn tanh_backward<R: Real>(dh: &[R], h: &[R], dpre: &mut [R]) {
+    R::tanh_backward(dh, h, dpre);
+}
+
+/// tanh backward as written: `dpre = dh · (1 - h·h)`, rounding after the square, the
+/// subtraction and the product.
+pub fn tanh_backward_generic<R: Real>(dh: &[R], h: &[R], dpre: &mut [R]) {
     for ((d, &g), &y) in dpre.iter_mut().zip(dh).zip(h) {
         *d = g * (R::ONE - y * y);
     }
 }
 
-/// Column sums of an `m × n` matrix: `out[j] = ((x[0][j] + x[1][j]) + …)`, rows in order,
-/// starting from `x[0][j]` (bias gradients, `grad.sum(0)`).
+/// Column sums of an `m × n` matrix (bias gradients, `grad.sum(0)`), via
+/// [`Real::column_sums`]: torch's CPU reduction order for f32, [`column_sums_generic`] for f64.
 pub fn column_sums<R: Real>(x: &[R], n: usize, out: &mut [R]) {
+    R::column_sums(x, n, out);
+}
+
+/// Column sums in row order: `out[j] = ((x[0][j] + x[1][j]) + …)`, starting from `x[0][j]`.
+pub fn column_sums_generic<R: Real>(x: &[R], n: usize, out: &mut [R]) {
     out.copy_from_slice(&x[..n]);
     for row in x.chunks_exact(n).skip(1) {
         for (o, &v) in out.iter_mut().zip(row) {
@@ -93,7 +102,20 @@ pub fn column_sums<R: Real>(x: &[R], n: usize, out: &mut [R]) {
 }
 
 /// Mean cross-entropy over `labels.len()` rows of `logits` (`n` classes), with its gradient
-/// for a backward pass seeded with `scale` (1 for `loss.backward()`, 1/2 for `(loss/2)`).
+/// for a backward pass seeded with `scale` (1 for `loss.backward()`, 1/2 for `(loss/2)`), via
+/// [`Real::cross_entropy`]: torch's CPU kernels bit for bit for f32
+/// (`fp::torch_ops::log_softmax_cross_entropy_f32`), [`cross_entropy_generic`] for f64.
+pub fn cross_entropy<R: Real>(
+    logits: &[R],
+    labels: &[i64],
+    n: usize,
+    scale: R,
+    dlogits: &mut [R],
+) -> R {
+    R::cross_entropy(logits, labels, n, scale, dlogits)
+}
+
+/// Cross-entropy in the textbook order.
 ///
 /// Forward, per row t (`log_softmax` then `nll_loss`): `m = max_v x[v]`;
 /// `s = Σ_v exp(x[v] - m)` summed left to right from 0; `lse = m + ln(s)`;
@@ -105,7 +127,7 @@ pub fn column_sums<R: Real>(x: &[R], n: usize, out: &mut [R]) {
 /// weight, each operation rounded.
 ///
 /// `dlogits` receives the gradient; it also serves as the `logp` buffer. Returns the loss.
-pub fn cross_entropy<R: Real>(
+pub fn cross_entropy_generic<R: Real>(
     logits: &[R],
     labels: &[i64],
     n: usize,
