@@ -93,10 +93,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--param", required=True, choices=sorted(PARAMS))
-    ap.add_argument("--dump", required=True, help="CSV written by seedsweep repro --dump")
+    ap.add_argument("--dump", help="CSV written by seedsweep repro --dump")
+    ap.add_argument("--emit-fixture", metavar="JSON", help="write torch's logits and final head weight as u32 bits")
     a = ap.parse_args()
     torch.set_num_threads(1)
     hidden, pad, zero = PARAMS[a.param]
+    if a.emit_fixture:
+        import json
+        import struct
+
+        def bits(vals):
+            return [struct.unpack("<I", struct.pack("<f", v))[0] for v in vals]
+
+        out = {"about": f"torch {torch.__version__} CPU ({torch.backends.cpu.get_cpu_capability()}), "
+               "scripts/crosscheck_torch.py: T1 reference and simulated row-parallel computations",
+               "seed": a.seed, "param": a.param, "computations": {}}
+        for comp, sharded in (("reference", False), ("sharded", True)):
+            rec = run(a.seed, hidden, pad, zero, sharded)
+            out["computations"][comp] = {f"{c}@{s}": bits(v) for (c, s), v in rec.items()
+                                         if c == "logits" or (c == "head_weight" and s == str(STEPS - 1))}
+        with open(a.emit_fixture, "w") as f:
+            json.dump(out, f, separators=(",", ":"))
+        print(f"wrote {a.emit_fixture}")
+        return
+    if not a.dump:
+        ap.error("--dump is required unless --emit-fixture is given")
     dump = load_dump(a.dump)
     print(f"torch {torch.__version__}, seed {a.seed}, param {a.param}")
     for comp, sharded in (("reference", False), ("sharded", True)):

@@ -545,10 +545,7 @@ mod tests {
 
     #[test]
     fn index_formatting_follows_torch() {
-        assert_eq!(
-            format_index(1 * 335 + 1 * 67 + 45, &[2, 5, 67]),
-            "(1, 1, 45)"
-        );
+        assert_eq!(format_index(335 + 67 + 45, &[2, 5, 67]), "(1, 1, 45)");
         assert_eq!(format_index(45, &[670]), "45");
         assert_eq!(format_index(0, &[]), "()");
     }

@@ -110,8 +110,8 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
     for r in rows {
         w.serialize(r)?;
     }
-    Ok(w.into_inner()
-        .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))?)
+    w.into_inner()
+        .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))
 }
 
 /// The bytes of `seeds.csv`, in group order, then seed order, then check, comparison,

@@ -538,12 +538,13 @@ impl Scenario for RowParallel {
         let kernels = ws.kernels;
         let (bufs, scratch) = ws.buffers::<T2Buffers>();
         self.draw_init(p, seed, &mut bufs.torch, &mut bufs.init);
-        let single = [0..p.hidden];
+        let whole = 0..p.hidden;
+        let single = std::slice::from_ref(&whole);
         self.compute(
             &mut bufs.f64_backend,
             p,
             &bufs.init,
-            &single,
+            single,
             &mut bufs.b64,
             &mut traces.f64,
         );
@@ -552,7 +553,7 @@ impl Scenario for RowParallel {
             &mut be,
             p,
             &bufs.init,
-            &single,
+            single,
             &mut bufs.b32,
             &mut traces.reference,
         );

@@ -1,0 +1,69 @@
+//! End to end against real PyTorch: the T1 model of seed 8199, `35-3-False-0`, in the
+//! `cpu-fma` profile, recorded by torch 2.15 on the CPU (`scripts/crosscheck_torch.py
+//! --emit-fixture`): the reference logits, the simulated row-parallel logits of all three
+//! steps and the final tied weight must match bit for bit. This covers torch's generator,
+//! the MKL FMA-chain matmuls, tanh, cross-entropy forward and backward, the embedding
+//! scatter-add, the tied-gradient sum and SGD together.
+
+use seedsweep::catalog::{Catalog, Selection};
+use seedsweep::scenario::Workspace;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/torch_t1_seed8199_35-3-False-0.json"
+);
+
+#[test]
+fn t1_seed_8199_matches_torch_bit_for_bit() {
+    let text = std::fs::read_to_string(FIXTURE)
+        .unwrap_or_else(|e| panic!("cannot read {FIXTURE}: {e}; regenerate it with scripts/crosscheck_torch.py --emit-fixture"));
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            params: Some(vec!["35-3-False-0".into()]),
+            profiles: Some(vec!["cpu-fma".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+    let g = &groups[0];
+    let s = &catalog.scenarios[g.scenario];
+    let mut ws = Workspace::default();
+    s.run(g.param, 8199, &g.profile, &mut ws);
+    let checks = s.checks(g.param);
+    let mut compared = 0;
+    for (name, trace) in [
+        ("reference", &ws.traces.reference),
+        ("sharded", &ws.traces.sharded),
+    ] {
+        let tensors = json["computations"][name]
+            .as_object()
+            .expect("computations in fixture");
+        for (key, bits) in tensors {
+            let (check, step) = key.split_once('@').unwrap();
+            let slot = trace
+                .slots
+                .iter()
+                .find(|sl| checks[sl.check].name == check && sl.step.to_string() == step)
+                .unwrap_or_else(|| panic!("{name}: no slot {key}"));
+            let ours = trace.data(slot);
+            let want: Vec<u32> = bits
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u32)
+                .collect();
+            assert_eq!(ours.len(), want.len(), "{name} {key}: length");
+            for (i, (&v, &w)) in ours.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    (v as f32).to_bits(),
+                    w,
+                    "{name} {key}[{i}]: ours {v:e}, torch {:e}",
+                    f32::from_bits(w)
+                );
+            }
+            compared += ours.len();
+        }
+    }
+    assert_eq!(compared, 2 * (3 * 670 + 67 * 35));
+}
