@@ -38,7 +38,8 @@ pub struct SweepOptions {
     pub out: PathBuf,
     /// No progress bar.
     pub quiet: bool,
-    /// Exit with [`EXIT_EXCEEDED`] when a `sharded-vs-ref` check fails for some seed.
+    /// Exit with [`EXIT_EXCEEDED`] when a check fails for some seed in the comparison its test
+    /// asserts.
     pub fail_on_exceed: bool,
 }
 
@@ -100,10 +101,12 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         o.out.join("seeds.csv").display(),
         o.out.join("summary.csv").display()
     );
-    let exceeded = summaries
-        .iter()
-        .flatten()
-        .any(|e| e.comparison == Comparison::ShardedVsRef && e.failing_seeds > 0);
+    let exceeded = groups.iter().zip(&summaries).any(|(g, entries)| {
+        let asserted = catalog.scenarios[g.scenario].asserted_comparison();
+        entries
+            .iter()
+            .any(|e| e.comparison == asserted && e.failing_seeds > 0)
+    });
     Ok(if o.fail_on_exceed && exceeded {
         EXIT_EXCEEDED
     } else {

@@ -65,9 +65,10 @@ pub fn sci(x: f64) -> String {
     }
 }
 
-/// The sweep summary: one row per (scenario, param, profile, check), the `sharded-vs-ref`
-/// comparison under each policy (worst usage, its seed and step, failing seeds), then the
-/// largest |expected| and the `ref-vs-f64` largest difference.
+/// The sweep summary: one row per (scenario, param, profile, check), the comparison the test
+/// asserts (`sharded-vs-ref`, or `sharded-vs-f64` for tests against float64 constants) under
+/// each policy (worst usage, its seed and step, failing seeds), then the largest |expected|
+/// and the `ref-vs-f64` largest difference.
 pub fn sweep_summary(
     catalog: &Catalog,
     groups: &[Group],
@@ -95,7 +96,13 @@ pub fn sweep_summary(
         } else {
             "fixed data: the seed does not change this scenario, evaluated once".to_string()
         };
-        out.push_str(&format!("{}  [{}]\n", s.common().name, seed_text));
+        let asserted = s.asserted_comparison();
+        out.push_str(&format!(
+            "{}  [{}; {} as the test asserts]\n",
+            s.common().name,
+            seed_text,
+            asserted.name()
+        ));
         let policies = &groups[start].policy_names;
         let mut header: Vec<String> = vec!["param".into(), "profile".into(), "check".into()];
         for p in policies {
@@ -124,12 +131,12 @@ pub fn sweep_summary(
                         .expect("every check x comparison x policy is summarized")
                 };
                 for p in policies {
-                    let e = find(Comparison::ShardedVsRef, p);
+                    let e = find(asserted, p);
                     row.push(pct(e.worst_usage));
                     row.push(format!("{}@{}", e.worst_seed, e.worst_step));
                     row.push(format!("{}/{}", e.failing_seeds, e.seeds));
                 }
-                let e = find(Comparison::ShardedVsRef, &policies[0]);
+                let e = find(asserted, &policies[0]);
                 row.push(format!("{:.4}", e.max_abs_expected));
                 row.push(sci(find(Comparison::RefVsF64, &policies[0]).max_abs_diff));
                 rows.push(row);

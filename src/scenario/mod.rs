@@ -113,6 +113,12 @@ pub trait Scenario: Send + Sync {
     fn seed_dependent(&self) -> bool {
         true
     }
+    /// The comparison the real test asserts: `sharded-vs-ref` for tests that compare a sharded
+    /// run with an unsharded one, `sharded-vs-f64` for tests that compare against hand-computed
+    /// float64 constants.
+    fn asserted_comparison(&self) -> crate::evaluate::Comparison {
+        crate::evaluate::Comparison::ShardedVsRef
+    }
     /// Runs one seed of one parametrization in `profile`, leaving the three computations in
     /// `ws.traces`.
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace);
