@@ -32,6 +32,45 @@ pub enum Command {
     List(SelectArgs),
     /// Measure seed-runs per second against the scalar-reference baseline (default: T1).
     Bench(BenchArgs),
+    /// Rank numerics profiles by how well they explain an observed value.
+    Explain(ExplainArgs),
+}
+
+/// `explain` flags.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Scenario name.
+    #[arg(long, value_name = "NAME")]
+    scenario: String,
+    /// Parametrization id (needed when the scenario has several).
+    #[arg(long, value_name = "ID")]
+    param: Option<String>,
+    /// Check name (e.g. loss, logits).
+    #[arg(long, value_name = "NAME")]
+    check: String,
+    /// Step as printed by sweep/repro (e.g. 2, or 1.0 for a micro-step).
+    #[arg(long, value_name = "STEP")]
+    step: String,
+    /// Flat element index within the check's tensor (0 for scalars).
+    #[arg(long, default_value_t = 0, value_name = "I")]
+    index: usize,
+    /// The value observed on the real hardware.
+    #[arg(long, value_name = "VALUE", allow_negative_numbers = true)]
+    observed: f64,
+    /// Seed (default: the scenario's own).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Candidate profiles, comma-separated (default: every known profile).
+    #[arg(long, value_delimiter = ',', value_name = "PROFILE")]
+    profile: Option<Vec<String>>,
+    /// Computation to read: sharded (default) or reference.
+    #[arg(long, default_value = "sharded", value_name = "NAME")]
+    computation: String,
+    /// Output format: table or csv.
+    #[arg(long, default_value = "table", value_name = "FORMAT")]
+    format: String,
 }
 
 /// `bench` flags.
@@ -173,6 +212,15 @@ pub enum Action {
     List(Common),
     /// A benchmark.
     Bench(BenchOptions),
+    /// An explanation query.
+    Explain {
+        /// Configs and generator.
+        common: Common,
+        /// The query.
+        query: crate::explain::ExplainQuery,
+        /// CSV instead of a table.
+        csv: bool,
+    },
 }
 
 /// Turns parsed arguments into options.
@@ -206,6 +254,46 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),
+        Command::Explain(a) => {
+            if !a.observed.is_finite() {
+                return Err(InputError::flag("--observed", "must be a finite number"));
+            }
+            let computation =
+                crate::explain::Computation::parse(&a.computation).ok_or_else(|| {
+                    InputError::flag(
+                        "--computation",
+                        format!(
+                            "`{}` is not allowed; allowed: sharded, reference",
+                            a.computation
+                        ),
+                    )
+                })?;
+            let csv = match a.format.as_str() {
+                "csv" => true,
+                "table" => false,
+                other => {
+                    return Err(InputError::flag(
+                        "--format",
+                        format!("`{other}` is not allowed; allowed: table, csv"),
+                    ))
+                }
+            };
+            Action::Explain {
+                common: common(&a.select, None)?,
+                query: crate::explain::ExplainQuery {
+                    scenario: a.scenario,
+                    param: a.param,
+                    check: a.check,
+                    step: a.step,
+                    index: a.index,
+                    observed: a.observed,
+                    seed: a.seed,
+                    profiles: a.profile,
+                    computation,
+                },
+                csv,
+            }
+        }
         Command::Bench(a) => Action::Bench(BenchOptions {
             common: common(&a.select, Some(&a.filter))?,
             seeds: a.seeds,

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod explain;
 pub mod export;
 pub mod fp;
 pub mod model;

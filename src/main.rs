@@ -8,6 +8,16 @@ fn run() -> anyhow::Result<i32> {
     match seedsweep::cli::into_action(cli)? {
         seedsweep::cli::Action::Sweep(o) => seedsweep::app::sweep(&o),
         seedsweep::cli::Action::Repro(o) => seedsweep::app::repro(&o),
+        seedsweep::cli::Action::Explain { common, query, csv } => {
+            let catalog = seedsweep::catalog::Catalog::load(&common.configs, common.rng)?;
+            let (cands, seed) = seedsweep::explain::explain(&catalog, &query)?;
+            if csv {
+                print!("{}", seedsweep::explain::to_csv(&cands));
+            } else {
+                print!("{}", seedsweep::explain::to_table(&query, seed, &cands));
+            }
+            Ok(0)
+        }
         seedsweep::cli::Action::Bench(o) => {
             print!("{}", seedsweep::app::bench(&o)?);
             Ok(0)
