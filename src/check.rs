@@ -340,6 +340,89 @@ fn magnitude_stats_impl(actual: &[f64], expected: &[f64]) -> (f64, f64) {
     (fold(max_d), fold(max_e))
 }
 
+/// [`usage_stats`] under two tolerances plus [`magnitude_stats`], in one pass, when every
+/// operand is finite and both atols are positive (the common case: each element's difference
+/// and magnitude are computed once). Returns `None` otherwise, and the caller falls back to
+/// the separate functions. Results are identical to those functions.
+pub fn pair_stats_finite(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+    if !(t1.atol > 0.0 && t2.atol > 0.0 && t1.rtol >= 0.0 && t2.rtol >= 0.0) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { pair_stats_avx2(actual, expected, t1, t2) };
+        }
+    }
+    pair_stats_impl(actual, expected, t1, t2)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_stats_avx2(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+    pair_stats_impl(actual, expected, t1, t2)
+}
+
+#[inline(always)]
+fn pair_stats_impl(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+    if !(all_finite(actual) && all_finite(expected)) {
+        return None;
+    }
+    let mut u1 = [0.0f64; LANES];
+    let mut u2 = [0.0f64; LANES];
+    let mut b1 = [0u64; LANES];
+    let mut b2 = [0u64; LANES];
+    let mut md = [0.0f64; LANES];
+    let mut me = [0.0f64; LANES];
+    let n = actual.len().min(expected.len());
+    let split = n - n % LANES;
+    let mut lane = |l: usize, a: f64, e: f64| {
+        let d = (a - e).abs();
+        let ae = e.abs();
+        let x1 = d / (t1.atol + t1.rtol * ae);
+        let x2 = d / (t2.atol + t2.rtol * ae);
+        u1[l] = if x1 > u1[l] { x1 } else { u1[l] };
+        u2[l] = if x2 > u2[l] { x2 } else { u2[l] };
+        b1[l] += (x1 > 1.0) as u64;
+        b2[l] += (x2 > 1.0) as u64;
+        md[l] = if d > md[l] { d } else { md[l] };
+        me[l] = if ae > me[l] { ae } else { me[l] };
+    };
+    for (a4, e4) in actual[..split]
+        .chunks_exact(LANES)
+        .zip(expected[..split].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            lane(l, a4[l], e4[l]);
+        }
+    }
+    for i in split..n {
+        lane(0, actual[i], expected[i]);
+    }
+    let fold = |v: [f64; LANES]| v.iter().fold(0.0f64, |m, &x| if x > m { x } else { m });
+    let sum = |v: [u64; LANES]| v.iter().sum::<u64>() as usize;
+    Some((
+        [(fold(u1), sum(b1), 0), (fold(u2), sum(b2), 0)],
+        (fold(md), fold(me)),
+    ))
+}
+
 /// Formats a float the way Python's `repr(float)` does, which is how torch's messages print
 /// numbers: the shortest string that round-trips, in fixed notation when the decimal exponent
 /// is in `[-4, 16)` and in scientific notation with a signed two-digit exponent otherwise
@@ -599,6 +682,15 @@ mod tests {
             assert_eq!(usage_stats(&a, &e, tol), (s.usage, s.mismatched, s.nonfinite), "{tol:?}");
             assert_eq!(magnitude_stats(&a, &e), (s.max_abs_diff, s.max_abs_expected));
         }
+        for len in [0, 1, 5, 103] {
+            let (a, e) = (&a[..len], &e[..len]);
+            let (pair, mags) = pair_stats_finite(a, e, OLD, Tolerance::TORCH_FP32).unwrap();
+            assert_eq!(pair[0], usage_stats(a, e, OLD), "len {len}");
+            assert_eq!(pair[1], usage_stats(a, e, Tolerance::TORCH_FP32), "len {len}");
+            assert_eq!(mags, magnitude_stats(a, e), "len {len}");
+        }
+        assert!(pair_stats_finite(&[f64::NAN], &[1.0], OLD, OLD).is_none());
+        assert!(pair_stats_finite(&[1.0], &[1.0], OLD, Tolerance { atol: 0.0, rtol: 1e-6 }).is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! Self-consistent checks compare a computation's value with the test's formula evaluated
 //! on that computation's own inputs: in fp32 for `-vs-ref`, in f64 for `-vs-f64`.
 
-use crate::check::{magnitude_stats, usage_stats, StepLabel, Tolerance};
+use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
 use crate::scenario::{CheckSpec, Traces};
 use crate::trace::{Slot, SlotRole, Trace};
 
@@ -127,9 +127,20 @@ pub fn evaluate(
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
             for_each_pair(traces, c, spec, comparison, |step, a, e| {
-                let (max_d, max_e) = magnitude_stats(a, e);
+                let fused = if tolerances.len() == 2 {
+                    pair_stats_finite(a, e, tolerances[0][c], tolerances[1][c])
+                } else {
+                    None
+                };
+                let (max_d, max_e) = match &fused {
+                    Some((_, mags)) => *mags,
+                    None => magnitude_stats(a, e),
+                };
                 for (p, tols) in tolerances.iter().enumerate() {
-                    let (usage, mismatched, nonfinite) = usage_stats(a, e, tols[c]);
+                    let (usage, mismatched, nonfinite) = match &fused {
+                        Some((pair, _)) => pair[p],
+                        None => usage_stats(a, e, tols[c]),
+                    };
                     let r = &mut out[base + p];
                     if first || usage > r.usage {
                         r.usage = usage;

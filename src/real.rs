@@ -94,6 +94,19 @@ unsafe fn fma_update_f32_fma(p: &mut [f32], g: &[f32], a: f32) {
     fma_update_f32(p, g, a);
 }
 
+#[inline(always)]
+fn fma_update_f64(p: &mut [f64], g: &[f64], a: f64) {
+    for (w, &d) in p.iter_mut().zip(g) {
+        *w = d.mul_add(a, *w);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_update_f64_fma(p: &mut [f64], g: &[f64], a: f64) {
+    fma_update_f64(p, g, a);
+}
+
 impl Real for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
@@ -194,6 +207,16 @@ impl Real for f64 {
     #[inline]
     fn ln(self) -> Self {
         libm::log(self)
+    }
+    fn fma_update(p: &mut [f64], g: &[f64], a: f64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                return unsafe { fma_update_f64_fma(p, g, a) };
+            }
+        }
+        fma_update_f64(p, g, a);
     }
 }
 

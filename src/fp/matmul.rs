@@ -869,6 +869,25 @@ pub fn matmul_nt_f64(
 
 /// c (m×n) = aᵀ · b, a (k×m) row-major, f64, same order as [`matmul_f64`].
 pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { matmul_tn_f64_avx2(a, b, c, m, k, n) };
+        }
+    }
+    matmul_tn_f64_impl(a, b, c, m, k, n);
+}
+
+/// [`matmul_tn_f64`] compiled for AVX2: the same operations per element, wider vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn matmul_tn_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+    matmul_tn_f64_impl(a, b, c, m, k, n);
+}
+
+#[inline(always)]
+fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     assert_eq!(a.len(), m * k, "matmul_tn_f64: a has the wrong length");
     assert_eq!(b.len(), k * n, "matmul_tn_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_tn_f64: c has the wrong length");
