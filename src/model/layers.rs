@@ -115,18 +115,19 @@ pub fn cross_entropy<R: Real>(
     R::cross_entropy(logits, labels, n, scale, dlogits)
 }
 
-/// Cross-entropy in the textbook order.
+/// Cross-entropy in the textbook order (the f64 ground truth uses it).
 ///
 /// Forward, per row t (`log_softmax` then `nll_loss`): `m = max_v x[v]`;
-/// `s = Σ_v exp(x[v] - m)` summed left to right from 0; `lse = m + ln(s)`;
-/// `logp[v] = x[v] - lse`. The loss is `(Σ_t -logp[t][label_t]) / T`, summed in token order
-/// and divided once.
+/// `e[v] = exp(x[v] - m)`; `s = Σ_v e[v]` summed left to right from 0; the loss term is
+/// `-((x[label] - m) - ln(s))`. The loss is `(Σ_t term_t) / T`, summed in token order and
+/// divided once.
 ///
 /// Backward: `w = scale / T` (one rounding), and
-/// `dlogits[t][v] = exp(logp[t][v])·w - [v == label_t]·w`, i.e. softmax·w minus the one-hot
-/// weight, each operation rounded.
+/// `dlogits[t][v] = (e[v] / s)·w - [v == label_t]·w`, i.e. softmax·w minus the one-hot
+/// weight, each operation rounded (the softmax reuses the forward exponentials).
 ///
-/// `dlogits` receives the gradient; it also serves as the `logp` buffer. Returns the loss.
+/// `dlogits` receives the gradient; it also holds the exponentials in between. Returns the
+/// loss.
 pub fn cross_entropy_generic<R: Real>(
     logits: &[R],
     labels: &[i64],
@@ -135,6 +136,8 @@ pub fn cross_entropy_generic<R: Real>(
     dlogits: &mut [R],
 ) -> R {
     let t_count = labels.len();
+    let tc = R::from_f64(t_count as f64);
+    let w = scale / tc;
     let mut total = R::ZERO;
     for (t, &label) in labels.iter().enumerate() {
         let x = &logits[t * n..(t + 1) * n];
@@ -144,27 +147,19 @@ pub fn cross_entropy_generic<R: Real>(
                 m = v;
             }
         }
+        let ex = &mut dlogits[t * n..(t + 1) * n];
         let mut s = R::ZERO;
-        for &v in x {
-            s = s + (v - m).exp();
+        for (e, &v) in ex.iter_mut().zip(x) {
+            *e = (v - m).exp();
+            s = s + *e;
         }
-        let lse = m + s.ln();
-        let logp = &mut dlogits[t * n..(t + 1) * n];
-        for (lp, &v) in logp.iter_mut().zip(x) {
-            *lp = v - lse;
-        }
-        total = total + (-logp[label as usize]);
-    }
-    let tc = R::from_f64(t_count as f64);
-    let loss = total / tc;
-    let w = scale / tc;
-    for (t, &label) in labels.iter().enumerate() {
-        for (v, g) in dlogits[t * n..(t + 1) * n].iter_mut().enumerate() {
-            let p = g.exp() * w;
+        total = total + (-((x[label as usize] - m) - s.ln()));
+        for (v, g) in ex.iter_mut().enumerate() {
+            let p = (*g / s) * w;
             *g = if v == label as usize { p - w } else { p };
         }
     }
-    loss
+    total / tc
 }
 
 /// SGD without momentum as torch applies it on the CPU (`param.add_(grad, alpha=-lr)`, whose
