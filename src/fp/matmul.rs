@@ -825,6 +825,40 @@ unsafe fn matmul_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usiz
     matmul_f64_impl(a, b, c, m, k, n);
 }
 
+/// Columns per register block of the f64 kernels: the accumulators of one block stay in
+/// registers across the whole reduction.
+const F64_BLOCK: usize = 16;
+
+/// `c_row[j] = Σ_kk a_at(kk)·b[kk][j]`, kk ascending from `c = 0`, product then sum each
+/// rounded; columns in register blocks of [`F64_BLOCK`], the tail one by one (same order).
+#[inline(always)]
+fn f64_row(a_at: impl Fn(usize) -> f64, b: &[f64], c_row: &mut [f64], k: usize, n: usize) {
+    let full = n - n % F64_BLOCK;
+    let mut j0 = 0;
+    while j0 < full {
+        let mut acc = [0.0f64; F64_BLOCK];
+        for kk in 0..k {
+            let av = a_at(kk);
+            let b_blk = &b[kk * n + j0..kk * n + j0 + F64_BLOCK];
+            for j in 0..F64_BLOCK {
+                acc[j] += av * b_blk[j];
+            }
+        }
+        c_row[j0..j0 + F64_BLOCK].copy_from_slice(&acc);
+        j0 += F64_BLOCK;
+    }
+    if full < n {
+        let tail = &mut c_row[full..n];
+        tail.fill(0.0);
+        for kk in 0..k {
+            let av = a_at(kk);
+            for (x, &bv) in tail.iter_mut().zip(&b[kk * n + full..kk * n + n]) {
+                *x += av * bv;
+            }
+        }
+    }
+}
+
 #[inline(always)]
 fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     assert_eq!(a.len(), m * k, "matmul_f64: a has the wrong length");
@@ -834,14 +868,7 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
         return;
     }
     for (i, c_row) in c.chunks_exact_mut(n).enumerate() {
-        c_row.fill(0.0);
-        for kk in 0..k {
-            let av = a[i * k + kk];
-            let b_row = &b[kk * n..(kk + 1) * n];
-            for (x, &bv) in c_row.iter_mut().zip(b_row) {
-                *x += av * bv;
-            }
-        }
+        f64_row(|kk| a[i * k + kk], b, c_row, k, n);
     }
 }
 
@@ -895,14 +922,7 @@ fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n
         return;
     }
     for (i, c_row) in c.chunks_exact_mut(n).enumerate() {
-        c_row.fill(0.0);
-        for kk in 0..k {
-            let av = a[kk * m + i];
-            let b_row = &b[kk * n..(kk + 1) * n];
-            for (x, &bv) in c_row.iter_mut().zip(b_row) {
-                *x += av * bv;
-            }
-        }
+        f64_row(|kk| a[kk * m + i], b, c_row, k, n);
     }
 }
 
