@@ -96,17 +96,31 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         .collect();
     write_sweep(&o.out, &catalog, &groups, &results, &summaries)?;
     print!("{}", sweep_summary(&catalog, &groups, &results, &summaries));
-    println!(
-        "wrote {} and {}",
-        o.out.join("seeds.csv").display(),
-        o.out.join("summary.csv").display()
+    print!(
+        "{}",
+        crate::export::table::mutant_summary(&catalog, &groups, &results, &summaries)
     );
-    let exceeded = groups.iter().zip(&summaries).any(|(g, entries)| {
-        let asserted = catalog.scenarios[g.scenario].asserted_comparison();
-        entries
-            .iter()
-            .any(|e| e.comparison == asserted && e.failing_seeds > 0)
-    });
+    let mutants = if groups.iter().any(|g| g.mutant.is_some()) {
+        format!(", {}", o.out.join("mutants.csv").display())
+    } else {
+        String::new()
+    };
+    println!(
+        "wrote {}, {}{}",
+        o.out.join("seeds.csv").display(),
+        o.out.join("summary.csv").display(),
+        mutants
+    );
+    let exceeded = groups
+        .iter()
+        .zip(&summaries)
+        .filter(|(g, _)| g.mutant.is_none())
+        .any(|(g, entries)| {
+            let asserted = catalog.scenarios[g.scenario].asserted_comparison();
+            entries
+                .iter()
+                .any(|e| e.comparison == asserted && e.failing_seeds > 0)
+        });
     Ok(if o.fail_on_exceed && exceeded {
         EXIT_EXCEEDED
     } else {
@@ -193,6 +207,18 @@ pub fn list(common: &Common) -> anyhow::Result<String> {
             m,
             catalog.profiles.modifier_description(m).unwrap_or_default()
         ));
+    }
+    out.push_str("\nMUTANTS (--mutants all|NAME,...; injected into the sharded computation)\n");
+    for m in crate::mutant::Mutant::ALL {
+        let users: Vec<&str> = catalog
+            .scenarios
+            .iter()
+            .filter(|s| s.mutants().contains(&m))
+            .map(|s| s.common().name.as_str())
+            .collect();
+        if !users.is_empty() {
+            out.push_str(&format!("  {:<26} {}\n", m.name(), users.join(", ")));
+        }
     }
     out.push_str(
         "\nCOMPARISONS\n  sharded-vs-ref (what the test asserts), ref-vs-f64, sharded-vs-f64\n",

@@ -10,6 +10,7 @@ use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
     matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
 };
+use crate::fp::torch_ops::{log_softmax_cross_entropy_f32_isa, TorchIsa};
 use crate::profile::Profile;
 use crate::real::Real;
 
@@ -51,6 +52,18 @@ pub trait Backend {
     /// collective does. Every rank holds the same result, so one copy is returned. With one
     /// rank there is no collective and `out` is a plain copy.
     fn all_reduce(&mut self, parts: &[Self::R], n_ranks: usize, out: &mut [Self::R]);
+    /// Mean cross-entropy and its gradient ([`crate::model::layers::cross_entropy`]): the
+    /// scalar type's kernel by default.
+    fn cross_entropy(
+        &mut self,
+        logits: &[Self::R],
+        labels: &[i64],
+        n: usize,
+        scale: Self::R,
+        dlogits: &mut [Self::R],
+    ) -> Self::R {
+        <Self::R as Real>::cross_entropy(logits, labels, n, scale, dlogits)
+    }
 }
 
 /// Float64 ground truth: sequential `c = c + a·b` matmuls (see [`matmul_f64`]) and rank-order
@@ -111,6 +124,8 @@ pub struct F32Backend<'a> {
     pub kernels: Kernels,
     /// Transpose buffer of the scalar reference kernels.
     pub transposed: Vec<f32>,
+    /// The torch CPU kernel build the cross-entropy mirrors.
+    pub torch_isa: TorchIsa,
 }
 
 impl<'a> F32Backend<'a> {
@@ -123,6 +138,7 @@ impl<'a> F32Backend<'a> {
             scratch,
             kernels: Kernels::Fast,
             transposed: Vec::new(),
+            torch_isa: profile.torch_isa,
         }
     }
 
@@ -195,6 +211,18 @@ impl Backend for F32Backend<'_> {
         } else {
             self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
         }
+    }
+    /// torch's CPU `log_softmax` + `nll_loss`, forward and backward, bit for bit, in the
+    /// profile's kernel build ([`crate::fp::torch_ops::log_softmax_cross_entropy_f32_isa`]).
+    fn cross_entropy(
+        &mut self,
+        logits: &[f32],
+        labels: &[i64],
+        n: usize,
+        scale: f32,
+        dlogits: &mut [f32],
+    ) -> f32 {
+        log_softmax_cross_entropy_f32_isa(logits, labels, n, scale, dlogits, self.torch_isa)
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

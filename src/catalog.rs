@@ -8,6 +8,7 @@ use anyhow::Context;
 use crate::check::Tolerance;
 use crate::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
 use crate::error::{unknown_name, InputError};
+use crate::mutant::Mutant;
 use crate::profile::{Profile, ProfileRegistry};
 use crate::scenario::{build, Scenario};
 
@@ -33,6 +34,9 @@ pub struct Selection {
     pub profiles: Option<Vec<String>>,
     /// `--policy` names.
     pub policies: Option<Vec<String>>,
+    /// `--mutants` names, or `all` for every mutant each scenario supports. `None` runs the
+    /// clean computation only.
+    pub mutants: Option<Vec<String>>,
 }
 
 /// One (scenario, parametrization, profile) with its resolved policies.
@@ -47,6 +51,8 @@ pub struct Group {
     pub policy_names: Vec<String>,
     /// `tolerances[p][c]`: policy p's tolerance for check c of this parametrization.
     pub tolerances: Vec<Vec<Tolerance>>,
+    /// The bug injected into the sharded computation; `None` for the clean run.
+    pub mutant: Option<Mutant>,
 }
 
 impl Catalog {
@@ -156,6 +162,28 @@ impl Catalog {
                 }
             }
         }
+        let mutant_names: Option<Vec<String>> = sel.mutants.clone();
+        if let Some(names) = &mutant_names {
+            for name in names {
+                if name == "all" {
+                    continue;
+                }
+                let m = Mutant::parse(name).ok_or_else(|| {
+                    let mut valid: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
+                    valid.push("all");
+                    InputError::flag("--mutants", unknown_name("mutant", name, &valid))
+                })?;
+                if !scenario_idx
+                    .iter()
+                    .any(|&s| self.scenarios[s].mutants().contains(&m))
+                {
+                    return Err(InputError::flag(
+                        "--mutants",
+                        format!("mutant `{name}` does not apply to any selected scenario"),
+                    ));
+                }
+            }
+        }
         let mut groups = Vec::new();
         for &si in &scenario_idx {
             let s = &self.scenarios[si];
@@ -198,17 +226,28 @@ impl Catalog {
                     }
                 }
                 for profile in &profiles {
-                    let tolerances = policies
+                    let tolerances: Vec<Vec<Tolerance>> = policies
                         .iter()
                         .map(|p| s.checks(pi).iter().map(|c| p.tolerance(c.name)).collect())
                         .collect();
-                    groups.push(Group {
-                        scenario: si,
-                        param: pi,
-                        profile: profile.clone(),
-                        policy_names: policy_names.clone(),
-                        tolerances,
-                    });
+                    let mut mutants: Vec<Option<Mutant>> = vec![None];
+                    if let Some(names) = &mutant_names {
+                        for &m in s.mutants() {
+                            if names.iter().any(|n| n == "all" || n == m.name()) {
+                                mutants.push(Some(m));
+                            }
+                        }
+                    }
+                    for mutant in mutants {
+                        groups.push(Group {
+                            scenario: si,
+                            param: pi,
+                            profile: profile.clone(),
+                            policy_names: policy_names.clone(),
+                            tolerances: tolerances.clone(),
+                            mutant,
+                        });
+                    }
                 }
             }
         }

@@ -111,6 +111,10 @@ pub struct Filter {
     /// Tolerance policies, comma-separated (default: the config's, e.g. old,torch-default).
     #[arg(long, value_delimiter = ',', value_name = "POLICY")]
     pub policy: Option<Vec<String>>,
+    /// Also run injected bugs in the sharded computation: `all` or names, comma-separated
+    /// (see `list`); each mutant is reported next to the clean run.
+    #[arg(long, value_delimiter = ',', value_name = "MUTANT")]
+    pub mutants: Option<Vec<String>>,
 }
 
 /// `sweep` flags.
@@ -178,6 +182,7 @@ fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputE
             params: f.param.clone(),
             profiles: f.profile.clone(),
             policies: f.policy.clone(),
+            mutants: f.mutants.clone(),
         },
     };
     for (flag, list) in [
@@ -185,6 +190,7 @@ fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputE
         ("--param", &selection.params),
         ("--profile", &selection.profiles),
         ("--policy", &selection.policies),
+        ("--mutants", &selection.mutants),
     ] {
         if let Some(l) = list {
             if l.is_empty() || l.iter().any(|s| s.trim().is_empty()) {

@@ -25,6 +25,11 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "deepspeed_row_parallel.toml",
         include_str!("../configs/deepspeed_row_parallel.toml"),
     ),
+    (
+        "maxtext_diloco.toml",
+        include_str!("../configs/maxtext_diloco.toml"),
+    ),
+    ("diloco.toml", include_str!("../configs/diloco.toml")),
 ];
 
 /// A tolerance as written in TOML.

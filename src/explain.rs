@@ -114,6 +114,7 @@ pub fn explain(catalog: &Catalog, q: &ExplainQuery) -> Result<(Vec<Candidate>, u
         params: Some(vec![ids[param].to_string()]),
         profiles: Some(profiles.iter().map(|p| p.name.clone()).collect()),
         policies: None,
+        mutants: None,
     })?;
     let seed = q.seed.unwrap_or(s.common().first_seed);
     let mut ws = Workspace::default();

@@ -22,6 +22,7 @@ pub mod explain;
 pub mod export;
 pub mod fp;
 pub mod model;
+pub mod mutant;
 pub mod profile;
 pub mod real;
 pub mod repro;

@@ -13,6 +13,7 @@ use crate::error::{unknown_name, InputError};
 use crate::fp::allreduce::{AllReduceAlgo, Wire};
 use crate::fp::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::fp::round::Tf32Mode;
+use crate::fp::torch_ops::TorchIsa;
 
 /// A resolved numerics profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,8 @@ pub struct Profile {
     pub allreduce: AllReduceAlgo,
     /// All-reduce buffer dtype.
     pub wire: Wire,
+    /// Which torch CPU kernel build the elementwise and reduction kernels mirror.
+    pub torch_isa: TorchIsa,
 }
 
 /// A profile or modifier table as written in TOML. Every part is optional in a modifier and
@@ -46,6 +49,8 @@ pub struct ProfileToml {
     pub allreduce: Option<String>,
     /// `f32` or `bf16`.
     pub wire: Option<String>,
+    /// `avx2` (default) or `avx512`: the vector width of torch's CPU kernels.
+    pub torch_isa: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -170,6 +175,19 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
     if let Some(s) = &t.wire {
         p.wire = parse_wire(file, &format!("{prefix}.wire"), s)?;
     }
+    if let Some(s) = &t.torch_isa {
+        p.torch_isa = match s.as_str() {
+            "avx2" => TorchIsa::Avx2,
+            "avx512" => TorchIsa::Avx512,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.torch_isa"),
+                    format!("`{s}` is not allowed; allowed: avx2, avx512"),
+                ))
+            }
+        };
+    }
     Ok(())
 }
 
@@ -217,6 +235,7 @@ impl ProfileRegistry {
                 },
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
+                torch_isa: TorchIsa::Avx2,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -235,6 +254,7 @@ impl ProfileRegistry {
                 },
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
+                torch_isa: TorchIsa::Avx2,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers

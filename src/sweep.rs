@@ -62,6 +62,8 @@ pub struct SummaryEntry {
     pub max_abs_expected: f64,
     /// Seeds with a mismatch involving NaN or infinity.
     pub nonfinite_seeds: usize,
+    /// Smallest usage over seeds (ratio): how surely a mutant is detected.
+    pub min_usage: f64,
 }
 
 /// The seeds a group runs.
@@ -112,6 +114,7 @@ pub fn run(
         .map_init(Workspace::default, |ws, &(gi, seed)| {
             let g = &groups[gi];
             let s = &catalog.scenarios[g.scenario];
+            ws.mutant = g.mutant;
             s.run(g.param, seed, &g.profile, ws);
             let mut out = Vec::new();
             evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
@@ -156,10 +159,14 @@ pub fn summarize(catalog: &Catalog, g: &Group, r: &GroupResult) -> Vec<SummaryEn
                     max_abs_diff: 0.0,
                     max_abs_expected: 0.0,
                     nonfinite_seeds: 0,
+                    min_usage: f64::INFINITY,
                 };
                 for (seed, res) in r.seeds.iter().zip(&r.per_seed) {
                     let sc = &res[k];
                     usages.push(sc.usage);
+                    if sc.usage < e.min_usage {
+                        e.min_usage = sc.usage;
+                    }
                     if sc.usage > 1.0 {
                         e.failing_seeds += 1;
                     }

@@ -1,28 +1,39 @@
-//! End to end against real PyTorch: the T1 model of seed 8199, `35-3-False-0`, in the
-//! `cpu-fma` profile, recorded by torch 2.15 on the CPU (`scripts/crosscheck_torch.py
-//! --emit-fixture`): the reference logits, the simulated row-parallel logits of all three
-//! steps and the final tied weight must match bit for bit. This covers torch's generator,
+//! End to end against real PyTorch: the T1 model of seed 8199, `35-3-False-0`, recorded by
+//! torch 2.15 on the CPU (`scripts/crosscheck_torch.py --emit-fixture`), once with torch's
+//! AVX2 kernels (`ATEN_CPU_CAPABILITY=avx2`, profile `cpu-fma`) and once with its AVX512
+//! kernels (profile `cpu-fma-avx512`): the reference logits, the simulated row-parallel
+//! logits of all three steps and the final tied weight must match bit for bit. (The
+//! simulated row-parallel computation was itself checked bit for bit against DeepSpeed
+//! 0.19.8 AutoTP training on 2 CPU ranks with gloo.) This covers torch's generator,
 //! the MKL FMA-chain matmuls, tanh, cross-entropy forward and backward, the embedding
 //! scatter-add, the tied-gradient sum and SGD together.
 
 use seedsweep::catalog::{Catalog, Selection};
 use seedsweep::scenario::Workspace;
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/torch_t1_seed8199_35-3-False-0.json"
-);
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
 
 #[test]
-fn t1_seed_8199_matches_torch_bit_for_bit() {
-    let text = std::fs::read_to_string(FIXTURE)
-        .unwrap_or_else(|e| panic!("cannot read {FIXTURE}: {e}; regenerate it with scripts/crosscheck_torch.py --emit-fixture"));
+fn t1_seed_8199_matches_torch_avx2_kernels_bit_for_bit() {
+    check("torch_t1_seed8199_35-3-False-0_avx2.json", "cpu-fma");
+}
+
+#[test]
+fn t1_seed_8199_matches_torch_avx512_kernels_bit_for_bit() {
+    check("torch_t1_seed8199_35-3-False-0.json", "cpu-fma-avx512");
+}
+
+fn check(file: &str, profile: &str) {
+    let path = format!("{DATA}{file}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("cannot read {path}: {e}; regenerate it with scripts/crosscheck_torch.py --emit-fixture")
+    });
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
         .plan(&Selection {
             params: Some(vec!["35-3-False-0".into()]),
-            profiles: Some(vec!["cpu-fma".into()]),
+            profiles: Some(vec![profile.into()]),
             ..Default::default()
         })
         .unwrap();

@@ -54,6 +54,8 @@ pub struct SeedRow<'a> {
     /// Largest |expected| over all steps.
     #[serde(serialize_with = "float")]
     pub max_abs_expected: f64,
+    /// The injected bug (`--mutants`); empty for the clean run.
+    pub mutant: &'a str,
 }
 
 /// One row of `summary.csv`: one check × comparison × policy of a group over all its seeds.
@@ -102,6 +104,34 @@ pub struct SummaryRow<'a> {
     pub max_abs_expected: f64,
     /// Seeds with a NaN/infinity mismatch.
     pub nonfinite_seeds: usize,
+    /// The injected bug (`--mutants`); empty for the clean run.
+    pub mutant: &'a str,
+}
+
+/// One row of `mutants.csv`: how one check detects one injected bug over the seeds.
+#[derive(Debug, Serialize)]
+pub struct MutantRow<'a> {
+    /// The injected bug.
+    pub mutant: &'a str,
+    /// Scenario name.
+    pub scenario: &'a str,
+    /// Parametrization id.
+    pub param: &'a str,
+    /// Numerics profile spec.
+    pub profile: &'a str,
+    /// Check name.
+    pub check: &'a str,
+    /// Comparison.
+    pub comparison: &'a str,
+    /// Tolerance policy.
+    pub policy: &'a str,
+    /// Seeds on which the check exceeds its tolerance (usage > 100 %): the bug is caught.
+    pub detected_seeds: usize,
+    /// Seeds evaluated.
+    pub seeds: usize,
+    /// Smallest usage over seeds, percent: above 100 the check catches the bug on every seed.
+    #[serde(serialize_with = "pct")]
+    pub min_usage_pct: f64,
 }
 
 /// Serializes rows into CSV bytes.
@@ -149,6 +179,7 @@ pub fn seeds_csv(
                             elements: sc.elements,
                             nonfinite: sc.nonfinite,
                             max_abs_expected: sc.max_abs_expected,
+                            mutant: g.mutant.map(|m| m.name()).unwrap_or(""),
                         });
                     }
                 }
@@ -187,6 +218,35 @@ pub fn summary_csv(
                 max_abs_diff: e.max_abs_diff,
                 max_abs_expected: e.max_abs_expected,
                 nonfinite_seeds: e.nonfinite_seeds,
+                mutant: g.mutant.map(|m| m.name()).unwrap_or(""),
+            });
+        }
+    }
+    to_bytes(rows)
+}
+
+/// The bytes of `mutants.csv`: every mutant group's checks, in group order.
+pub fn mutants_csv(
+    catalog: &Catalog,
+    groups: &[Group],
+    summaries: &[Vec<SummaryEntry>],
+) -> anyhow::Result<Vec<u8>> {
+    let mut rows = Vec::new();
+    for (g, entries) in groups.iter().zip(summaries) {
+        let Some(m) = g.mutant else { continue };
+        let s = &catalog.scenarios[g.scenario];
+        for e in entries {
+            rows.push(MutantRow {
+                mutant: m.name(),
+                scenario: &s.common().name,
+                param: s.param_ids()[g.param],
+                profile: &g.profile.name,
+                check: e.check,
+                comparison: e.comparison.name(),
+                policy: &e.policy,
+                detected_seeds: e.failing_seeds,
+                seeds: e.seeds,
+                min_usage_pct: e.min_usage,
             });
         }
     }
@@ -205,5 +265,11 @@ pub fn write_sweep(
     let summary = summary_csv(catalog, groups, summaries)?;
     write_atomic(&dir.join("seeds.csv"), &seeds)?;
     write_atomic(&dir.join("summary.csv"), &summary)?;
+    if groups.iter().any(|g| g.mutant.is_some()) {
+        write_atomic(
+            &dir.join("mutants.csv"),
+            &mutants_csv(catalog, groups, summaries)?,
+        )?;
+    }
     Ok(())
 }

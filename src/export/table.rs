@@ -115,6 +115,9 @@ pub fn sweep_summary(
         let mut rows = Vec::new();
         for gi in start..end {
             let g = &groups[gi];
+            if g.mutant.is_some() {
+                continue;
+            }
             let param = s.param_ids()[g.param];
             for check in s.checks(g.param) {
                 let mut row = vec![
@@ -147,4 +150,75 @@ pub fn sweep_summary(
         start = end;
     }
     out
+}
+
+/// The mutant summary: one row per (scenario, param, profile, mutant). For each policy, in the
+/// comparison the test asserts: on how many seeds at least one check catches the bug, and
+/// which checks catch it on every seed.
+pub fn mutant_summary(
+    catalog: &Catalog,
+    groups: &[Group],
+    results: &[GroupResult],
+    summaries: &[Vec<SummaryEntry>],
+) -> String {
+    let Some(first) = groups.iter().find(|g| g.mutant.is_some()) else {
+        return String::new();
+    };
+    let policies = &first.policy_names;
+    let mut header: Vec<String> = vec![
+        "scenario".into(),
+        "param".into(),
+        "profile".into(),
+        "mutant".into(),
+    ];
+    for p in policies {
+        header.push(format!("{p}: caught"));
+        header.push("checks catching every seed".into());
+    }
+    let mut rows = Vec::new();
+    for (gi, g) in groups.iter().enumerate() {
+        let Some(m) = g.mutant else { continue };
+        let s = &catalog.scenarios[g.scenario];
+        let asserted = s.asserted_comparison();
+        let checks = s.checks(g.param);
+        let np = g.policy_names.len();
+        let ci = Comparison::ALL
+            .iter()
+            .position(|c| *c == asserted)
+            .expect("asserted comparison is one of ALL");
+        let mut row = vec![
+            s.common().name.clone(),
+            s.param_ids()[g.param].to_string(),
+            g.profile.name.clone(),
+            m.name().to_string(),
+        ];
+        for (p, policy) in g.policy_names.iter().enumerate() {
+            let caught = results[gi]
+                .per_seed
+                .iter()
+                .filter(|res| {
+                    (0..checks.len())
+                        .any(|c| res[(c * Comparison::ALL.len() + ci) * np + p].usage > 1.0)
+                })
+                .count();
+            row.push(format!("{}/{}", caught, results[gi].seeds.len()));
+            let always: Vec<&str> = summaries[gi]
+                .iter()
+                .filter(|e| {
+                    e.comparison == asserted && &e.policy == policy && e.failing_seeds == e.seeds
+                })
+                .map(|e| e.check)
+                .collect();
+            row.push(if always.is_empty() {
+                "-".to_string()
+            } else {
+                always.join(" ")
+            });
+        }
+        rows.push(row);
+    }
+    format!(
+        "mutants (injected bugs in the sharded computation)\n{}\n",
+        render(&header, &rows, 4)
+    )
 }

@@ -493,41 +493,45 @@ const LANES: usize = 16;
 ///   (the ragged tail only touches its first lanes), then the AVX512
 ///   `vec_reduce_all` butterfly: lanes l and l^8 are added, then l^4, l^2, l^1.
 #[inline(always)]
-fn row_sum_exp(row: &[f32], max: f32) -> f32 {
+fn row_sum_exp<const N: usize>(row: &[f32], max: f32) -> f32 {
     let n = row.len();
-    if n < LANES {
+    if n < N {
         let mut acc = exp_core(row[0] - max);
         for &x in &row[1..] {
             acc += exp_core(x - max);
         }
         return acc;
     }
-    let mut acc = [0.0f32; LANES];
+    let mut acc = [0.0f32; N];
     for (l, a) in acc.iter_mut().enumerate() {
         *a = exp_core(row[l] - max);
     }
-    let mut d = LANES;
+    let mut d = N;
     while d < n {
-        let end = (d + LANES).min(n);
+        let end = (d + N).min(n);
         for (a, &x) in acc.iter_mut().zip(&row[d..end]) {
             *a += exp_core(x - max);
         }
         d = end;
     }
-    tree_reduce_16(&acc)
+    tree_reduce(&mut acc)
 }
 
-/// The AVX512 `vec_reduce_all` butterfly over 16 lanes (`_mm512_shuffle_f32x4`
-/// 0x4E / 0xB1 then `_mm512_shuffle_ps` 0x4E / 0xB1): lane 0 of the result.
+/// ATen's `vec_reduce_all` butterfly over N lanes (N = 16 on AVX512:
+/// `_mm512_shuffle_f32x4` 0x4E / 0xB1 then `_mm512_shuffle_ps` 0x4E / 0xB1; N = 8 on
+/// AVX2: `_mm256_permute2f128_ps` then `_mm256_shuffle_ps` 0x4E / 0xB1): lane l adds lane
+/// l + N/2, then l + N/4, ... and lane 0 is the result.
 #[inline(always)]
-fn tree_reduce_16(v: &[f32; LANES]) -> f32 {
-    let mut a = [0.0f32; 8];
-    for l in 0..8 {
-        a[l] = v[l] + v[l + 8];
+fn tree_reduce<const N: usize>(v: &mut [f32; N]) -> f32 {
+    let mut w = N;
+    while w > 1 {
+        let half = w / 2;
+        for l in 0..half {
+            v[l] += v[l + half];
+        }
+        w = half;
     }
-    let b = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    let c = [b[0] + b[2], b[1] + b[3]];
-    c[0] + c[1]
+    v[0]
 }
 
 /// Max of a row (`vec::reduce_all` with `vec::maximum`; NaN propagates).
@@ -608,13 +612,69 @@ pub fn log_softmax_cross_entropy_f32(
             grad_scale: f32,
             dlogits: &mut [f32],
         ) -> f32 {
-            ce_core(logits, labels, v, grad_scale, dlogits)
+            ce_core::<LANES>(logits, labels, v, grad_scale, dlogits)
         }
     )
 }
 
+/// The vector width of torch's CPU kernels: which ATen build (`ATEN_CPU_CAPABILITY`) runs.
+/// Only the log-softmax row sum depends on it here (8 or 16 lanes); measured against torch
+/// 2.15 with `ATEN_CPU_CAPABILITY=avx2` and the default AVX512 build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TorchIsa {
+    /// 8-lane `Vectorized<float>` (AVX2 machines, or `ATEN_CPU_CAPABILITY=avx2`).
+    #[default]
+    Avx2,
+    /// 16-lane `Vectorized<float>` (AVX512 machines).
+    Avx512,
+}
+
+/// [`log_softmax_cross_entropy_f32`] for torch's `isa` kernel build: identical except for the
+/// lane count of the log-softmax sum of exponentials (8 for AVX2, 16 for AVX512).
+pub fn log_softmax_cross_entropy_f32_isa(
+    logits: &[f32],
+    labels: &[i64],
+    v: usize,
+    grad_scale: f32,
+    dlogits: &mut [f32],
+    isa: TorchIsa,
+) -> f32 {
+    match isa {
+        TorchIsa::Avx512 => log_softmax_cross_entropy_f32(logits, labels, v, grad_scale, dlogits),
+        TorchIsa::Avx2 => {
+            let n = labels.len();
+            assert!(v > 0, "v must be positive");
+            assert_eq!(logits.len(), n * v, "logits must be labels.len() x v");
+            assert_eq!(dlogits.len(), n * v, "dlogits must be labels.len() x v");
+            for &t in labels {
+                assert!(
+                    t == IGNORE_INDEX || (0..v as i64).contains(&t),
+                    "label {t} out of range"
+                );
+            }
+            fma_dispatch!(
+                fn run(
+                    logits: &[f32],
+                    labels: &[i64],
+                    v: usize,
+                    grad_scale: f32,
+                    dlogits: &mut [f32],
+                ) -> f32 {
+                    ce_core::<8>(logits, labels, v, grad_scale, dlogits)
+                }
+            )
+        }
+    }
+}
+
 #[inline(always)]
-fn ce_core(logits: &[f32], labels: &[i64], v: usize, grad_scale: f32, dlogits: &mut [f32]) -> f32 {
+fn ce_core<const N: usize>(
+    logits: &[f32],
+    labels: &[i64],
+    v: usize,
+    grad_scale: f32,
+    dlogits: &mut [f32],
+) -> f32 {
     let n = labels.len();
     let ignored = labels.iter().filter(|&&t| t == IGNORE_INDEX).count();
     let total_weight = (n - ignored) as f32;
@@ -640,7 +700,7 @@ fn ce_core(logits: &[f32], labels: &[i64], v: usize, grad_scale: f32, dlogits: &
         let t = t as usize;
         // log_softmax forward for this row
         let max = row_max(row);
-        let lse = log_core(row_sum_exp(row, max));
+        let lse = log_core(row_sum_exp::<N>(row, max));
         // nll_loss forward: cascade sum of -logp[label]
         partial[0] -= (row[t] - max) - lse;
         for j in 0..LEVELS - 1 {

@@ -104,15 +104,17 @@ pub fn column_sums_generic<R: Real>(x: &[R], n: usize, out: &mut [R]) {
 /// Mean cross-entropy over `labels.len()` rows of `logits` (`n` classes), with its gradient
 /// for a backward pass seeded with `scale` (1 for `loss.backward()`, 1/2 for `(loss/2)`), via
 /// [`Real::cross_entropy`]: torch's CPU kernels bit for bit for f32
-/// (`fp::torch_ops::log_softmax_cross_entropy_f32`), [`cross_entropy_generic`] for f64.
-pub fn cross_entropy<R: Real>(
-    logits: &[R],
+/// (`fp::torch_ops::log_softmax_cross_entropy_f32_isa`, in the backend's torch kernel build),
+/// [`cross_entropy_generic`] for f64.
+pub fn cross_entropy<B: Backend>(
+    be: &mut B,
+    logits: &[B::R],
     labels: &[i64],
     n: usize,
-    scale: R,
-    dlogits: &mut [R],
-) -> R {
-    R::cross_entropy(logits, labels, n, scale, dlogits)
+    scale: B::R,
+    dlogits: &mut [B::R],
+) -> B::R {
+    be.cross_entropy(logits, labels, n, scale, dlogits)
 }
 
 /// Cross-entropy in the textbook order (the f64 ground truth uses it).
@@ -201,7 +203,7 @@ mod tests {
         let logits = [1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0];
         let labels = [1i64, 2];
         let mut d = [0.0f64; 6];
-        let loss = cross_entropy(&logits, &labels, 3, 1.0, &mut d);
+        let loss = cross_entropy(&mut F64Backend::default(), &logits, &labels, 3, 1.0, &mut d);
         let mut expect_loss = 0.0;
         for t in 0..2 {
             let row = &logits[t * 3..t * 3 + 3];

@@ -3,6 +3,8 @@
 use std::ops::Range;
 
 use crate::backend::Backend;
+use crate::fp::round::bf16_rne;
+use crate::mutant::TpFaults;
 use crate::real::Real;
 
 /// Shard size of rank `rank` when `total` is split over `tp` ranks, DeepSpeed AutoTP's
@@ -79,12 +81,23 @@ fn grow<R: Real>(v: &mut Vec<R>, len: usize) {
     }
 }
 
+/// The weight columns rank `r` uses: its own shard, or with the `shifted_weights` fault the
+/// shard moved left by one for every rank after the first.
+fn weight_cols(cols: &Range<usize>, r: usize, faults: TpFaults) -> Range<usize> {
+    if faults.shifted_weights && r > 0 && cols.start > 0 {
+        cols.start - 1..cols.end - 1
+    } else {
+        cols.clone()
+    }
+}
+
 /// Row-parallel linear forward, `y = x · Wᵀ` with the input dimension `k` split over ranks
 /// (`shards`): rank r computes the partial `x[:, s_r] · W[:, s_r]ᵀ` with the backend's matmul
 /// (a reduction of length |s_r|), then the partials are summed by the backend's all-reduce
 /// in its order. An empty shard contributes a zero partial. With one shard this is exactly
 /// the unsharded `x · Wᵀ`. `x` is `m × k`, `w` is `n × k`, `y` is `m × n`. Bias, if any, is
-/// added by the caller after the all-reduce.
+/// added by the caller after the all-reduce. `faults` injects a mutant's bug (see
+/// [`TpFaults`]); `TpFaults::default()` is the correct layer.
 #[allow(clippy::too_many_arguments)]
 pub fn row_parallel_forward<B: Backend>(
     be: &mut B,
@@ -95,6 +108,7 @@ pub fn row_parallel_forward<B: Backend>(
     k: usize,
     n: usize,
     shards: &[Range<usize>],
+    faults: TpFaults,
     buf: &mut RowParallelBuffers<B::R>,
 ) {
     if shards.len() == 1 {
@@ -113,7 +127,13 @@ pub fn row_parallel_forward<B: Backend>(
         grow(&mut buf.x_shard, m * ks);
         grow(&mut buf.w_shard, n * ks);
         gather_columns(x, m, k, cols.clone(), &mut buf.x_shard[..m * ks]);
-        gather_columns(w, n, k, cols.clone(), &mut buf.w_shard[..n * ks]);
+        gather_columns(
+            w,
+            n,
+            k,
+            weight_cols(cols, r, faults),
+            &mut buf.w_shard[..n * ks],
+        );
         be.matmul_nt(
             &buf.x_shard[..m * ks],
             &buf.w_shard[..n * ks],
@@ -123,7 +143,16 @@ pub fn row_parallel_forward<B: Backend>(
             n,
         );
     }
-    be.all_reduce(&buf.partials[..tp * m * n], tp, y);
+    if faults.bf16_inputs {
+        for v in &mut buf.partials[..tp * m * n] {
+            *v = B::R::from_f64(bf16_rne(v.to_f64() as f32) as f64);
+        }
+    }
+    if faults.no_allreduce {
+        y.copy_from_slice(&buf.partials[..m * n]);
+    } else {
+        be.all_reduce(&buf.partials[..tp * m * n], tp, y);
+    }
 }
 
 /// Row-parallel linear backward for `y = x · Wᵀ` given `dy` (`m × n`):
@@ -133,7 +162,9 @@ pub fn row_parallel_forward<B: Backend>(
 ///   the shards are all-gathered (copied) into `dx`.
 ///
 /// The input gradient needs no all-reduce: each rank's slice is complete. Either output may
-/// be skipped with `None`.
+/// be skipped with `None`. With the `shifted_weights` fault, each rank's gradient lands on
+/// (and its input gradient reads) its shifted columns; with `no_input_grad_gather`, only
+/// rank 0's slice of `dx` is filled and the rest is zero.
 #[allow(clippy::too_many_arguments)]
 pub fn row_parallel_backward<B: Backend>(
     be: &mut B,
@@ -146,6 +177,7 @@ pub fn row_parallel_backward<B: Backend>(
     k: usize,
     n: usize,
     shards: &[Range<usize>],
+    faults: TpFaults,
     buf: &mut RowParallelBuffers<B::R>,
 ) {
     if shards.len() == 1 {
@@ -158,7 +190,11 @@ pub fn row_parallel_backward<B: Backend>(
         return;
     }
     if let Some(dw) = dw {
-        for cols in shards {
+        if faults.shifted_weights {
+            // Shifted shards leave the last column unwritten; it must not keep stale values.
+            dw.fill(B::R::ZERO);
+        }
+        for (r, cols) in shards.iter().enumerate() {
             let ks = cols.len();
             if ks == 0 {
                 continue;
@@ -174,18 +210,33 @@ pub fn row_parallel_backward<B: Backend>(
                 m,
                 ks,
             );
-            scatter_columns(&buf.g_shard[..n * ks], n, k, cols.clone(), dw);
+            scatter_columns(
+                &buf.g_shard[..n * ks],
+                n,
+                k,
+                weight_cols(cols, r, faults),
+                dw,
+            );
         }
     }
     if let Some(dx) = dx {
-        for cols in shards {
+        if faults.no_input_grad_gather {
+            dx.fill(B::R::ZERO);
+        }
+        for (r, cols) in shards.iter().enumerate() {
             let ks = cols.len();
-            if ks == 0 {
+            if ks == 0 || (faults.no_input_grad_gather && r > 0) {
                 continue;
             }
             grow(&mut buf.w_shard, n * ks);
             grow(&mut buf.g_shard, m * ks);
-            gather_columns(w, n, k, cols.clone(), &mut buf.w_shard[..n * ks]);
+            gather_columns(
+                w,
+                n,
+                k,
+                weight_cols(cols, r, faults),
+                &mut buf.w_shard[..n * ks],
+            );
             be.matmul(
                 dy,
                 &buf.w_shard[..n * ks],

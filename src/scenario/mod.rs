@@ -15,6 +15,8 @@ use crate::fp::matmul::MatmulScratch;
 use crate::profile::Profile;
 use crate::trace::Trace;
 
+pub mod diloco;
+pub mod maxtext_diloco;
 pub mod row_parallel;
 pub mod tied_row_parallel;
 
@@ -71,6 +73,9 @@ pub struct Workspace {
     /// Which fp32 matmul kernels the scenarios use (the benchmark baseline and the
     /// kernel cross-check switch this to the scalar reference).
     pub kernels: crate::backend::Kernels,
+    /// The bug injected into the sharded computation, if any (one the scenario lists in
+    /// [`Scenario::mutants`]).
+    pub mutant: Option<crate::mutant::Mutant>,
     buffers: HashMap<TypeId, Box<dyn Any + Send>>,
 }
 
@@ -113,6 +118,10 @@ pub trait Scenario: Send + Sync {
     fn seed_dependent(&self) -> bool {
         true
     }
+    /// The mutants this scenario can inject into its sharded computation.
+    fn mutants(&self) -> &'static [crate::mutant::Mutant] {
+        &[]
+    }
     /// The comparison the real test asserts: `sharded-vs-ref` for tests that compare a sharded
     /// run with an unsharded one, `sharded-vs-f64` for tests that compare against hand-computed
     /// float64 constants.
@@ -131,6 +140,8 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
     match common.kind.as_str() {
         tied_row_parallel::KIND => Ok(Box::new(tied_row_parallel::TiedRowParallel::new(common)?)),
         row_parallel::KIND => Ok(Box::new(row_parallel::RowParallel::new(common)?)),
+        maxtext_diloco::KIND => Ok(Box::new(maxtext_diloco::MaxtextDiloco::new(common)?)),
+        diloco::KIND => Ok(Box::new(diloco::Diloco::new(common)?)),
         other => Err(InputError::config(
             &common.file,
             "scenario",
@@ -140,4 +151,9 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
 }
 
 /// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[tied_row_parallel::KIND, row_parallel::KIND];
+pub const KINDS: &[&str] = &[
+    tied_row_parallel::KIND,
+    row_parallel::KIND,
+    maxtext_diloco::KIND,
+    diloco::KIND,
+];

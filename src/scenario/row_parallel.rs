@@ -32,6 +32,7 @@ use crate::model::layers::{
 use crate::model::tp::{
     row_parallel_backward, row_parallel_forward, shard_ranges, RowParallelBuffers,
 };
+use crate::mutant::{Mutant, TpFaults};
 use crate::profile::Profile;
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
@@ -380,6 +381,8 @@ impl RowParallel {
         }
     }
 
+    /// One computation: `shards` has one range for the unsharded model; `mutant` injects a
+    /// bug (sharded computation only).
     #[allow(clippy::too_many_arguments)]
     fn compute<B: Backend>(
         &self,
@@ -387,12 +390,14 @@ impl RowParallel {
         p: &Param,
         init: &Init,
         shards: &[Range<usize>],
+        mutant: Option<Mutant>,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
     ) {
         let (v, h, t) = (self.vocab, p.hidden, p.tokens);
         let lr = B::R::from_f32(self.lr);
         let scale = B::R::ONE / B::R::from_f64(self.accum as f64);
+        let faults = TpFaults::of(mutant);
         load(&mut bf.p, &init.p);
         load(&mut bf.pb, &init.pb);
         load(&mut bf.w, &init.w);
@@ -438,13 +443,14 @@ impl RowParallel {
                     h,
                     v,
                     shards,
+                    faults,
                     &mut bf.rp,
                 );
                 if p.bias {
                     add_row_bias(&mut bf.logits, &bf.hb, v);
                 }
                 trace.record(p.idx.logits, label, &bf.logits);
-                let loss = cross_entropy(&bf.logits, &micro.labels, v, scale, &mut bf.dlogits);
+                let loss = cross_entropy(be, &bf.logits, &micro.labels, v, scale, &mut bf.dlogits);
                 trace.record(p.idx.loss, label, &[loss]);
                 row_parallel_backward(
                     be,
@@ -457,8 +463,12 @@ impl RowParallel {
                     h,
                     v,
                     shards,
+                    faults,
                     &mut bf.rp,
                 );
+                if mutant == Some(Mutant::DroppedHeadGrad) {
+                    bf.g_w.fill(B::R::ZERO);
+                }
                 if p.bias {
                     column_sums(&bf.dlogits, v, &mut bf.g_hb);
                 }
@@ -527,6 +537,15 @@ impl Scenario for RowParallel {
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
     }
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant::WrongShardOffset,
+            Mutant::MissingAllreduce,
+            Mutant::DroppedHeadGrad,
+            Mutant::MissingInputGradGather,
+            Mutant::Bf16Allreduce,
+        ]
+    }
     fn policies(&self) -> &[Policy] {
         &self.policies
     }
@@ -541,6 +560,7 @@ impl Scenario for RowParallel {
         let mut traces = std::mem::take(&mut ws.traces);
         traces.clear();
         let kernels = ws.kernels;
+        let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<T2Buffers>();
         self.draw_init(p, seed, &mut bufs.torch, &mut bufs.init);
         let whole = 0..p.hidden;
@@ -550,6 +570,7 @@ impl Scenario for RowParallel {
             p,
             &bufs.init,
             single,
+            None,
             &mut bufs.b64,
             &mut traces.f64,
         );
@@ -559,6 +580,7 @@ impl Scenario for RowParallel {
             p,
             &bufs.init,
             single,
+            None,
             &mut bufs.b32,
             &mut traces.reference,
         );
@@ -567,6 +589,7 @@ impl Scenario for RowParallel {
             p,
             &bufs.init,
             &p.shards,
+            mutant,
             &mut bufs.b32,
             &mut traces.sharded,
         );

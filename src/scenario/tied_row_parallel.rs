@@ -34,6 +34,7 @@ use crate::model::layers::{
 use crate::model::tp::{
     row_parallel_backward, row_parallel_forward, shard_ranges, RowParallelBuffers,
 };
+use crate::mutant::{Mutant, TpFaults};
 use crate::profile::Profile;
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
@@ -277,6 +278,7 @@ struct Init {
 #[derive(Debug, Default)]
 struct Bufs<R> {
     w: Vec<R>,
+    w_emb: Vec<R>,
     p: Vec<R>,
     b: Vec<R>,
     x: Vec<R>,
@@ -348,7 +350,8 @@ impl TiedRowParallel {
         }
     }
 
-    /// One computation: `shards` has one range for the unsharded model.
+    /// One computation: `shards` has one range for the unsharded model; `mutant` injects a
+    /// bug (sharded computation only).
     #[allow(clippy::too_many_arguments)]
     fn compute<B: Backend>(
         &self,
@@ -356,6 +359,7 @@ impl TiedRowParallel {
         p: &Param,
         init: &Init,
         shards: &[Range<usize>],
+        mutant: Option<Mutant>,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
     ) {
@@ -363,6 +367,12 @@ impl TiedRowParallel {
         let lr = B::R::from_f32(self.lr);
         bf.w.clear();
         bf.w.extend(init.w.iter().map(|&x| B::R::from_f32(x)));
+        let drift = mutant == Some(Mutant::TiedWeightsDrift);
+        let faults = TpFaults::of(mutant);
+        if drift {
+            bf.w_emb.clear();
+            bf.w_emb.extend_from_slice(&bf.w);
+        }
         bf.p.clear();
         bf.p.extend(init.p.iter().map(|&x| B::R::from_f32(x)));
         bf.b.clear();
@@ -381,7 +391,8 @@ impl TiedRowParallel {
         for (s, (ids, labels)) in p.inputs.iter().enumerate() {
             let step = StepLabel::step(s as u32);
             // Forward.
-            embedding_lookup(&bf.w, h, ids, &mut bf.x);
+            let table = if drift { &bf.w_emb } else { &bf.w };
+            embedding_lookup(table, h, ids, &mut bf.x);
             linear(be, &bf.x, &bf.p, Some(&bf.b), &mut bf.h, t, h, h);
             tanh_inplace(&mut bf.h);
             row_parallel_forward(
@@ -393,10 +404,11 @@ impl TiedRowParallel {
                 h,
                 v,
                 shards,
+                faults,
                 &mut bf.rp,
             );
             trace.record(p.idx.logits, step, &bf.logits);
-            cross_entropy(&bf.logits, labels, v, B::R::ONE, &mut bf.dlogits);
+            cross_entropy(be, &bf.logits, labels, v, B::R::ONE, &mut bf.dlogits);
             // Backward through the head (per rank), then the projection.
             row_parallel_backward(
                 be,
@@ -409,6 +421,7 @@ impl TiedRowParallel {
                 h,
                 v,
                 shards,
+                faults,
                 &mut bf.rp,
             );
             tanh_backward(&bf.dh, &bf.h, &mut bf.dpre);
@@ -417,8 +430,20 @@ impl TiedRowParallel {
             be.matmul(&bf.dpre, &bf.p, &mut bf.dx, t, h, h);
             // Embedding contribution, then the tied sum (head contribution + embedding).
             embedding_backward(&bf.dx, h, ids, p.padding_idx, &mut bf.dw);
-            for (g, &hd) in bf.dw.iter_mut().zip(&bf.dw_head) {
-                *g = hd + *g;
+            match mutant {
+                Some(Mutant::DroppedHeadGrad) => {}
+                Some(Mutant::DroppedEmbeddingGrad) => bf.dw.copy_from_slice(&bf.dw_head),
+                Some(Mutant::TiedWeightsDrift) => {
+                    // Two copies, each updated from its own contribution only; the head's
+                    // gradient is what `head.weight.grad` shows.
+                    sgd(&mut bf.w_emb, &bf.dw, lr);
+                    bf.dw.copy_from_slice(&bf.dw_head);
+                }
+                _ => {
+                    for (g, &hd) in bf.dw.iter_mut().zip(&bf.dw_head) {
+                        *g = hd + *g;
+                    }
+                }
             }
             if let Some(c) = p.idx.tied_grad {
                 trace.record(c, step, &bf.dw);
@@ -445,6 +470,17 @@ impl Scenario for TiedRowParallel {
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
     }
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant::WrongShardOffset,
+            Mutant::MissingAllreduce,
+            Mutant::DroppedHeadGrad,
+            Mutant::DroppedEmbeddingGrad,
+            Mutant::TiedWeightsDrift,
+            Mutant::MissingInputGradGather,
+            Mutant::Bf16Allreduce,
+        ]
+    }
     fn policies(&self) -> &[Policy] {
         &self.policies
     }
@@ -459,6 +495,7 @@ impl Scenario for TiedRowParallel {
         let mut traces = std::mem::take(&mut ws.traces);
         traces.clear();
         let kernels = ws.kernels;
+        let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<T1Buffers>();
         self.draw_init(p, seed, &mut bufs.torch, &mut bufs.init);
         let whole = 0..p.hidden;
@@ -468,6 +505,7 @@ impl Scenario for TiedRowParallel {
             p,
             &bufs.init,
             single,
+            None,
             &mut bufs.b64,
             &mut traces.f64,
         );
@@ -477,6 +515,7 @@ impl Scenario for TiedRowParallel {
             p,
             &bufs.init,
             single,
+            None,
             &mut bufs.b32,
             &mut traces.reference,
         );
@@ -485,6 +524,7 @@ impl Scenario for TiedRowParallel {
             p,
             &bufs.init,
             &p.shards,
+            mutant,
             &mut bufs.b32,
             &mut traces.sharded,
         );
