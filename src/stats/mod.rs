@@ -1,4 +1,4 @@
-//! Order statistics for the summary.
+//! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
 /// The q-quantile of `sorted` (ascending, non-empty) by linear interpolation between order
 /// statistics, numpy's default (`method="linear"`): position `q·(n-1)`, interpolated between
