@@ -50,8 +50,8 @@ pub struct ReproOptions {
     pub common: Common,
     /// The seed, or each scenario's configured first seed.
     pub seed: Option<u64>,
-    /// Which comparison gets torch-style messages.
-    pub comparison: Comparison,
+    /// Which comparison gets torch-style messages (default: each scenario's asserted one).
+    pub comparison: Option<Comparison>,
     /// Exit with [`EXIT_EXCEEDED`] when a check of that comparison exceeds.
     pub fail_on_exceed: bool,
     /// Directory for raw trace dumps.

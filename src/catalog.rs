@@ -187,6 +187,17 @@ impl Catalog {
         let mut groups = Vec::new();
         for &si in &scenario_idx {
             let s = &self.scenarios[si];
+            if let Some(params) = &sel.params {
+                // A scenario none of whose parametrizations is selected takes no part, so its
+                // policies and profiles are not checked against the flags either.
+                if !s
+                    .param_ids()
+                    .iter()
+                    .any(|id| params.iter().any(|p| p == id))
+                {
+                    continue;
+                }
+            }
             let profile_specs: Vec<String> = match &sel.profiles {
                 Some(p) => p.clone(),
                 None => s.common().profiles.clone(),

@@ -340,6 +340,10 @@ fn magnitude_stats_impl(actual: &[f64], expected: &[f64]) -> (f64, f64) {
     (fold(max_d), fold(max_e))
 }
 
+/// Per tolerance (max usage, mismatched, non-finite mismatches), then (max |diff|,
+/// max |expected|): the result of [`pair_stats_finite`].
+pub type PairStats = ([(f64, usize, usize); 2], (f64, f64));
+
 /// [`usage_stats`] under two tolerances plus [`magnitude_stats`], in one pass, when every
 /// operand is finite and both atols are positive (the common case: each element's difference
 /// and magnitude are computed once). Returns `None` otherwise, and the caller falls back to
@@ -349,7 +353,7 @@ pub fn pair_stats_finite(
     expected: &[f64],
     t1: Tolerance,
     t2: Tolerance,
-) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+) -> Option<PairStats> {
     if !(t1.atol > 0.0 && t2.atol > 0.0 && t1.rtol >= 0.0 && t2.rtol >= 0.0) {
         return None;
     }
@@ -373,7 +377,7 @@ unsafe fn pair_stats_avx2(
     expected: &[f64],
     t1: Tolerance,
     t2: Tolerance,
-) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+) -> Option<PairStats> {
     use std::arch::x86_64::*;
     if !(all_finite(actual) && all_finite(expected)) {
         return None;
@@ -399,8 +403,14 @@ unsafe fn pair_stats_avx2(
         u1 = _mm256_max_pd(x1, u1);
         u2 = _mm256_max_pd(x2, u2);
         // A true comparison is all ones (-1 as i64): subtracting it counts.
-        b1 = _mm256_sub_epi64(b1, _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(x1, one)));
-        b2 = _mm256_sub_epi64(b2, _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(x2, one)));
+        b1 = _mm256_sub_epi64(
+            b1,
+            _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(x1, one)),
+        );
+        b2 = _mm256_sub_epi64(
+            b2,
+            _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_GT_OQ>(x2, one)),
+        );
         md = _mm256_max_pd(d, md);
         me = _mm256_max_pd(ae, me);
         i += LANES;
@@ -413,7 +423,8 @@ unsafe fn pair_stats_avx2(
     let mut counts = [[0u64; LANES]; 2];
     _mm256_storeu_si256(counts[0].as_mut_ptr() as *mut __m256i, b1);
     _mm256_storeu_si256(counts[1].as_mut_ptr() as *mut __m256i, b2);
-    let [mut u1, mut u2, mut md, mut me] = lanes.map(|v| v.iter().fold(0.0f64, |m, &x| if x > m { x } else { m }));
+    let [mut u1, mut u2, mut md, mut me] =
+        lanes.map(|v| v.iter().fold(0.0f64, |m, &x| if x > m { x } else { m }));
     let mut c1 = counts[0].iter().sum::<u64>() as usize;
     let mut c2 = counts[1].iter().sum::<u64>() as usize;
     for k in split..n {
@@ -437,7 +448,7 @@ fn pair_stats_impl(
     expected: &[f64],
     t1: Tolerance,
     t2: Tolerance,
-) -> Option<([(f64, usize, usize); 2], (f64, f64))> {
+) -> Option<PairStats> {
     if !(all_finite(actual) && all_finite(expected)) {
         return None;
     }
@@ -733,11 +744,29 @@ mod tests {
         // Finite data takes the division-only path; compare element by element with the
         // reference definition.
         let e: Vec<f64> = (0..103).map(|i| ((i as f64) * 0.37).sin() * 10.0).collect();
-        let a: Vec<f64> = e.iter().enumerate().map(|(i, v)| v + (i % 7) as f64 * 3e-6).collect();
-        for tol in [OLD, Tolerance::TORCH_FP32, Tolerance { atol: 1e-9, rtol: 0.0 }] {
+        let a: Vec<f64> = e
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + (i % 7) as f64 * 3e-6)
+            .collect();
+        for tol in [
+            OLD,
+            Tolerance::TORCH_FP32,
+            Tolerance {
+                atol: 1e-9,
+                rtol: 0.0,
+            },
+        ] {
             let s = compare(&a, &e, tol);
-            assert_eq!(usage_stats(&a, &e, tol), (s.usage, s.mismatched, s.nonfinite), "{tol:?}");
-            assert_eq!(magnitude_stats(&a, &e), (s.max_abs_diff, s.max_abs_expected));
+            assert_eq!(
+                usage_stats(&a, &e, tol),
+                (s.usage, s.mismatched, s.nonfinite),
+                "{tol:?}"
+            );
+            assert_eq!(
+                magnitude_stats(&a, &e),
+                (s.max_abs_diff, s.max_abs_expected)
+            );
         }
         for len in [0, 1, 5, 103] {
             let (a, e) = (&a[..len], &e[..len]);
@@ -748,11 +777,24 @@ mod tests {
                 "portable path, len {len}"
             );
             assert_eq!(pair[0], usage_stats(a, e, OLD), "len {len}");
-            assert_eq!(pair[1], usage_stats(a, e, Tolerance::TORCH_FP32), "len {len}");
+            assert_eq!(
+                pair[1],
+                usage_stats(a, e, Tolerance::TORCH_FP32),
+                "len {len}"
+            );
             assert_eq!(mags, magnitude_stats(a, e), "len {len}");
         }
         assert!(pair_stats_finite(&[f64::NAN], &[1.0], OLD, OLD).is_none());
-        assert!(pair_stats_finite(&[1.0], &[1.0], OLD, Tolerance { atol: 0.0, rtol: 1e-6 }).is_none());
+        assert!(pair_stats_finite(
+            &[1.0],
+            &[1.0],
+            OLD,
+            Tolerance {
+                atol: 0.0,
+                rtol: 1e-6
+            }
+        )
+        .is_none());
     }
 
     #[test]

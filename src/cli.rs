@@ -154,9 +154,10 @@ pub struct ReproArgs {
     /// The seed to re-run (default: each scenario's own first seed).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// Which comparison gets torch-style messages: sharded-vs-ref, ref-vs-f64, sharded-vs-f64.
-    #[arg(long, default_value = "sharded-vs-ref", value_name = "NAME")]
-    comparison: String,
+    /// Which comparison gets torch-style messages: sharded-vs-ref, ref-vs-f64, sharded-vs-f64
+    /// (default: the one each scenario's test asserts).
+    #[arg(long, value_name = "NAME")]
+    comparison: Option<String>,
     /// Exit with code 3 when a check of that comparison exceeds its tolerance.
     #[arg(long)]
     fail_on_exceed: bool,
@@ -242,15 +243,15 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             fail_on_exceed: a.fail_on_exceed,
         }),
         Command::Repro(a) => {
-            let comparison = Comparison::parse(&a.comparison).ok_or_else(|| {
-                InputError::flag(
-                    "--comparison",
-                    format!(
-                        "`{}` is not allowed; allowed: sharded-vs-ref, ref-vs-f64, sharded-vs-f64",
-                        a.comparison
-                    ),
-                )
-            })?;
+            let comparison = match &a.comparison {
+                None => None,
+                Some(c) => Some(Comparison::parse(c).ok_or_else(|| {
+                    InputError::flag(
+                        "--comparison",
+                        format!("`{c}` is not allowed; allowed: sharded-vs-ref, ref-vs-f64, sharded-vs-f64"),
+                    )
+                })?),
+            };
             Action::Repro(ReproOptions {
                 common: common(&a.select, Some(&a.filter))?,
                 seed: a.seed,

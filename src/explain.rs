@@ -55,7 +55,7 @@ pub struct ExplainQuery {
     pub computation: Computation,
 }
 
-/// One ranked candidate.
+/// One ranked candidate. Candidates at the same distance share a rank (1, 1, 3, ...).
 #[derive(Debug, Clone)]
 pub struct Candidate {
     /// 1-based rank.
@@ -70,8 +70,12 @@ pub struct Candidate {
     pub rel_diff: f64,
 }
 
-/// Runs the query; returns the candidates, best first, and the seed used.
-pub fn explain(catalog: &Catalog, q: &ExplainQuery) -> Result<(Vec<Candidate>, u64), InputError> {
+/// Runs the query; returns the candidates, best first, and the seed used (`None` for a
+/// scenario whose data do not depend on the seed).
+pub fn explain(
+    catalog: &Catalog,
+    q: &ExplainQuery,
+) -> Result<(Vec<Candidate>, Option<u64>), InputError> {
     let si = catalog.scenario_index(&q.scenario, "--scenario")?;
     let s = &catalog.scenarios[si];
     let ids = s.param_ids();
@@ -163,10 +167,15 @@ pub fn explain(catalog: &Catalog, q: &ExplainQuery) -> Result<(Vec<Candidate>, u
         });
     }
     out.sort_by(|a, b| a.abs_diff.total_cmp(&b.abs_diff));
-    for (i, c) in out.iter_mut().enumerate() {
-        c.rank = i + 1;
+    // Competition ranking: profiles that give the same distance share a rank.
+    for i in 0..out.len() {
+        out[i].rank = if i > 0 && out[i].abs_diff == out[i - 1].abs_diff {
+            out[i - 1].rank
+        } else {
+            i + 1
+        };
     }
-    Ok((out, seed))
+    Ok((out, s.seed_dependent().then_some(seed)))
 }
 
 /// CSV with the columns `rank,profile,value,abs_diff,rel_diff` (floats in Python repr).
@@ -186,7 +195,7 @@ pub fn to_csv(cands: &[Candidate]) -> String {
 }
 
 /// A readable table.
-pub fn to_table(q: &ExplainQuery, seed: u64, cands: &[Candidate]) -> String {
+pub fn to_table(q: &ExplainQuery, seed: Option<u64>, cands: &[Candidate]) -> String {
     let header: Vec<String> = ["rank", "profile", "value", "|value - observed|", "relative"]
         .iter()
         .map(|s| s.to_string())
@@ -203,8 +212,12 @@ pub fn to_table(q: &ExplainQuery, seed: u64, cands: &[Candidate]) -> String {
             ]
         })
         .collect();
+    let seed = match seed {
+        Some(s) => format!("seed {s}"),
+        None => "fixed data".to_string(),
+    };
     format!(
-        "{} {} step {} [{}] seed {}: observed {}\n{}",
+        "{} {} step {} [{}], {}: observed {}\n{}",
         q.scenario,
         q.check,
         q.step,

@@ -211,7 +211,9 @@ impl Real for f64 {
     fn fma_update(p: &mut [f64], g: &[f64], a: f64) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 // SAFETY: the CPU supports AVX2 and FMA (checked just above).
                 return unsafe { fma_update_f64_fma(p, g, a) };
             }

@@ -17,7 +17,8 @@ pub struct ReproOutcome {
 }
 
 /// Runs `seed` for every group and reports usages and torch-style messages for every
-/// (check, step) of `message_comparison` that exceeds under a selected policy.
+/// (check, step) of `message_comparison` (default: the comparison each scenario's test
+/// asserts) that exceeds under a selected policy.
 ///
 /// With `dump`, each group's raw traces are also written to
 /// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv` (see [`crate::export::dump`]).
@@ -25,7 +26,7 @@ pub fn repro(
     catalog: &Catalog,
     groups: &[Group],
     seed_for: impl Fn(&Group) -> u64,
-    message_comparison: Comparison,
+    message_comparison: Option<Comparison>,
     dump: Option<&std::path::Path>,
 ) -> anyhow::Result<ReproOutcome> {
     let mut ws = Workspace::default();
@@ -38,6 +39,7 @@ pub fn repro(
         let param = s.param_ids()[g.param];
         s.run(g.param, seed, &g.profile, &mut ws);
         let checks = s.checks(g.param);
+        let message_comparison = message_comparison.unwrap_or(s.asserted_comparison());
         if let Some(dir) = dump {
             let name = format!(
                 "{}__{}__{}__seed{}.csv",

@@ -399,3 +399,128 @@ fn unknown_profile_and_policy_list_the_valid_ones() {
         .stderr(predicates_contains("--policy"))
         .stderr(predicates_contains("torch-default"));
 }
+
+#[test]
+fn explain_ranks_tpu_bf16_first_for_the_tpu7x_loss() {
+    let out = seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "maxtext-diloco",
+            "--check",
+            "loss",
+            "--step",
+            "2",
+            "--observed",
+            "0.647502",
+            "--format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("rank,profile,value,abs_diff,rel_diff"));
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("1,tpu-bf16,0.6475024223327637,"),
+        "{out}"
+    );
+}
+
+#[test]
+fn explain_ranks_plain_f32_first_for_the_v6e_loss() {
+    let out = seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "maxtext-diloco",
+            "--check",
+            "loss",
+            "--step",
+            "2",
+            "--observed",
+            "0.65000009",
+            "--format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    // Several profiles give the same fp32 value here; they share rank 1, and f32 is one of them.
+    let firsts: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("1,"))
+        .collect();
+    assert!(
+        firsts
+            .iter()
+            .any(|l| l.starts_with("1,f32,0.6500000953674316,")),
+        "{out}"
+    );
+    assert!(!firsts.iter().any(|l| l.contains("tpu-bf16,")), "{out}");
+}
+
+#[test]
+fn explain_rejects_unknown_checks_and_steps_with_the_valid_ones() {
+    seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "maxtext-diloco",
+            "--check",
+            "logits",
+            "--step",
+            "2",
+            "--observed",
+            "1",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--check"))
+        .stderr(predicates_contains("loss"));
+    seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "maxtext-diloco",
+            "--check",
+            "loss",
+            "--step",
+            "9",
+            "--observed",
+            "1",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--step"));
+}
+
+#[test]
+fn repro_of_t3_reports_against_the_float64_constants_by_default() {
+    seedsweep()
+        .args([
+            "repro",
+            "--scenario",
+            "maxtext-diloco",
+            "--profile",
+            "tpu-bf16",
+            "--policy",
+            "chex-default",
+            "--fail-on-exceed",
+        ])
+        .assert()
+        .code(3)
+        .stdout(predicates_contains(
+            "-- loss at step 2 (sharded-vs-f64, policy chex-default",
+        ));
+}

@@ -802,6 +802,14 @@ impl Diloco {
     /// Draws seed `seed`'s data into `d` (module doc, "The synthetic sweep"). `name` is a
     /// reused buffer for stream names and `teacher` for the teacher weights, so nothing is
     /// allocated once they have grown.
+    ///
+    /// Order: the standard deviations `sqrt(1/fan_in)` are computed in f64 and rounded once
+    /// to f32, then passed to [`ChaChaStream::fill_normal`] (values in index order, row-major).
+    /// Streams: `init.w1` (then `init.w2` for mlp), `data.teacher`, `data.teacher.bias`, and
+    /// per replica r in order `data.replica{r}.x` then `data.replica{r}.noise` (one normal per
+    /// target, example-major). Target `y[e][o]`: `acc = 0; acc += x[e][i]·T[i][o]` for i
+    /// ascending, in f64 (products of f32 values are exact there); then `acc + tb[o]`, then
+    /// `+ 0.1·ε` (f64), rounded once to f32.
     pub fn draw(&self, seed: u64, d: &mut DilocoData, name: &mut String, teacher: &mut Vec<f32>) {
         let s = &self.spec;
         let (ni, nh, no, nb) = (s.inputs, s.hidden, s.outputs, s.batch);
