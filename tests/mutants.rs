@@ -195,3 +195,52 @@ fn unknown_or_inapplicable_mutants_are_rejected() {
         .to_string();
     assert!(e.contains("does not apply"), "{e}");
 }
+
+#[test]
+fn diloco_mutants_trip_their_checks() {
+    for (scenario, param) in [
+        (
+            "maxtext-diloco",
+            "test_diloco_training_simulation_with_mesh",
+        ),
+        ("diloco", "linear-r4-h3-sgd"),
+    ] {
+        let run = |m: &str| {
+            let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+            let groups = catalog
+                .plan(&Selection {
+                    scenarios: Some(vec![scenario.into()]),
+                    params: Some(vec![param.into()]),
+                    profiles: Some(vec!["f32".into()]),
+                    policies: Some(vec!["chex-default".into(), "relaxed-1e-2".into()]),
+                    mutants: Some(vec![m.into()]),
+                })
+                .unwrap();
+            let g = groups.iter().find(|g| g.mutant.is_some()).unwrap();
+            let s = &catalog.scenarios[g.scenario];
+            let mut ws = Workspace::default();
+            ws.mutant = g.mutant;
+            s.run(g.param, 0, &g.profile, &mut ws);
+            let mut out = Vec::new();
+            evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+            let checks: Vec<String> = s
+                .checks(g.param)
+                .iter()
+                .map(|c| c.name.to_string())
+                .collect();
+            (checks, out)
+        };
+        // Under the relaxed 1e-2 tolerance (policy index 1), the bugs that change the outer
+        // step move the outer parameters and the loss by far more than 1e-2.
+        for m in ["no-replica-mean", "pseudo-grad-sign", "no-nesterov"] {
+            let (checks, out) = run(m);
+            for c in ["loss", "outer_params"] {
+                let u = usage(&checks, 2, &out, c, 1);
+                assert!(u > 1.0, "{scenario} {m}: {c} usage {u}");
+            }
+        }
+        // Replicas that keep their own parameters break the exact sync check.
+        let (checks, out) = run("stale-outer-params");
+        assert!(usage(&checks, 2, &out, "inner_equals_outer", 1).is_infinite());
+    }
+}

@@ -81,6 +81,7 @@ use crate::config::{in_range, resolve_policies, section, CommonConfig, Policy};
 use crate::error::InputError;
 use crate::fp::matmul::MatmulScratch;
 use crate::model::layers::{add_row_bias, column_sums_generic, tanh_inplace};
+use crate::mutant::Mutant;
 use crate::profile::Profile;
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
@@ -438,12 +439,18 @@ fn inner_step<B: Backend>(
 /// `outer = fma(u, −outer_lr, outer)`, every replica's parameters set to `outer`; `outer_params`
 /// and `inner_equals_outer` are recorded. Otherwise `outer_unchanged` records the outer
 /// parameters against their value before the step.
+///
+/// `mutant` (sharded run only) injects a bug into the sync: `no-replica-mean` (g = s),
+/// `pseudo-grad-sign` (d_r = inner_r − outer), `no-nesterov` (u = t), `stale-outer-params`
+/// (replicas keep their inner parameters).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn compute<B: Backend>(
     spec: &DilocoSpec,
     idx: &CheckIdx,
     be: &mut B,
     data: &DilocoData,
     collective: bool,
+    mutant: Option<Mutant>,
     b: &mut EngineBufs<B::R>,
     trace: &mut Trace,
 ) {
@@ -502,14 +509,23 @@ pub(crate) fn compute<B: Backend>(
             for (r, part) in b.parts.chunks_exact_mut(np).enumerate() {
                 let inner = &b.inner[r * np..(r + 1) * np];
                 for ((d, &o), &w) in part.iter_mut().zip(&b.outer).zip(inner) {
-                    *d = o - w;
+                    *d = if mutant == Some(Mutant::PseudoGradSign) {
+                        w - o
+                    } else {
+                        o - w
+                    };
                 }
             }
             reduce(be, collective, &b.parts, nr, &mut b.sum);
             for ((o, t), &s) in b.outer.iter_mut().zip(b.trace_m.iter_mut()).zip(&b.sum) {
-                let g = s / nr_r;
+                let g = if mutant == Some(Mutant::NoReplicaMean) {
+                    s
+                } else {
+                    s / nr_r
+                };
                 *t = mu.fma(*t, g);
-                let u = if spec.nesterov { mu.fma(*t, g) } else { *t };
+                let nesterov = spec.nesterov && mutant != Some(Mutant::NoNesterov);
+                let u = if nesterov { mu.fma(*t, g) } else { *t };
                 *o = u.fma(neg_outer_lr, *o);
             }
             for (inner, tiled) in b
@@ -517,7 +533,9 @@ pub(crate) fn compute<B: Backend>(
                 .chunks_exact_mut(np)
                 .zip(b.tiled.chunks_exact_mut(np))
             {
-                inner.copy_from_slice(&b.outer);
+                if mutant != Some(Mutant::StaleOuterParams) {
+                    inner.copy_from_slice(&b.outer);
+                }
                 tiled.copy_from_slice(&b.outer);
             }
             if let Some(c) = idx.outer_params {
@@ -553,6 +571,7 @@ pub(crate) fn run_three(
     data: &DilocoData,
     profile: &Profile,
     kernels: Kernels,
+    mutant: Option<Mutant>,
     scratch: &mut MatmulScratch,
     bufs: &mut ThreeBufs,
     traces: &mut Traces,
@@ -564,6 +583,7 @@ pub(crate) fn run_three(
         &mut bufs.f64_backend,
         data,
         false,
+        None,
         &mut bufs.b64,
         &mut traces.f64,
     );
@@ -574,6 +594,7 @@ pub(crate) fn run_three(
         &mut be,
         data,
         false,
+        None,
         &mut bufs.b32,
         &mut traces.reference,
     );
@@ -583,6 +604,7 @@ pub(crate) fn run_three(
         &mut be,
         data,
         true,
+        mutant,
         &mut bufs.b32,
         &mut traces.sharded,
     );
@@ -885,6 +907,15 @@ impl Scenario for Diloco {
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
     }
+    fn mutants(&self) -> &'static [crate::mutant::Mutant] {
+        use crate::mutant::Mutant;
+        &[
+            Mutant::NoReplicaMean,
+            Mutant::PseudoGradSign,
+            Mutant::NoNesterov,
+            Mutant::StaleOuterParams,
+        ]
+    }
     fn policies(&self) -> &[Policy] {
         &self.policies
     }
@@ -910,6 +941,7 @@ impl Scenario for Diloco {
     fn run(&self, _param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
         let mut traces = std::mem::take(&mut ws.traces);
         let kernels = ws.kernels;
+        let ws_mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<DilocoBuffers>();
         self.draw(seed, &mut bufs.data, &mut bufs.name, &mut bufs.teacher);
         run_three(
@@ -918,6 +950,7 @@ impl Scenario for Diloco {
             &bufs.data,
             profile,
             kernels,
+            ws_mutant,
             scratch,
             &mut bufs.three,
             &mut traces,

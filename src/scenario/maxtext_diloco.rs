@@ -139,6 +139,15 @@ impl Scenario for MaxtextDiloco {
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
     }
+    fn mutants(&self) -> &'static [crate::mutant::Mutant] {
+        use crate::mutant::Mutant;
+        &[
+            Mutant::NoReplicaMean,
+            Mutant::PseudoGradSign,
+            Mutant::NoNesterov,
+            Mutant::StaleOuterParams,
+        ]
+    }
     fn policies(&self) -> &[Policy] {
         &self.policies
     }
@@ -167,6 +176,7 @@ impl Scenario for MaxtextDiloco {
     fn run(&self, _param: usize, _seed: u64, profile: &Profile, ws: &mut Workspace) {
         let mut traces = std::mem::take(&mut ws.traces);
         let kernels = ws.kernels;
+        let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<T3Buffers>();
         run_three(
             &self.spec,
@@ -174,6 +184,7 @@ impl Scenario for MaxtextDiloco {
             &self.data,
             profile,
             kernels,
+            mutant,
             scratch,
             &mut bufs.three,
             &mut traces,
