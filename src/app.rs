@@ -6,8 +6,15 @@ use crate::catalog::{Catalog, Selection};
 use crate::config::RngKind;
 use crate::error::InputError;
 use crate::evaluate::Comparison;
-use crate::export::{csv::write_sweep, prepare_dir, table::sweep_summary};
-use crate::sweep::{run, summarize, SeedRange};
+use anyhow::Context;
+
+use crate::export::csv::{mutants_csv, plan_csv, read_plan, read_units, summary_csv, SeedsWriter};
+use crate::export::table::{mutant_summary, sweep_summary};
+use crate::export::{prepare_dir, write_atomic};
+use crate::sweep::{
+    run, summarize, units, GroupAgg, GroupMeta, SeedRange, SeedValues, Shard, SummaryEntry,
+    UnitSink,
+};
 
 /// Exit code when `--fail-on-exceed` was given and a check exceeded its tolerance.
 pub const EXIT_EXCEEDED: i32 = 3;
@@ -41,6 +48,12 @@ pub struct SweepOptions {
     /// Exit with [`EXIT_EXCEEDED`] when a check fails for some seed in the comparison its test
     /// asserts.
     pub fail_on_exceed: bool,
+    /// Only this slice of the seeds.
+    pub shard: Option<Shard>,
+    /// No per-seed file; bounded-memory quantiles.
+    pub summary_only: bool,
+    /// Continue an interrupted sweep in `out`.
+    pub resume: bool,
 }
 
 /// `repro` options.
@@ -67,6 +80,11 @@ fn pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> {
 }
 
 /// Runs a sweep; returns the process exit code.
+///
+/// Files in `--out`: `plan.csv` first (what this run computes, for `merge` and `--resume`),
+/// then `seeds.csv.partial` streamed chunk by chunk with a `.progress` checkpoint after each
+/// chunk, renamed to `seeds.csv` at the end, then `summary.csv` (and `mutants.csv`). With
+/// `--summary-only` no per-seed file is written and quantiles come from bounded histograms.
 pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     if o.seeds == 0 {
         return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
@@ -81,51 +99,301 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             return Err(InputError::flag("--first-seed", "the seed range overflows u64").into());
         }
     }
+    if o.resume && o.summary_only {
+        return Err(InputError::flag(
+            "--resume",
+            "cannot resume a --summary-only sweep: it keeps no per-seed file to continue from",
+        )
+        .into());
+    }
     let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
     let groups = catalog.plan(&o.common.selection)?;
+    let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
     prepare_dir(&o.out, "--out")?;
     let range = SeedRange {
         first: o.first_seed,
         count: o.seeds,
+        shard: o.shard,
     };
-    let results = pool(o.threads)?.install(|| run(&catalog, &groups, &range, o.quiet));
-    let summaries: Vec<_> = groups
+    let plan = units(&catalog, &groups, &range);
+    let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
+    let plan_bytes = plan_csv(&metas, &slices)?;
+    let plan_path = o.out.join("plan.csv");
+    let partial = o.out.join("seeds.csv.partial");
+    let progress = o.out.join(".progress");
+    let mut aggs: Vec<GroupAgg> = metas
         .iter()
-        .zip(&results)
-        .map(|(g, r)| summarize(&catalog, g, r))
+        .map(|m| GroupAgg::new(m, o.summary_only))
         .collect();
-    write_sweep(&o.out, &catalog, &groups, &results, &summaries)?;
-    print!("{}", sweep_summary(&catalog, &groups, &results, &summaries));
-    print!(
-        "{}",
-        crate::export::table::mutant_summary(&catalog, &groups, &results, &summaries)
-    );
-    let mutants = if groups.iter().any(|g| g.mutant.is_some()) {
-        format!(", {}", o.out.join("mutants.csv").display())
-    } else {
-        String::new()
-    };
-    println!(
-        "wrote {}, {}{}",
-        o.out.join("seeds.csv").display(),
-        o.out.join("summary.csv").display(),
-        mutants
-    );
-    let exceeded = groups
-        .iter()
-        .zip(&summaries)
-        .filter(|(g, _)| g.mutant.is_none())
-        .any(|(g, entries)| {
-            let asserted = catalog.scenarios[g.scenario].asserted_comparison();
-            entries
+    let mut skip = 0u64;
+    if o.resume {
+        let old = std::fs::read(&plan_path).map_err(|_| {
+            InputError::flag(
+                "--resume",
+                format!("{} has no plan.csv: nothing to resume", o.out.display()),
+            )
+        })?;
+        if old != plan_bytes {
+            return Err(InputError::flag(
+                "--resume",
+                format!(
+                    "{} holds a different sweep (its plan.csv differs); run the same command, or drop --resume",
+                    o.out.display()
+                ),
+            )
+            .into());
+        }
+        let (units_done, bytes) = read_progress(&progress);
+        if units_done > 0 {
+            truncate(&partial, bytes)?;
+            let read = read_units(&partial, &metas, false)?;
+            let expected = plan
                 .iter()
-                .any(|e| e.comparison == asserted && e.failing_seeds > 0)
-        });
-    Ok(if o.fail_on_exceed && exceeded {
+                .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
+            for (u, (gi, seed)) in read.iter().zip(expected) {
+                if (u.group, u.seed) != (gi, seed) {
+                    anyhow::bail!(
+                        "--resume: {} does not follow the plan at seed {}; delete it to start over",
+                        partial.display(),
+                        u.seed
+                    );
+                }
+                aggs[u.group].feed(&metas[u.group], u.seed, &u.values);
+            }
+            skip = read.len() as u64;
+        }
+    } else {
+        write_atomic(&plan_path, &plan_bytes)?;
+        let _ = std::fs::remove_file(&progress);
+    }
+    let writer = if o.summary_only {
+        None
+    } else {
+        Some(SeedsWriter::open(&partial, skip > 0)?)
+    };
+    let mut sink = FileSink {
+        writer,
+        metas: &metas,
+        partial: &partial,
+        progress: &progress,
+    };
+    pool(o.threads)?.install(|| {
+        run(
+            &catalog, &groups, &metas, &plan, skip, &mut aggs, o.quiet, &mut sink,
+        )
+    })?;
+    let writer = sink.writer.take();
+    let summaries: Vec<Vec<SummaryEntry>> = metas
+        .iter()
+        .zip(&aggs)
+        .map(|(m, a)| summarize(m, a))
+        .collect();
+    let written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
+    let _ = std::fs::remove_file(&progress);
+    print!("{}", sweep_summary(&metas, &aggs, &summaries));
+    print!("{}", mutant_summary(&metas, &aggs, &summaries));
+    println!("wrote {}", written.join(", "));
+    Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
         EXIT_EXCEEDED
     } else {
         0
     })
+}
+
+/// The sweep's sink: rows to `seeds.csv.partial`, and after every chunk a flush and a
+/// `.progress` checkpoint `(units, bytes)` that `--resume` trusts.
+struct FileSink<'a> {
+    writer: Option<SeedsWriter>,
+    metas: &'a [GroupMeta],
+    partial: &'a std::path::Path,
+    progress: &'a std::path::Path,
+}
+
+impl UnitSink for FileSink<'_> {
+    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()> {
+        match self.writer.as_mut() {
+            Some(w) => w.write(&self.metas[group], seed, values),
+            None => Ok(()),
+        }
+    }
+    fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.flush()?;
+        let bytes = std::fs::metadata(self.partial)
+            .with_context(|| format!("cannot stat {}", self.partial.display()))?
+            .len();
+        write_atomic(
+            self.progress,
+            format!("{units_so_far} {bytes}\n").as_bytes(),
+        )
+    }
+}
+
+/// Whether a clean group fails its asserted comparison for some seed.
+fn exceeded(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> bool {
+    metas
+        .iter()
+        .zip(summaries)
+        .filter(|(m, _)| m.mutant.is_empty())
+        .any(|(m, entries)| {
+            entries
+                .iter()
+                .any(|e| e.comparison == m.asserted && e.failing_seeds > 0)
+        })
+}
+
+/// Closes the per-seed file (renaming it into place) and writes the summaries atomically.
+/// Returns the paths written.
+fn finish_outputs(
+    out: &std::path::Path,
+    metas: &[GroupMeta],
+    aggs: &[GroupAgg],
+    summaries: &[Vec<SummaryEntry>],
+    writer: Option<SeedsWriter>,
+    partial: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    let mut written = Vec::new();
+    if let Some(mut w) = writer {
+        w.flush()?;
+        drop(w);
+        let seeds = out.join("seeds.csv");
+        std::fs::rename(partial, &seeds)
+            .with_context(|| format!("cannot move {} to {}", partial.display(), seeds.display()))?;
+        written.push(seeds.display().to_string());
+    }
+    // Groups that ran no seed here (another shard's) have nothing to summarize.
+    let keep: Vec<usize> = (0..metas.len()).filter(|&i| aggs[i].seeds > 0).collect();
+    let ms: Vec<GroupMeta> = keep.iter().map(|&i| metas[i].clone()).collect();
+    let ss: Vec<Vec<SummaryEntry>> = keep.iter().map(|&i| summaries[i].clone()).collect();
+    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
+    written.push(out.join("summary.csv").display().to_string());
+    if ms.iter().any(|m| !m.mutant.is_empty()) {
+        write_atomic(&out.join("mutants.csv"), &mutants_csv(&ms, &ss)?)?;
+        written.push(out.join("mutants.csv").display().to_string());
+    }
+    Ok(written)
+}
+
+/// `(units, bytes)` from a `.progress` checkpoint, or zeros.
+fn read_progress(path: &std::path::Path) -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return (0, 0);
+    };
+    let mut it = text.split_whitespace().map(|t| t.parse::<u64>().ok());
+    match (it.next().flatten(), it.next().flatten()) {
+        (Some(u), Some(b)) => (u, b),
+        _ => (0, 0),
+    }
+}
+
+/// Cuts `path` to `len` bytes (drops rows written after the last checkpoint).
+fn truncate(path: &std::path::Path, len: u64) -> anyhow::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("--resume: cannot open {}", path.display()))?;
+    f.set_len(len)
+        .with_context(|| format!("--resume: cannot truncate {}", path.display()))
+}
+
+/// `merge` options.
+#[derive(Debug, Clone)]
+pub struct MergeOptions {
+    /// Shard output directories.
+    pub dirs: Vec<PathBuf>,
+    /// Where the merged files go.
+    pub out: PathBuf,
+}
+
+/// Combines shard outputs into the files one run over all seeds writes, byte for byte.
+pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
+    if o.dirs.is_empty() {
+        return Err(InputError::flag("merge", "give at least one shard directory").into());
+    }
+    let mut plans = Vec::new();
+    for d in &o.dirs {
+        let p = d.join("plan.csv");
+        if !p.exists() {
+            return Err(InputError::flag(
+                "merge",
+                format!(
+                    "{} has no plan.csv; is it a sweep output directory?",
+                    d.display()
+                ),
+            )
+            .into());
+        }
+        plans.push(read_plan(&p)?);
+    }
+    let metas: Vec<GroupMeta> = plans[0].iter().map(|(m, _)| m.clone()).collect();
+    for (d, p) in o.dirs.iter().zip(&plans) {
+        let same = p.len() == metas.len() && p.iter().zip(&metas).all(|((a, _), b)| a == b);
+        if !same {
+            anyhow::bail!(
+                "merge: {} comes from a different sweep than {} (plan.csv differs beyond the seed slices)",
+                d.display(),
+                o.dirs[0].display()
+            );
+        }
+    }
+    // Every group's seeds, from all shards, in seed order.
+    let mut per_group: Vec<Vec<(u64, Vec<SeedValues>)>> = vec![Vec::new(); metas.len()];
+    for d in &o.dirs {
+        let path = d.join("seeds.csv");
+        if !path.exists() {
+            anyhow::bail!(
+                "merge: {} has no seeds.csv (a --summary-only or unfinished shard cannot be merged)",
+                d.display()
+            );
+        }
+        for u in read_units(&path, &metas, false)? {
+            per_group[u.group].push((u.seed, u.values));
+        }
+    }
+    let mut slices = Vec::new();
+    for (gi, list) in per_group.iter_mut().enumerate() {
+        list.sort_by_key(|(seed, _)| *seed);
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            anyhow::bail!(
+                "merge: seed {} of {} {} appears in two shards",
+                w[0].0,
+                metas[gi].scenario,
+                metas[gi].param
+            );
+        }
+        let start = list
+            .first()
+            .map(|(s, _)| *s)
+            .unwrap_or_else(|| plans.iter().map(|p| p[gi].1.start).min().unwrap_or(0));
+        slices.push(start..start + list.len() as u64);
+    }
+    prepare_dir(&o.out, "--out")?;
+    write_atomic(&o.out.join("plan.csv"), &plan_csv(&metas, &slices)?)?;
+    let partial = o.out.join("seeds.csv.partial");
+    let mut writer = SeedsWriter::open(&partial, false)?;
+    let mut aggs: Vec<GroupAgg> = metas.iter().map(|m| GroupAgg::new(m, false)).collect();
+    for (gi, list) in per_group.iter().enumerate() {
+        for (seed, vals) in list {
+            aggs[gi].feed(&metas[gi], *seed, vals);
+            writer.write(&metas[gi], *seed, vals)?;
+        }
+    }
+    let summaries: Vec<Vec<SummaryEntry>> = metas
+        .iter()
+        .zip(&aggs)
+        .map(|(m, a)| summarize(m, a))
+        .collect();
+    let written = finish_outputs(&o.out, &metas, &aggs, &summaries, Some(writer), &partial)?;
+    print!("{}", sweep_summary(&metas, &aggs, &summaries));
+    print!("{}", mutant_summary(&metas, &aggs, &summaries));
+    println!(
+        "merged {} shard(s); wrote {}",
+        o.dirs.len(),
+        written.join(", ")
+    );
+    Ok(0)
 }
 
 /// Re-runs one seed; returns the process exit code.

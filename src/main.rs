@@ -18,6 +18,7 @@ fn run() -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        seedsweep::cli::Action::Merge(o) => seedsweep::app::merge(&o),
         seedsweep::cli::Action::Bench(o) => {
             print!("{}", seedsweep::app::bench(&o)?);
             Ok(0)

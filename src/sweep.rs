@@ -1,9 +1,13 @@
-//! The sweep driver: rayon across (parametrization, profile, seed), deterministic
+//! The sweep driver: rayon across (parametrization, profile, seed), deterministic streaming
 //! aggregation in seed order.
 //!
-//! Every work unit writes its per-seed results into its own slot of a vector indexed by
-//! unit; aggregation then walks the groups and seeds serially. The output therefore does not
-//! depend on the thread count or on scheduling.
+//! Work units (one group × one seed) are processed in chunks: a chunk runs in parallel, its
+//! results are collected by index, then fed in unit order to the groups' aggregates and to the
+//! output sink before the next chunk starts. Memory is bounded by the chunk size, the output
+//! does not depend on the thread count or on scheduling, and a sink that appends to a file
+//! leaves whole units behind when interrupted, which `--resume` continues from.
+
+use std::ops::Range;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
@@ -12,30 +16,272 @@ use crate::catalog::{Catalog, Group};
 use crate::check::{StepLabel, Tolerance};
 use crate::evaluate::{evaluate, Comparison, SeedCheck};
 use crate::scenario::Workspace;
+use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
 
-/// Seeds and execution settings.
+/// Units per parallel chunk: large enough to keep every thread busy, small enough that the
+/// chunk's results stay a few megabytes.
+pub const CHUNK: usize = 4096;
+
+/// A deterministic slice of the seed range (`--shard i/n`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard, `0..count`.
+    pub index: u64,
+    /// Number of shards, >= 1.
+    pub count: u64,
+}
+
+/// Seeds to run.
 #[derive(Debug, Clone)]
 pub struct SeedRange {
     /// First seed; `None` uses each scenario's configured first seed.
     pub first: Option<u64>,
     /// Number of seeds, >= 1.
     pub count: u64,
+    /// Only this shard's slice: seeds `first + i·count/n .. first + (i+1)·count/n` (integer
+    /// division), and seed-independent scenarios in shard 0 only.
+    pub shard: Option<Shard>,
 }
 
-/// The per-seed results of one group.
-pub struct GroupResult {
-    /// Seeds run, ascending. One seed for seed-independent scenarios.
-    pub seeds: Vec<u64>,
-    /// `per_seed[i]` holds the results of `seeds[i]`, laid out as [`evaluate`] lays them.
-    pub per_seed: Vec<Vec<SeedCheck>>,
+/// What identifies a group and lays out its results, independent of the catalog (so shard
+/// outputs can be merged without the configs that produced them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupMeta {
+    /// Scenario name.
+    pub scenario: String,
+    /// Parametrization id.
+    pub param: String,
+    /// Profile spec.
+    pub profile: String,
+    /// Mutant name, empty for the clean run.
+    pub mutant: String,
+    /// Check names, in result order.
+    pub checks: Vec<String>,
+    /// Policy names, in result order.
+    pub policies: Vec<String>,
+    /// `tolerances[p][c]`.
+    pub tolerances: Vec<Vec<Tolerance>>,
+    /// The comparison the test asserts.
+    pub asserted: Comparison,
+    /// Whether the seed changes the scenario.
+    pub seed_dependent: bool,
+}
+
+impl GroupMeta {
+    /// The metadata of a planned group.
+    pub fn of(catalog: &Catalog, g: &Group) -> Self {
+        let s = &catalog.scenarios[g.scenario];
+        Self {
+            scenario: s.common().name.clone(),
+            param: s.param_ids()[g.param].to_string(),
+            profile: g.profile.name.clone(),
+            mutant: g.mutant.map(|m| m.name().to_string()).unwrap_or_default(),
+            checks: s
+                .checks(g.param)
+                .iter()
+                .map(|c| c.name.to_string())
+                .collect(),
+            policies: g.policy_names.clone(),
+            tolerances: g.tolerances.clone(),
+            asserted: s.asserted_comparison(),
+            seed_dependent: s.seed_dependent(),
+        }
+    }
+
+    /// Results per seed: checks × comparisons × policies.
+    pub fn entries(&self) -> usize {
+        self.checks.len() * Comparison::ALL.len() * self.policies.len()
+    }
+
+    /// Index of a result in the layout of [`evaluate`].
+    pub fn index(&self, check: usize, comparison: usize, policy: usize) -> usize {
+        (check * Comparison::ALL.len() + comparison) * self.policies.len() + policy
+    }
+}
+
+/// The seeds a group runs in `range` (possibly empty for a shard).
+pub fn group_seeds(catalog: &Catalog, g: &Group, range: &SeedRange) -> Range<u64> {
+    let s = &catalog.scenarios[g.scenario];
+    let first = range.first.unwrap_or(s.common().first_seed);
+    let (lo, hi) = if !s.seed_dependent() {
+        match range.shard {
+            Some(sh) if sh.index != 0 => (0, 0),
+            _ => (0, 1),
+        }
+    } else {
+        match range.shard {
+            None => (0, range.count),
+            Some(sh) => (
+                shard_bound(range.count, sh.index, sh.count),
+                shard_bound(range.count, sh.index + 1, sh.count),
+            ),
+        }
+    };
+    first.wrapping_add(lo)..first.wrapping_add(hi)
+}
+
+/// `count·i/n` without overflow.
+fn shard_bound(count: u64, i: u64, n: u64) -> u64 {
+    ((count as u128 * i as u128) / n as u128) as u64
+}
+
+/// One seed's result for one entry, as `seeds.csv` stores it: the usage in percent
+/// (`100·usage`, one rounding), so that aggregating these values gives the same summary
+/// whether they come from a run or are read back from `seeds.csv` (`merge`, `--resume`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SeedValues {
+    /// `100 · usage`.
+    pub usage_pct: f64,
+    /// Largest |diff| over steps.
+    pub max_abs_diff: f64,
+    /// Step of the worst usage.
+    pub worst_step: StepLabel,
+    /// Mismatched elements at the worst step.
+    pub mismatched: u32,
+    /// Elements at the worst step.
+    pub elements: u32,
+    /// NaN/inf mismatches over steps.
+    pub nonfinite: u32,
+    /// Largest |expected| over steps.
+    pub max_abs_expected: f64,
+}
+
+impl From<&SeedCheck> for SeedValues {
+    fn from(sc: &SeedCheck) -> Self {
+        Self {
+            usage_pct: sc.usage * 100.0,
+            max_abs_diff: sc.max_abs_diff,
+            worst_step: sc.worst_step,
+            mismatched: sc.mismatched,
+            elements: sc.elements,
+            nonfinite: sc.nonfinite,
+            max_abs_expected: sc.max_abs_expected,
+        }
+    }
+}
+
+/// Quantile state of one summary entry.
+#[derive(Debug, Clone)]
+pub enum Quantiles {
+    /// Every usage, for exact quantiles.
+    Exact(Vec<f64>),
+    /// A log-binned histogram (`--summary-only`): memory independent of the seed count.
+    Histogram(Box<LogHistogram>),
+}
+
+/// Running aggregate of one check × comparison × policy over seeds, fed in seed order. All
+/// usages are in percent.
+#[derive(Debug, Clone)]
+pub struct EntryAgg {
+    /// Seeds with usage > 100 %.
+    pub failing: usize,
+    /// Largest usage so far (the first seed reaching it wins ties).
+    pub worst_usage: f64,
+    /// Its seed.
+    pub worst_seed: u64,
+    /// Its step.
+    pub worst_step: StepLabel,
+    /// Largest |diff|.
+    pub max_abs_diff: f64,
+    /// Largest |expected|.
+    pub max_abs_expected: f64,
+    /// Seeds with NaN/inf mismatches.
+    pub nonfinite_seeds: usize,
+    /// Smallest usage.
+    pub min_usage: f64,
+    /// Quantile state.
+    pub quantiles: Quantiles,
+}
+
+/// Running aggregate of one group.
+#[derive(Debug, Clone)]
+pub struct GroupAgg {
+    /// Seeds fed.
+    pub seeds: usize,
+    /// First seed fed.
+    pub first_seed: Option<u64>,
+    /// Last seed fed.
+    pub last_seed: Option<u64>,
+    /// One per result entry, in [`evaluate`]'s layout.
+    pub entries: Vec<EntryAgg>,
+    /// Per policy: seeds on which some check of the asserted comparison exceeds (for mutants:
+    /// seeds on which the bug is caught).
+    pub caught: Vec<usize>,
+}
+
+impl GroupAgg {
+    /// An empty aggregate for `meta`; `histogram` selects bounded-memory quantiles.
+    pub fn new(meta: &GroupMeta, histogram: bool) -> Self {
+        let entry = EntryAgg {
+            failing: 0,
+            worst_usage: f64::NEG_INFINITY,
+            worst_seed: 0,
+            worst_step: StepLabel::default(),
+            max_abs_diff: 0.0,
+            max_abs_expected: 0.0,
+            nonfinite_seeds: 0,
+            min_usage: f64::INFINITY,
+            quantiles: if histogram {
+                Quantiles::Histogram(Box::default())
+            } else {
+                Quantiles::Exact(Vec::new())
+            },
+        };
+        Self {
+            seeds: 0,
+            first_seed: None,
+            last_seed: None,
+            entries: vec![entry; meta.entries()],
+            caught: vec![0; meta.policies.len()],
+        }
+    }
+
+    /// Adds one seed's results (seeds must come in ascending order).
+    pub fn feed(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) {
+        self.seeds += 1;
+        self.first_seed.get_or_insert(seed);
+        self.last_seed = Some(seed);
+        for (e, sc) in self.entries.iter_mut().zip(res) {
+            let u = sc.usage_pct;
+            if u < e.min_usage {
+                e.min_usage = u;
+            }
+            if u > 100.0 {
+                e.failing += 1;
+            }
+            if u > e.worst_usage {
+                e.worst_usage = u;
+                e.worst_seed = seed;
+                e.worst_step = sc.worst_step;
+            }
+            e.max_abs_diff = e.max_abs_diff.max(sc.max_abs_diff);
+            e.max_abs_expected = e.max_abs_expected.max(sc.max_abs_expected);
+            if sc.nonfinite > 0 {
+                e.nonfinite_seeds += 1;
+            }
+            match &mut e.quantiles {
+                Quantiles::Exact(v) => v.push(u),
+                Quantiles::Histogram(h) => h.add(u),
+            }
+        }
+        let ci = Comparison::ALL
+            .iter()
+            .position(|c| *c == meta.asserted)
+            .expect("asserted comparison is one of ALL");
+        for p in 0..meta.policies.len() {
+            if (0..meta.checks.len()).any(|c| res[meta.index(c, ci, p)].usage_pct > 100.0) {
+                self.caught[p] += 1;
+            }
+        }
+    }
 }
 
 /// One row of the summary: a check × comparison × policy of one group over all its seeds.
 #[derive(Debug, Clone)]
 pub struct SummaryEntry {
     /// Check name.
-    pub check: &'static str,
+    pub check: String,
     /// Comparison.
     pub comparison: Comparison,
     /// Policy name.
@@ -46,32 +292,26 @@ pub struct SummaryEntry {
     pub seeds: usize,
     /// Seeds with usage > 100 %.
     pub failing_seeds: usize,
-    /// Largest usage (ratio).
+    /// Largest usage, percent.
     pub worst_usage: f64,
     /// Seed of the largest usage (the first such seed in seed order).
     pub worst_seed: u64,
     /// Step of the largest usage in that seed.
     pub worst_step: StepLabel,
-    /// Median usage over seeds (ratio).
+    /// Median usage over seeds, percent.
     pub p50_usage: f64,
-    /// 95th-percentile usage over seeds (ratio).
+    /// 95th-percentile usage over seeds, percent.
     pub p95_usage: f64,
+    /// `exact` or `histogram` (how the quantiles were computed).
+    pub quantile_method: &'static str,
     /// Largest |actual - expected| over all seeds.
     pub max_abs_diff: f64,
     /// Largest |expected| over all seeds.
     pub max_abs_expected: f64,
     /// Seeds with a mismatch involving NaN or infinity.
     pub nonfinite_seeds: usize,
-    /// Smallest usage over seeds (ratio): how surely a mutant is detected.
+    /// Smallest usage over seeds, percent: how surely a mutant is detected.
     pub min_usage: f64,
-}
-
-/// The seeds a group runs.
-pub fn group_seeds(catalog: &Catalog, g: &Group, range: &SeedRange) -> Vec<u64> {
-    let s = &catalog.scenarios[g.scenario];
-    let first = range.first.unwrap_or(s.common().first_seed);
-    let count = if s.seed_dependent() { range.count } else { 1 };
-    (0..count).map(|i| first.wrapping_add(i)).collect()
 }
 
 /// One progress-bar factory: stderr, hidden when stderr is not a terminal or when quiet.
@@ -92,101 +332,143 @@ pub fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     pb
 }
 
-/// Runs every group over its seeds on the current rayon pool.
-pub fn run(
-    catalog: &Catalog,
-    groups: &[Group],
-    range: &SeedRange,
-    quiet: bool,
-) -> Vec<GroupResult> {
-    let seeds: Vec<Vec<u64>> = groups
-        .iter()
-        .map(|g| group_seeds(catalog, g, range))
-        .collect();
-    let units: Vec<(usize, u64)> = seeds
+/// The work units of a plan, in output order: group-major, then seed.
+pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usize, Range<u64>)> {
+    groups
         .iter()
         .enumerate()
-        .flat_map(|(gi, s)| s.iter().map(move |&seed| (gi, seed)))
-        .collect();
-    let pb = progress_bar(units.len() as u64, quiet, "sweep");
-    let results: Vec<Vec<SeedCheck>> = units
-        .par_iter()
-        .map_init(Workspace::default, |ws, &(gi, seed)| {
-            let g = &groups[gi];
-            let s = &catalog.scenarios[g.scenario];
-            ws.mutant = g.mutant;
-            s.run(g.param, seed, &g.profile, ws);
-            let mut out = Vec::new();
-            evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
-            pb.inc(1);
-            out
-        })
-        .collect();
-    pb.finish_and_clear();
-    let mut it = results.into_iter();
-    seeds
-        .into_iter()
-        .map(|s| {
-            let per_seed = it.by_ref().take(s.len()).collect();
-            GroupResult { seeds: s, per_seed }
-        })
+        .map(|(gi, g)| (gi, group_seeds(catalog, g, range)))
         .collect()
 }
 
-/// Aggregates one group in seed order.
-pub fn summarize(catalog: &Catalog, g: &Group, r: &GroupResult) -> Vec<SummaryEntry> {
-    let checks = catalog.scenarios[g.scenario].checks(g.param);
-    let np = g.policy_names.len();
-    let mut out = Vec::new();
-    let mut usages = Vec::with_capacity(r.seeds.len());
-    for (c, spec) in checks.iter().enumerate() {
+/// Where finished units go, in output order.
+pub trait UnitSink {
+    /// One unit's results.
+    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()>;
+    /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
+    fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
+}
+
+/// Runs every unit after the first `skip` (already fed by a resume) on the current rayon
+/// pool, in chunks of [`CHUNK`], feeding `aggs` and the sink for each unit in output order.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    catalog: &Catalog,
+    groups: &[Group],
+    metas: &[GroupMeta],
+    plan: &[(usize, Range<u64>)],
+    skip: u64,
+    aggs: &mut [GroupAgg],
+    quiet: bool,
+    sink: &mut dyn UnitSink,
+) -> anyhow::Result<()> {
+    let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+    let pb = progress_bar(total, quiet, "sweep");
+    pb.inc(skip.min(total));
+    // Iterate units lazily in output order, skipping the resumed ones.
+    let mut pending = plan
+        .iter()
+        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)))
+        .skip(skip as usize)
+        .peekable();
+    let mut chunk: Vec<(usize, u64)> = Vec::with_capacity(CHUNK);
+    let mut so_far = skip;
+    while pending.peek().is_some() {
+        chunk.clear();
+        chunk.extend(pending.by_ref().take(CHUNK));
+        let results: Vec<Vec<SeedCheck>> = chunk
+            .par_iter()
+            .map_init(Workspace::default, |ws, &(gi, seed)| {
+                let g = &groups[gi];
+                let s = &catalog.scenarios[g.scenario];
+                ws.mutant = g.mutant;
+                s.run(g.param, seed, &g.profile, ws);
+                let mut out = Vec::new();
+                evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+                pb.inc(1);
+                out
+            })
+            .collect();
+        let mut values = Vec::new();
+        for (&(gi, seed), res) in chunk.iter().zip(&results) {
+            values.clear();
+            values.extend(res.iter().map(SeedValues::from));
+            aggs[gi].feed(&metas[gi], seed, &values);
+            sink.unit(gi, seed, &values)?;
+        }
+        so_far += chunk.len() as u64;
+        sink.chunk_done(so_far)?;
+    }
+    pb.finish_and_clear();
+    Ok(())
+}
+
+/// The summary entries of one group, in result order.
+pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
+    let mut out = Vec::with_capacity(meta.entries());
+    let mut sorted = Vec::new();
+    for (c, check) in meta.checks.iter().enumerate() {
         for (ci, comparison) in Comparison::ALL.into_iter().enumerate() {
-            for p in 0..np {
-                let k = (c * Comparison::ALL.len() + ci) * np + p;
-                usages.clear();
-                let mut e = SummaryEntry {
-                    check: spec.name,
-                    comparison,
-                    policy: g.policy_names[p].clone(),
-                    tolerance: g.tolerances[p][c],
-                    seeds: r.seeds.len(),
-                    failing_seeds: 0,
-                    worst_usage: f64::NEG_INFINITY,
-                    worst_seed: r.seeds[0],
-                    worst_step: StepLabel::default(),
-                    p50_usage: 0.0,
-                    p95_usage: 0.0,
-                    max_abs_diff: 0.0,
-                    max_abs_expected: 0.0,
-                    nonfinite_seeds: 0,
-                    min_usage: f64::INFINITY,
+            for (p, policy) in meta.policies.iter().enumerate() {
+                let e = &agg.entries[meta.index(c, ci, p)];
+                let (p50, p95, method) = match &e.quantiles {
+                    // A group with no seeds here (another shard's) has no quantiles; it is
+                    // not written out.
+                    _ if agg.seeds == 0 => (0.0, 0.0, "exact"),
+                    Quantiles::Exact(v) => {
+                        sorted.clear();
+                        sorted.extend_from_slice(v);
+                        sorted.sort_by(f64::total_cmp);
+                        (
+                            quantile_sorted(&sorted, 0.5),
+                            quantile_sorted(&sorted, 0.95),
+                            "exact",
+                        )
+                    }
+                    Quantiles::Histogram(h) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
                 };
-                for (seed, res) in r.seeds.iter().zip(&r.per_seed) {
-                    let sc = &res[k];
-                    usages.push(sc.usage);
-                    if sc.usage < e.min_usage {
-                        e.min_usage = sc.usage;
-                    }
-                    if sc.usage > 1.0 {
-                        e.failing_seeds += 1;
-                    }
-                    if sc.usage > e.worst_usage {
-                        e.worst_usage = sc.usage;
-                        e.worst_seed = *seed;
-                        e.worst_step = sc.worst_step;
-                    }
-                    e.max_abs_diff = e.max_abs_diff.max(sc.max_abs_diff);
-                    e.max_abs_expected = e.max_abs_expected.max(sc.max_abs_expected);
-                    if sc.nonfinite > 0 {
-                        e.nonfinite_seeds += 1;
-                    }
-                }
-                usages.sort_by(f64::total_cmp);
-                e.p50_usage = quantile_sorted(&usages, 0.5);
-                e.p95_usage = quantile_sorted(&usages, 0.95);
-                out.push(e);
+                out.push(SummaryEntry {
+                    check: check.clone(),
+                    comparison,
+                    policy: policy.clone(),
+                    tolerance: meta.tolerances[p][c],
+                    seeds: agg.seeds,
+                    failing_seeds: e.failing,
+                    worst_usage: e.worst_usage,
+                    worst_seed: e.worst_seed,
+                    worst_step: e.worst_step,
+                    p50_usage: p50,
+                    p95_usage: p95,
+                    quantile_method: method,
+                    max_abs_diff: e.max_abs_diff,
+                    max_abs_expected: e.max_abs_expected,
+                    nonfinite_seeds: e.nonfinite_seeds,
+                    min_usage: e.min_usage,
+                });
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_the_seed_range() {
+        for count in [1u64, 7, 40, 1000] {
+            for n in 1..=6u64 {
+                let mut next = 0;
+                for i in 0..n {
+                    let lo = shard_bound(count, i, n);
+                    let hi = shard_bound(count, i + 1, n);
+                    assert_eq!(lo, next, "count {count} n {n} i {i}");
+                    assert!(hi >= lo);
+                    next = hi;
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
 }

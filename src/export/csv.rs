@@ -6,21 +6,22 @@ use std::path::Path;
 
 use serde::{Serialize, Serializer};
 
-use crate::catalog::{Catalog, Group};
-use crate::check::py_repr;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use crate::check::{py_repr, StepLabel};
 use crate::evaluate::Comparison;
-use crate::export::write_atomic;
-use crate::sweep::{GroupResult, SummaryEntry};
+use crate::sweep::{GroupMeta, SeedValues, SummaryEntry};
 
 fn float<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&py_repr(*x))
 }
 
-fn pct<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&py_repr(*x * 100.0))
-}
-
-/// One row of `seeds.csv`: one seed × check × comparison × policy.
+/// One row of `seeds.csv`: one seed × check × comparison × policy. `usage_pct` is the value
+/// the summary aggregates, so reading the file back reproduces the summary exactly.
 #[derive(Debug, Serialize)]
 pub struct SeedRow<'a> {
     /// Scenario name.
@@ -38,7 +39,7 @@ pub struct SeedRow<'a> {
     /// Tolerance policy.
     pub policy: &'a str,
     /// Worst element usage over all steps, in percent (> 100 fails).
-    #[serde(serialize_with = "pct")]
+    #[serde(serialize_with = "float")]
     pub usage_pct: f64,
     /// Largest |actual - expected| over all steps.
     #[serde(serialize_with = "float")]
@@ -84,17 +85,17 @@ pub struct SummaryRow<'a> {
     /// Seeds whose usage exceeds 100 %.
     pub failing_seeds: usize,
     /// Largest usage over seeds, percent.
-    #[serde(serialize_with = "pct")]
+    #[serde(serialize_with = "float")]
     pub worst_usage_pct: f64,
     /// First seed (in seed order) reaching the largest usage.
     pub worst_seed: u64,
     /// Its step.
     pub worst_step: String,
     /// Median usage over seeds, percent (linear interpolation).
-    #[serde(serialize_with = "pct")]
+    #[serde(serialize_with = "float")]
     pub p50_usage_pct: f64,
     /// 95th-percentile usage over seeds, percent (linear interpolation).
-    #[serde(serialize_with = "pct")]
+    #[serde(serialize_with = "float")]
     pub p95_usage_pct: f64,
     /// Largest |actual - expected| over all seeds and steps.
     #[serde(serialize_with = "float")]
@@ -106,6 +107,8 @@ pub struct SummaryRow<'a> {
     pub nonfinite_seeds: usize,
     /// The injected bug (`--mutants`); empty for the clean run.
     pub mutant: &'a str,
+    /// `exact` (every usage kept) or `histogram` (`--summary-only`: 0.23 % log bins).
+    pub quantile_method: &'a str,
 }
 
 /// One row of `mutants.csv`: how one check detects one injected bug over the seeds.
@@ -130,7 +133,7 @@ pub struct MutantRow<'a> {
     /// Seeds evaluated.
     pub seeds: usize,
     /// Smallest usage over seeds, percent: above 100 the check catches the bug on every seed.
-    #[serde(serialize_with = "pct")]
+    #[serde(serialize_with = "float")]
     pub min_usage_pct: f64,
 }
 
@@ -144,66 +147,85 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
         .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))
 }
 
-/// The bytes of `seeds.csv`, in group order, then seed order, then check, comparison,
-/// policy.
-pub fn seeds_csv(
-    catalog: &Catalog,
-    groups: &[Group],
-    results: &[GroupResult],
-) -> anyhow::Result<Vec<u8>> {
-    let mut rows = Vec::new();
-    for (g, r) in groups.iter().zip(results) {
-        let s = &catalog.scenarios[g.scenario];
-        let scenario = s.common().name.as_str();
-        let param = s.param_ids()[g.param];
-        let checks = s.checks(g.param);
-        for (seed, res) in r.seeds.iter().zip(&r.per_seed) {
-            let mut k = 0;
-            for c in checks {
-                for comparison in Comparison::ALL {
-                    for policy in &g.policy_names {
-                        let sc = &res[k];
-                        k += 1;
-                        rows.push(SeedRow {
-                            scenario,
-                            param,
-                            profile: &g.profile.name,
-                            seed: *seed,
-                            check: c.name,
-                            comparison: comparison.name(),
-                            policy,
-                            usage_pct: sc.usage,
-                            max_abs_diff: sc.max_abs_diff,
-                            worst_step: sc.worst_step.to_string(),
-                            mismatched: sc.mismatched,
-                            elements: sc.elements,
-                            nonfinite: sc.nonfinite,
-                            max_abs_expected: sc.max_abs_expected,
-                            mutant: g.mutant.map(|m| m.name()).unwrap_or(""),
-                        });
-                    }
+/// Streams `seeds.csv` rows to a file: group order, then seed order, then check, comparison,
+/// policy. Rows are flushed per chunk by the caller, so an interrupted sweep leaves whole
+/// units behind.
+pub struct SeedsWriter {
+    w: ::csv::Writer<std::io::BufWriter<std::fs::File>>,
+    path: PathBuf,
+}
+
+impl SeedsWriter {
+    /// Creates `path` (with a header), or appends to it without one.
+    pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let w = ::csv::WriterBuilder::new()
+            .has_headers(!append)
+            .from_writer(std::io::BufWriter::with_capacity(1 << 20, file));
+        Ok(Self {
+            w,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Writes one seed's rows.
+    pub fn write(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) -> anyhow::Result<()> {
+        let mut k = 0;
+        for check in &meta.checks {
+            for comparison in Comparison::ALL {
+                for policy in &meta.policies {
+                    let sc = &res[k];
+                    k += 1;
+                    self.w.serialize(SeedRow {
+                        scenario: &meta.scenario,
+                        param: &meta.param,
+                        profile: &meta.profile,
+                        seed,
+                        check,
+                        comparison: comparison.name(),
+                        policy,
+                        usage_pct: sc.usage_pct,
+                        max_abs_diff: sc.max_abs_diff,
+                        worst_step: sc.worst_step.to_string(),
+                        mismatched: sc.mismatched,
+                        elements: sc.elements,
+                        nonfinite: sc.nonfinite,
+                        max_abs_expected: sc.max_abs_expected,
+                        mutant: &meta.mutant,
+                    })?;
                 }
             }
         }
+        Ok(())
     }
-    to_bytes(rows)
+
+    /// Flushes buffered rows to the file.
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.w
+            .flush()
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
 }
 
 /// The bytes of `summary.csv`.
 pub fn summary_csv(
-    catalog: &Catalog,
-    groups: &[Group],
+    metas: &[GroupMeta],
     summaries: &[Vec<SummaryEntry>],
 ) -> anyhow::Result<Vec<u8>> {
     let mut rows = Vec::new();
-    for (g, entries) in groups.iter().zip(summaries) {
-        let s = &catalog.scenarios[g.scenario];
+    for (m, entries) in metas.iter().zip(summaries) {
         for e in entries {
             rows.push(SummaryRow {
-                scenario: &s.common().name,
-                param: s.param_ids()[g.param],
-                profile: &g.profile.name,
-                check: e.check,
+                scenario: &m.scenario,
+                param: &m.param,
+                profile: &m.profile,
+                check: &e.check,
                 comparison: e.comparison.name(),
                 policy: &e.policy,
                 atol: e.tolerance.atol,
@@ -218,7 +240,8 @@ pub fn summary_csv(
                 max_abs_diff: e.max_abs_diff,
                 max_abs_expected: e.max_abs_expected,
                 nonfinite_seeds: e.nonfinite_seeds,
-                mutant: g.mutant.map(|m| m.name()).unwrap_or(""),
+                mutant: &m.mutant,
+                quantile_method: e.quantile_method,
             });
         }
     }
@@ -227,21 +250,21 @@ pub fn summary_csv(
 
 /// The bytes of `mutants.csv`: every mutant group's checks, in group order.
 pub fn mutants_csv(
-    catalog: &Catalog,
-    groups: &[Group],
+    metas: &[GroupMeta],
     summaries: &[Vec<SummaryEntry>],
 ) -> anyhow::Result<Vec<u8>> {
     let mut rows = Vec::new();
-    for (g, entries) in groups.iter().zip(summaries) {
-        let Some(m) = g.mutant else { continue };
-        let s = &catalog.scenarios[g.scenario];
+    for (m, entries) in metas.iter().zip(summaries) {
+        if m.mutant.is_empty() {
+            continue;
+        }
         for e in entries {
             rows.push(MutantRow {
-                mutant: m.name(),
-                scenario: &s.common().name,
-                param: s.param_ids()[g.param],
-                profile: &g.profile.name,
-                check: e.check,
+                mutant: &m.mutant,
+                scenario: &m.scenario,
+                param: &m.param,
+                profile: &m.profile,
+                check: &e.check,
                 comparison: e.comparison.name(),
                 policy: &e.policy,
                 detected_seeds: e.failing_seeds,
@@ -253,23 +276,260 @@ pub fn mutants_csv(
     to_bytes(rows)
 }
 
-/// Writes both files atomically into `dir`.
-pub fn write_sweep(
-    dir: &Path,
-    catalog: &Catalog,
-    groups: &[Group],
-    results: &[GroupResult],
-    summaries: &[Vec<SummaryEntry>],
-) -> anyhow::Result<()> {
-    let seeds = seeds_csv(catalog, groups, results)?;
-    let summary = summary_csv(catalog, groups, summaries)?;
-    write_atomic(&dir.join("seeds.csv"), &seeds)?;
-    write_atomic(&dir.join("summary.csv"), &summary)?;
-    if groups.iter().any(|g| g.mutant.is_some()) {
-        write_atomic(
-            &dir.join("mutants.csv"),
-            &mutants_csv(catalog, groups, summaries)?,
-        )?;
+/// One row of `plan.csv`: one result entry of one planned group, with the group's seeds in
+/// this run (a shard's slice). `merge` and `--resume` read it back.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlanRow {
+    /// Scenario name.
+    pub scenario: String,
+    /// Parametrization id.
+    pub param: String,
+    /// Profile spec.
+    pub profile: String,
+    /// Mutant, empty for the clean run.
+    pub mutant: String,
+    /// The comparison the test asserts.
+    pub asserted: String,
+    /// Whether the seed changes the scenario.
+    pub seed_dependent: bool,
+    /// First seed of this run's slice.
+    pub first_seed: u64,
+    /// Seeds in this run's slice.
+    pub seeds: u64,
+    /// Check name.
+    pub check: String,
+    /// Comparison.
+    pub comparison: String,
+    /// Policy.
+    pub policy: String,
+    /// The check's atol under the policy.
+    pub atol: f64,
+    /// The check's rtol under the policy.
+    pub rtol: f64,
+}
+
+/// The bytes of `plan.csv`.
+pub fn plan_csv(metas: &[GroupMeta], seeds: &[Range<u64>]) -> anyhow::Result<Vec<u8>> {
+    let mut rows = Vec::new();
+    for (m, r) in metas.iter().zip(seeds) {
+        for (c, check) in m.checks.iter().enumerate() {
+            for comparison in Comparison::ALL {
+                for (p, policy) in m.policies.iter().enumerate() {
+                    rows.push(PlanRow {
+                        scenario: m.scenario.clone(),
+                        param: m.param.clone(),
+                        profile: m.profile.clone(),
+                        mutant: m.mutant.clone(),
+                        asserted: m.asserted.name().to_string(),
+                        seed_dependent: m.seed_dependent,
+                        first_seed: r.start,
+                        seeds: r.end - r.start,
+                        check: check.clone(),
+                        comparison: comparison.name().to_string(),
+                        policy: policy.clone(),
+                        atol: m.tolerances[p][c].atol,
+                        rtol: m.tolerances[p][c].rtol,
+                    });
+                }
+            }
+        }
     }
-    Ok(())
+    to_bytes(rows)
+}
+
+/// Reads `plan.csv`: the groups and their seed slices, in plan order.
+pub fn read_plan(path: &Path) -> anyhow::Result<Vec<(GroupMeta, Range<u64>)>> {
+    let mut r = ::csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out: Vec<(GroupMeta, Range<u64>)> = Vec::new();
+    for (line, row) in r.deserialize::<PlanRow>().enumerate() {
+        let row = row.with_context(|| format!("{}: row {}", path.display(), line + 2))?;
+        let bad = |what: &str| anyhow::anyhow!("{}: row {}: {what}", path.display(), line + 2);
+        let asserted =
+            Comparison::parse(&row.asserted).ok_or_else(|| bad("unknown asserted comparison"))?;
+        let key = (&row.scenario, &row.param, &row.profile, &row.mutant);
+        let same = out
+            .last()
+            .map(|(m, _)| (&m.scenario, &m.param, &m.profile, &m.mutant) == key)
+            .unwrap_or(false);
+        if !same {
+            out.push((
+                GroupMeta {
+                    scenario: row.scenario.clone(),
+                    param: row.param.clone(),
+                    profile: row.profile.clone(),
+                    mutant: row.mutant.clone(),
+                    checks: Vec::new(),
+                    policies: Vec::new(),
+                    tolerances: Vec::new(),
+                    asserted,
+                    seed_dependent: row.seed_dependent,
+                },
+                row.first_seed..row.first_seed + row.seeds,
+            ));
+        }
+        let m = &mut out.last_mut().expect("pushed above").0;
+        if !m.checks.contains(&row.check) {
+            m.checks.push(row.check.clone());
+        }
+        if !m.policies.contains(&row.policy) {
+            m.policies.push(row.policy.clone());
+        }
+        let c = m
+            .checks
+            .iter()
+            .position(|x| x == &row.check)
+            .expect("just ensured");
+        let p = m
+            .policies
+            .iter()
+            .position(|x| x == &row.policy)
+            .expect("just ensured");
+        if m.tolerances.len() <= p {
+            m.tolerances.resize(p + 1, Vec::new());
+        }
+        if m.tolerances[p].len() <= c {
+            m.tolerances[p].resize(
+                c + 1,
+                crate::check::Tolerance {
+                    atol: 0.0,
+                    rtol: 0.0,
+                },
+            );
+        }
+        m.tolerances[p][c] = crate::check::Tolerance {
+            atol: row.atol,
+            rtol: row.rtol,
+        };
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Deserialize)]
+struct SeedRowIn {
+    scenario: String,
+    param: String,
+    profile: String,
+    seed: u64,
+    check: String,
+    comparison: String,
+    policy: String,
+    usage_pct: f64,
+    max_abs_diff: f64,
+    worst_step: String,
+    mismatched: u32,
+    elements: u32,
+    nonfinite: u32,
+    max_abs_expected: f64,
+    mutant: String,
+}
+
+/// A whole unit read back from `seeds.csv`.
+pub struct UnitIn {
+    /// Index into the plan's groups.
+    pub group: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Its values in result order.
+    pub values: Vec<SeedValues>,
+    /// Byte offset just after the unit's last row.
+    pub end: u64,
+}
+
+/// Reads `seeds.csv` units against a plan, in file order. Stops (without error) at the first
+/// incomplete unit when `allow_partial` (a sweep interrupted mid-write); otherwise every row
+/// must belong to a complete unit of the plan.
+pub fn read_units(
+    path: &Path,
+    metas: &[GroupMeta],
+    allow_partial: bool,
+) -> anyhow::Result<Vec<UnitIn>> {
+    let mut r = ::csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    let mut rows = r.deserialize::<SeedRowIn>();
+    let mut line = 1usize;
+    'units: loop {
+        let mut cur: Option<(usize, u64, Vec<SeedValues>)> = None;
+        loop {
+            let next = match rows.next() {
+                None => break 'units,
+                Some(Ok(row)) => row,
+                Some(Err(e)) => {
+                    if allow_partial {
+                        break 'units;
+                    }
+                    return Err(anyhow::anyhow!("{}: row {}: {e}", path.display(), line + 1));
+                }
+            };
+            line += 1;
+            let bad = |what: String| anyhow::anyhow!("{}: row {line}: {what}", path.display());
+            let gi = match &cur {
+                Some((gi, _, _)) => *gi,
+                None => metas
+                    .iter()
+                    .position(|m| {
+                        m.scenario == next.scenario
+                            && m.param == next.param
+                            && m.profile == next.profile
+                            && m.mutant == next.mutant
+                    })
+                    .ok_or_else(|| bad("row of a group that is not in the plan".into()))?,
+            };
+            let m = &metas[gi];
+            let (_, seed, vals) =
+                cur.get_or_insert_with(|| (gi, next.seed, Vec::with_capacity(m.entries())));
+            let k = vals.len();
+            let (c, ci, p) = (
+                k / (Comparison::ALL.len() * m.policies.len()),
+                (k / m.policies.len()) % Comparison::ALL.len(),
+                k % m.policies.len(),
+            );
+            if next.seed != *seed
+                || next.check != m.checks[c]
+                || next.comparison != Comparison::ALL[ci].name()
+                || next.policy != m.policies[p]
+            {
+                if allow_partial {
+                    break 'units;
+                }
+                return Err(bad(format!(
+                    "expected {} {} {} of seed {seed}",
+                    m.checks[c],
+                    Comparison::ALL[ci].name(),
+                    m.policies[p]
+                )));
+            }
+            let step = parse_step(&next.worst_step)
+                .ok_or_else(|| bad(format!("bad worst_step `{}`", next.worst_step)))?;
+            vals.push(SeedValues {
+                usage_pct: next.usage_pct,
+                max_abs_diff: next.max_abs_diff,
+                worst_step: step,
+                mismatched: next.mismatched,
+                elements: next.elements,
+                nonfinite: next.nonfinite,
+                max_abs_expected: next.max_abs_expected,
+            });
+            if vals.len() == m.entries() {
+                let end = rows.reader().position().byte();
+                let (gi, seed, values) = cur.take().expect("set above");
+                out.push(UnitIn {
+                    group: gi,
+                    seed,
+                    values,
+                    end,
+                });
+                continue 'units;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_step(s: &str) -> Option<StepLabel> {
+    match s.split_once('.') {
+        None => Some(StepLabel::step(s.parse().ok()?)),
+        Some((a, b)) => Some(StepLabel::micro(a.parse().ok()?, b.parse().ok()?)),
+    }
 }

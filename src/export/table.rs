@@ -1,9 +1,8 @@
 //! Plain-text tables for the terminal.
 
-use crate::catalog::{Catalog, Group};
 use crate::check::py_repr;
 use crate::evaluate::Comparison;
-use crate::sweep::{GroupResult, SummaryEntry};
+use crate::sweep::{GroupAgg, GroupMeta, SummaryEntry};
 
 /// Left-aligns the first `left` columns and right-aligns the rest, two spaces apart.
 pub fn render(header: &[String], rows: &[Vec<String>], left: usize) -> String {
@@ -68,44 +67,49 @@ pub fn sci(x: f64) -> String {
 /// The sweep summary: one row per (scenario, param, profile, check), the comparison the test
 /// asserts (`sharded-vs-ref`, or `sharded-vs-f64` for tests against float64 constants) under
 /// each policy (worst usage, its seed and step, failing seeds), then the largest |expected|
-/// and the `ref-vs-f64` largest difference.
+/// and the `ref-vs-f64` largest difference. Mutant groups are left to [`mutant_summary`];
+/// groups without seeds (another shard's) are skipped.
 pub fn sweep_summary(
-    catalog: &Catalog,
-    groups: &[Group],
-    results: &[GroupResult],
+    metas: &[GroupMeta],
+    aggs: &[GroupAgg],
     summaries: &[Vec<SummaryEntry>],
 ) -> String {
     let mut out = String::new();
     let mut start = 0;
-    while start < groups.len() {
-        let si = groups[start].scenario;
+    while start < metas.len() {
+        let name = &metas[start].scenario;
         let end = start
-            + groups[start..]
+            + metas[start..]
                 .iter()
-                .take_while(|g| g.scenario == si)
+                .take_while(|m| &m.scenario == name)
                 .count();
-        let s = &catalog.scenarios[si];
-        let seeds = &results[start].seeds;
-        let seed_text = if s.seed_dependent() {
+        let clean: Vec<usize> = (start..end)
+            .filter(|&gi| metas[gi].mutant.is_empty() && aggs[gi].seeds > 0)
+            .collect();
+        let Some(&first) = clean.first() else {
+            start = end;
+            continue;
+        };
+        let m0 = &metas[first];
+        let a0 = &aggs[first];
+        let seed_text = if m0.seed_dependent {
             format!(
                 "seeds {}..{} ({})",
-                seeds[0],
-                seeds[seeds.len() - 1],
-                seeds.len()
+                a0.first_seed.unwrap_or(0),
+                a0.last_seed.unwrap_or(0),
+                a0.seeds
             )
         } else {
             "fixed data: the seed does not change this scenario, evaluated once".to_string()
         };
-        let asserted = s.asserted_comparison();
         out.push_str(&format!(
             "{}  [{}; {} as the test asserts]\n",
-            s.common().name,
+            name,
             seed_text,
-            asserted.name()
+            m0.asserted.name()
         ));
-        let policies = &groups[start].policy_names;
         let mut header: Vec<String> = vec!["param".into(), "profile".into(), "check".into()];
-        for p in policies {
+        for p in &m0.policies {
             header.push(format!("{p}: worst"));
             header.push("at seed@step".into());
             header.push("failing".into());
@@ -113,35 +117,25 @@ pub fn sweep_summary(
         header.push("max|expected|".into());
         header.push("ref-vs-f64 max|diff|".into());
         let mut rows = Vec::new();
-        for gi in start..end {
-            let g = &groups[gi];
-            if g.mutant.is_some() {
-                continue;
-            }
-            let param = s.param_ids()[g.param];
-            for check in s.checks(g.param) {
-                let mut row = vec![
-                    param.to_string(),
-                    g.profile.name.clone(),
-                    check.name.to_string(),
-                ];
+        for &gi in &clean {
+            let m = &metas[gi];
+            for check in &m.checks {
+                let mut row = vec![m.param.clone(), m.profile.clone(), check.clone()];
                 let find = |cmp: Comparison, policy: &str| {
                     summaries[gi]
                         .iter()
-                        .find(|e| {
-                            e.check == check.name && e.comparison == cmp && e.policy == policy
-                        })
+                        .find(|e| &e.check == check && e.comparison == cmp && e.policy == policy)
                         .expect("every check x comparison x policy is summarized")
                 };
-                for p in policies {
-                    let e = find(asserted, p);
-                    row.push(pct(e.worst_usage));
+                for p in &m.policies {
+                    let e = find(m.asserted, p);
+                    row.push(pct(e.worst_usage / 100.0));
                     row.push(format!("{}@{}", e.worst_seed, e.worst_step));
                     row.push(format!("{}/{}", e.failing_seeds, e.seeds));
                 }
-                let e = find(asserted, &policies[0]);
+                let e = find(m.asserted, &m.policies[0]);
                 row.push(format!("{:.4}", e.max_abs_expected));
-                row.push(sci(find(Comparison::RefVsF64, &policies[0]).max_abs_diff));
+                row.push(sci(find(Comparison::RefVsF64, &m.policies[0]).max_abs_diff));
                 rows.push(row);
             }
         }
@@ -152,73 +146,63 @@ pub fn sweep_summary(
     out
 }
 
-/// The mutant summary: one row per (scenario, param, profile, mutant). For each policy, in the
-/// comparison the test asserts: on how many seeds at least one check catches the bug, and
-/// which checks miss it on some seed.
+/// The mutant summary: one table per scenario, one row per (param, profile, mutant). For each
+/// policy, in the comparison the test asserts: on how many seeds at least one check catches
+/// the bug, and which checks miss it on some seed.
 pub fn mutant_summary(
-    catalog: &Catalog,
-    groups: &[Group],
-    results: &[GroupResult],
+    metas: &[GroupMeta],
+    aggs: &[GroupAgg],
     summaries: &[Vec<SummaryEntry>],
 ) -> String {
-    let Some(first) = groups.iter().find(|g| g.mutant.is_some()) else {
-        return String::new();
-    };
-    let policies = &first.policy_names;
-    let mut header: Vec<String> = vec![
-        "scenario".into(),
-        "param".into(),
-        "profile".into(),
-        "mutant".into(),
-    ];
-    for p in policies {
-        header.push(format!("{p}: caught"));
-        header.push("checks that miss some seed".into());
-    }
-    let mut rows = Vec::new();
-    for (gi, g) in groups.iter().enumerate() {
-        let Some(m) = g.mutant else { continue };
-        let s = &catalog.scenarios[g.scenario];
-        let asserted = s.asserted_comparison();
-        let checks = s.checks(g.param);
-        let np = g.policy_names.len();
-        let ci = Comparison::ALL
-            .iter()
-            .position(|c| *c == asserted)
-            .expect("asserted comparison is one of ALL");
-        let mut row = vec![
-            s.common().name.clone(),
-            s.param_ids()[g.param].to_string(),
-            g.profile.name.clone(),
-            m.name().to_string(),
-        ];
-        for (p, policy) in g.policy_names.iter().enumerate() {
-            let caught = results[gi]
-                .per_seed
+    let mut out = String::new();
+    let mut start = 0;
+    while start < metas.len() {
+        let name = &metas[start].scenario;
+        let end = start
+            + metas[start..]
                 .iter()
-                .filter(|res| {
-                    (0..checks.len())
-                        .any(|c| res[(c * Comparison::ALL.len() + ci) * np + p].usage > 1.0)
-                })
+                .take_while(|m| &m.scenario == name)
                 .count();
-            row.push(format!("{}/{}", caught, results[gi].seeds.len()));
-            let misses: Vec<&str> = summaries[gi]
-                .iter()
-                .filter(|e| {
-                    e.comparison == asserted && &e.policy == policy && e.failing_seeds < e.seeds
-                })
-                .map(|e| e.check)
-                .collect();
-            row.push(if misses.is_empty() {
-                "none".to_string()
-            } else {
-                misses.join(" ")
-            });
+        let groups: Vec<usize> = (start..end)
+            .filter(|&gi| !metas[gi].mutant.is_empty() && aggs[gi].seeds > 0)
+            .collect();
+        start = end;
+        let Some(&first) = groups.first() else {
+            continue;
+        };
+        let mut header: Vec<String> = vec!["param".into(), "profile".into(), "mutant".into()];
+        for p in &metas[first].policies {
+            header.push(format!("{p}: caught"));
+            header.push("checks that miss some seed".into());
         }
-        rows.push(row);
+        let mut rows = Vec::new();
+        for &gi in &groups {
+            let m = &metas[gi];
+            let mut row = vec![m.param.clone(), m.profile.clone(), m.mutant.clone()];
+            for (p, policy) in m.policies.iter().enumerate() {
+                row.push(format!("{}/{}", aggs[gi].caught[p], aggs[gi].seeds));
+                let misses: Vec<&str> = summaries[gi]
+                    .iter()
+                    .filter(|e| {
+                        e.comparison == m.asserted
+                            && &e.policy == policy
+                            && e.failing_seeds < e.seeds
+                    })
+                    .map(|e| e.check.as_str())
+                    .collect();
+                row.push(if misses.is_empty() {
+                    "none".to_string()
+                } else {
+                    misses.join(" ")
+                });
+            }
+            rows.push(row);
+        }
+        out.push_str(&format!(
+            "{name}: mutants (bugs injected into the sharded computation; {} as the test asserts)\n{}\n",
+            metas[first].asserted.name(),
+            render(&header, &rows, 3)
+        ));
     }
-    format!(
-        "mutants (injected bugs in the sharded computation)\n{}\n",
-        render(&header, &rows, 4)
-    )
+    out
 }

@@ -1,5 +1,7 @@
 //! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
+pub mod histogram;
+
 /// The q-quantile of `sorted` (ascending, non-empty) by linear interpolation between order
 /// statistics, numpy's default (`method="linear"`): position `q·(n-1)`, interpolated between
 /// its floor and ceiling. Infinite values are handled without producing NaN: if the two
