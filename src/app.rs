@@ -190,9 +190,9 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         .collect();
     let written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
     let _ = std::fs::remove_file(&progress);
-    print!("{}", sweep_summary(&metas, &aggs, &summaries));
-    print!("{}", mutant_summary(&metas, &aggs, &summaries));
-    println!("wrote {}", written.join(", "));
+    emit(&sweep_summary(&metas, &aggs, &summaries));
+    emit(&mutant_summary(&metas, &aggs, &summaries));
+    emitln(&format!("wrote {}", written.join(", ")));
     Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
         EXIT_EXCEEDED
     } else {
@@ -386,13 +386,13 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         .map(|(m, a)| summarize(m, a))
         .collect();
     let written = finish_outputs(&o.out, &metas, &aggs, &summaries, Some(writer), &partial)?;
-    print!("{}", sweep_summary(&metas, &aggs, &summaries));
-    print!("{}", mutant_summary(&metas, &aggs, &summaries));
-    println!(
+    emit(&sweep_summary(&metas, &aggs, &summaries));
+    emit(&mutant_summary(&metas, &aggs, &summaries));
+    emitln(&format!(
         "merged {} shard(s); wrote {}",
         o.dirs.len(),
         written.join(", ")
-    );
+    ));
     Ok(0)
 }
 
@@ -413,7 +413,7 @@ pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
         o.comparison,
         o.dump.as_deref(),
     )?;
-    print!("{}", outcome.text);
+    emit(&outcome.text);
     Ok(if o.fail_on_exceed && outcome.exceeded {
         EXIT_EXCEEDED
     } else {
@@ -589,4 +589,141 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
         fastn / fast1
     ));
     Ok(out)
+}
+
+/// `scale` options.
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    /// Configs (for profiles).
+    pub common: Common,
+    /// Profile spec.
+    pub profile: String,
+    /// Reduction lengths.
+    pub ks: Vec<usize>,
+    /// TP degrees.
+    pub tps: Vec<usize>,
+    /// Seeds per point.
+    pub seeds: u64,
+    /// Rows of the synthetic input.
+    pub rows: usize,
+    /// Output columns.
+    pub cols: usize,
+    /// Policy names.
+    pub policies: Vec<String>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+/// Runs `scale`: writes `scale.csv` (and `scale.svg`) into `--out` and prints a table.
+pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
+    if o.seeds == 0 {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    for &k in &o.ks {
+        if !(1..=1 << 20).contains(&k) {
+            return Err(InputError::flag(
+                "--k",
+                format!("{k} is out of range; allowed: 1..=1048576"),
+            )
+            .into());
+        }
+    }
+    for &tp in &o.tps {
+        if !(1..=64).contains(&tp) {
+            return Err(
+                InputError::flag("--tp", format!("{tp} is out of range; allowed: 1..=64")).into(),
+            );
+        }
+    }
+    if o.rows == 0 || o.cols == 0 {
+        return Err(InputError::flag("--rows/--cols", "must be >= 1").into());
+    }
+    if o.threads == Some(0) {
+        return Err(
+            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
+        );
+    }
+    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    let profile = catalog.profiles.resolve(&o.profile, "--profile")?;
+    let shared = crate::config::builtin_policies()?;
+    let mut policies = Vec::new();
+    for name in &o.policies {
+        let p = shared.iter().find(|p| &p.name == name).ok_or_else(|| {
+            let valid: Vec<&str> = shared.iter().map(|p| p.name.as_str()).collect();
+            InputError::flag(
+                "--policy",
+                crate::error::unknown_name("policy", name, &valid),
+            )
+        })?;
+        policies.push((p.name.clone(), p.default));
+    }
+    prepare_dir(&o.out, "--out")?;
+    let spec = crate::scale::ScaleSpec {
+        ks: o.ks.clone(),
+        tps: o.tps.clone(),
+        rows: o.rows,
+        cols: o.cols,
+        seeds: o.seeds,
+        policies,
+    };
+    let points = pool(o.threads)?.install(|| crate::scale::run(&spec, &profile));
+    let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
+    write_atomic(&o.out.join("scale.csv"), &csv)?;
+    let mut header: Vec<String> = ["K", "TP", "p50 err/u·Σ|xw|", "p95", "max", "√K"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for p in &o.policies {
+        header.push(format!("{p}: worst"));
+        header.push("p95".into());
+    }
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .map(|pt| {
+            let mut r = vec![
+                pt.k.to_string(),
+                if pt.tp == 1 {
+                    "1 (ref)".into()
+                } else {
+                    pt.tp.to_string()
+                },
+                format!("{:.3}", pt.p50_err),
+                format!("{:.3}", pt.p95_err),
+                format!("{:.3}", pt.max_err),
+                format!("{:.1}", pt.sqrt_k),
+            ];
+            for (w, p) in pt.worst_usage_pct.iter().zip(&pt.p95_usage_pct) {
+                r.push(crate::export::table::pct(w / 100.0));
+                r.push(crate::export::table::pct(p / 100.0));
+            }
+            r
+        })
+        .collect();
+    emitln(&format!(
+        "{} on x (rows x K, tanh N(0,1)) . W^T (cols x K, N(0,1)), {} seeds per point; errors against float64 in units of u*sum|x*w| (u = 2^-24), usage of sharded vs unsharded fp32",
+        profile.name, o.seeds
+    ));
+    emit(&crate::export::table::render(&header, &rows, 0));
+    emitln(&format!("wrote {}", o.out.join("scale.csv").display()));
+    Ok(0)
+}
+
+/// Writes to stdout; a closed pipe (`seedsweep ... | head`) ends output quietly instead of
+/// panicking. Files are always written before anything is printed.
+pub fn emit(s: &str) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_all(s.as_bytes()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("Error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// [`emit`] with a newline.
+pub fn emitln(s: &str) {
+    emit(&format!("{s}\n"));
 }

@@ -37,6 +37,58 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Combine the output directories of `sweep --shard` runs into one, byte for byte.
     Merge(MergeArgs),
+    /// How divergence grows with the reduction length K and the TP degree (synthetic
+    /// row-parallel shapes), next to the √K·u theory line; writes scale.csv and scale.svg.
+    Scale(ScaleArgs),
+}
+
+/// `scale` flags.
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Numerics profile.
+    #[arg(long, default_value = "cpu-fma", value_name = "PROFILE")]
+    profile: String,
+    /// Reduction lengths (hidden sizes), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "32,64,128,256,512,1024,2048,4096,8192,16384",
+        value_name = "K"
+    )]
+    k: Vec<usize>,
+    /// TP degrees, comma-separated (1..=64).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2,4,8,16,32,64",
+        value_name = "TP"
+    )]
+    tp: Vec<usize>,
+    /// Seeds per point.
+    #[arg(long, default_value_t = 50)]
+    seeds: u64,
+    /// Rows (tokens) of the synthetic input.
+    #[arg(long, default_value_t = 8)]
+    rows: usize,
+    /// Output columns of the synthetic layer.
+    #[arg(long, default_value_t = 64)]
+    cols: usize,
+    /// Policies for the usage columns (shared policies: torch-default, chex-default, ...).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "torch-default",
+        value_name = "POLICY"
+    )]
+    policy: Vec<String>,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Output directory.
+    #[arg(long, default_value = "results/scale", value_name = "DIR")]
+    out: PathBuf,
 }
 
 /// `explain` flags.
@@ -310,6 +362,8 @@ pub enum Action {
     Bench(BenchOptions),
     /// A merge of shard outputs.
     Merge(crate::app::MergeOptions),
+    /// A scale sweep.
+    Scale(crate::app::ScaleOptions),
     /// An explanation query.
     Explain {
         /// Configs and generator.
@@ -395,6 +449,18 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 csv,
             }
         }
+        Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {
+            common: common(&a.select, None)?,
+            profile: a.profile,
+            ks: a.k,
+            tps: a.tp,
+            seeds: a.seeds,
+            rows: a.rows,
+            cols: a.cols,
+            policies: a.policy,
+            threads: a.threads,
+            out: a.out,
+        }),
         Command::Merge(a) => Action::Merge(crate::app::MergeOptions {
             dirs: a.dirs,
             out: a.out,

@@ -27,6 +27,7 @@ pub mod profile;
 pub mod real;
 pub mod repro;
 pub mod rng;
+pub mod scale;
 pub mod scenario;
 pub mod stats;
 pub mod sweep;

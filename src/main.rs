@@ -12,19 +12,23 @@ fn run() -> anyhow::Result<i32> {
             let catalog = seedsweep::catalog::Catalog::load(&common.configs, common.rng)?;
             let (cands, seed) = seedsweep::explain::explain(&catalog, &query)?;
             if csv {
-                print!("{}", seedsweep::explain::to_csv(&cands));
+                seedsweep::app::emit(&seedsweep::explain::to_csv(&cands));
             } else {
-                print!("{}", seedsweep::explain::to_table(&query, seed, &cands));
+                seedsweep::app::emit(&format!(
+                    "{}",
+                    seedsweep::explain::to_table(&query, seed, &cands)
+                ));
             }
             Ok(0)
         }
         seedsweep::cli::Action::Merge(o) => seedsweep::app::merge(&o),
+        seedsweep::cli::Action::Scale(o) => seedsweep::app::scale(&o),
         seedsweep::cli::Action::Bench(o) => {
-            print!("{}", seedsweep::app::bench(&o)?);
+            seedsweep::app::emit(&seedsweep::app::bench(&o)?);
             Ok(0)
         }
         seedsweep::cli::Action::List(c) => {
-            print!("{}", seedsweep::app::list(&c)?);
+            seedsweep::app::emit(&seedsweep::app::list(&c)?);
             Ok(0)
         }
     }

@@ -533,3 +533,71 @@ fn parse_step(s: &str) -> Option<StepLabel> {
         Some((a, b)) => Some(StepLabel::micro(a.parse().ok()?, b.parse().ok()?)),
     }
 }
+
+/// One row of `scale.csv`: one (K, TP) point under one policy.
+#[derive(Debug, Serialize)]
+pub struct ScaleRow<'a> {
+    /// Profile spec.
+    pub profile: &'a str,
+    /// Reduction length.
+    pub k: usize,
+    /// TP degree (1: the unsharded fp32 matmul).
+    pub tp: usize,
+    /// Seeds.
+    pub seeds: u64,
+    /// Policy of the usage columns.
+    pub policy: &'a str,
+    /// Worst usage of sharded vs unsharded fp32 over seeds, percent.
+    #[serde(serialize_with = "float")]
+    pub worst_usage_pct: f64,
+    /// 95th percentile of that usage, percent.
+    #[serde(serialize_with = "float")]
+    pub p95_usage_pct: f64,
+    /// Median over seeds of the largest error against float64, in units of u·Σ|x·w|.
+    #[serde(serialize_with = "float")]
+    pub p50_err_u: f64,
+    /// 95th percentile of that error.
+    #[serde(serialize_with = "float")]
+    pub p95_err_u: f64,
+    /// Largest of that error.
+    #[serde(serialize_with = "float")]
+    pub max_err_u: f64,
+    /// √K: the probabilistic bound λ·√K·u·Σ|x·w| has this shape (Higham & Mary 2019).
+    #[serde(serialize_with = "float")]
+    pub sqrt_k: f64,
+    /// Largest |sharded − unsharded|.
+    #[serde(serialize_with = "float")]
+    pub max_abs_diff: f64,
+    /// Largest |y|.
+    #[serde(serialize_with = "float")]
+    pub max_abs_y: f64,
+}
+
+/// The bytes of `scale.csv`.
+pub fn scale_csv(
+    profile: &str,
+    policies: &[String],
+    points: &[crate::scale::ScalePoint],
+) -> anyhow::Result<Vec<u8>> {
+    let mut rows = Vec::new();
+    for pt in points {
+        for (p, policy) in policies.iter().enumerate() {
+            rows.push(ScaleRow {
+                profile,
+                k: pt.k,
+                tp: pt.tp,
+                seeds: pt.seeds,
+                policy,
+                worst_usage_pct: pt.worst_usage_pct[p],
+                p95_usage_pct: pt.p95_usage_pct[p],
+                p50_err_u: pt.p50_err,
+                p95_err_u: pt.p95_err,
+                max_err_u: pt.max_err,
+                sqrt_k: pt.sqrt_k,
+                max_abs_diff: pt.max_abs_diff,
+                max_abs_y: pt.max_abs_y,
+            });
+        }
+    }
+    to_bytes(rows)
+}
