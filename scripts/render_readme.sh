@@ -9,11 +9,12 @@ $bin sweep --seeds 40 --quiet --scenario deepspeed-tied-row-parallel --out "$tmp
 $bin repro --seed 8199 --param 35-3-False-0 --policy old > "$tmp/repro.txt"
 $bin sweep --seeds 40 --quiet --scenario maxtext-diloco,diloco --out "$tmp" > "$tmp/diloco.txt"
 $bin bench --seeds 500 > "$tmp/bench.txt"
+$bin size --scenario deepspeed-tied-row-parallel --param 35-3-False-0 --seeds 1000 > "$tmp/size.txt"
 python3 - "$tmp" <<'PY'
 import sys
 tmp = sys.argv[1]
 t = open("scripts/README.template.md").read()
-for key, f in (("@@SWEEP@@", "sweep.txt"), ("@@REPRO@@", "repro.txt"), ("@@BENCH@@", "bench.txt"), ("@@DILOCO@@", "diloco.txt")):
+for key, f in (("@@SWEEP@@", "sweep.txt"), ("@@REPRO@@", "repro.txt"), ("@@BENCH@@", "bench.txt"), ("@@DILOCO@@", "diloco.txt"), ("@@SIZE@@", "size.txt")):
     t = t.replace(key, open(f"{tmp}/{f}").read().rstrip("\n"))
 open("README.md", "w").write(t)
 PY

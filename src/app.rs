@@ -727,3 +727,82 @@ pub fn emit(s: &str) {
 pub fn emitln(s: &str) {
     emit(&format!("{s}\n"));
 }
+
+/// `size` options.
+#[derive(Debug, Clone)]
+pub struct SizeOptions {
+    /// Selection (mutants default to all) and configs.
+    pub common: Common,
+    /// Seeds.
+    pub seeds: u64,
+    /// First seed.
+    pub first_seed: Option<u64>,
+    /// Per-seed failure probability.
+    pub flake_rate: f64,
+    /// Target usage at that probability, percent.
+    pub target: f64,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Markdown output file.
+    pub markdown: Option<PathBuf>,
+}
+
+/// Runs `size`.
+pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
+    if o.seeds == 0 {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    if !(o.flake_rate > 0.0 && o.flake_rate < 1.0) {
+        return Err(InputError::flag(
+            "--flake-rate",
+            format!(
+                "{} is not allowed; give a probability in (0, 1)",
+                o.flake_rate
+            ),
+        )
+        .into());
+    }
+    if !(o.target > 0.0 && o.target.is_finite()) {
+        return Err(InputError::flag(
+            "--target",
+            format!("{} is not allowed; give a percentage > 0", o.target),
+        )
+        .into());
+    }
+    if o.threads == Some(0) {
+        return Err(
+            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
+        );
+    }
+    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    let groups = catalog.plan(&o.common.selection)?;
+    let range = SeedRange {
+        first: o.first_seed,
+        count: o.seeds,
+        shard: None,
+    };
+    if let Some(path) = &o.markdown {
+        // Fail on a bad path before the work starts.
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        prepare_dir(dir, "--markdown")?;
+    }
+    let report = pool(o.threads)?
+        .install(|| crate::size::size(&catalog, &groups, &range, o.flake_rate, o.target));
+    if let Some(path) = &o.markdown {
+        write_atomic(path, report.markdown.as_bytes())?;
+    }
+    emit(&report.text);
+    if let Some(path) = &o.markdown {
+        emitln(&format!("wrote {}", path.display()));
+    }
+    if report.missed > 0 {
+        emitln(&format!(
+            "warning: {} mutant(s) are not caught on every seed under the recommended tolerances",
+            report.missed
+        ));
+    }
+    Ok(0)
+}

@@ -37,9 +37,52 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Combine the output directories of `sweep --shard` runs into one, byte for byte.
     Merge(MergeArgs),
+    /// Write a self-contained HTML report (SVG charts, no network) of a sweep directory.
+    Report(ReportArgs),
+    /// Recommend tolerances from a seed sweep (tail fit at a flake rate) and check that they
+    /// still catch the injected bugs; optionally write a pull-request Evidence section.
+    Size(SizeArgs),
     /// How divergence grows with the reduction length K and the TP degree (synthetic
     /// row-parallel shapes), next to the √K·u theory line; writes scale.csv and scale.svg.
     Scale(ScaleArgs),
+}
+
+/// `report` flags.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A sweep output directory (plan.csv, summary.csv, and seeds.csv / mutants.csv if any).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// Output file (default: DIR/report.html).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// `size` flags.
+#[derive(Debug, Args)]
+pub struct SizeArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    #[command(flatten)]
+    filter: Filter,
+    /// Seeds per (parametrization, profile).
+    #[arg(long, default_value_t = 1000)]
+    seeds: u64,
+    /// First seed (default: each scenario's own).
+    #[arg(long, value_name = "S")]
+    first_seed: Option<u64>,
+    /// Per-seed failure probability the recommendation must tolerate.
+    #[arg(long, default_value_t = 1e-4, value_name = "P")]
+    flake_rate: f64,
+    /// Largest predicted usage at that probability, percent.
+    #[arg(long, default_value_t = 50.0, value_name = "PCT")]
+    target: f64,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Also write the Evidence section as Markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
 }
 
 /// `scale` flags.
@@ -364,6 +407,10 @@ pub enum Action {
     Merge(crate::app::MergeOptions),
     /// A scale sweep.
     Scale(crate::app::ScaleOptions),
+    /// A sizing run.
+    Size(crate::app::SizeOptions),
+    /// A report: the sweep directory and the output file.
+    Report(PathBuf, PathBuf),
     /// An explanation query.
     Explain {
         /// Configs and generator.
@@ -448,6 +495,25 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 },
                 csv,
             }
+        }
+        Command::Report(a) => {
+            let out = a.out.unwrap_or_else(|| a.dir.join("report.html"));
+            Action::Report(a.dir, out)
+        }
+        Command::Size(a) => {
+            let mut common = common(&a.select, Some(&a.filter))?;
+            if common.selection.mutants.is_none() {
+                common.selection.mutants = Some(vec!["all".into()]);
+            }
+            Action::Size(crate::app::SizeOptions {
+                common,
+                seeds: a.seeds,
+                first_seed: a.first_seed,
+                flake_rate: a.flake_rate,
+                target: a.target,
+                threads: a.threads,
+                markdown: a.markdown,
+            })
         }
         Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {
             common: common(&a.select, None)?,

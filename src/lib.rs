@@ -28,6 +28,7 @@ pub mod real;
 pub mod repro;
 pub mod rng;
 pub mod scale;
+pub mod size;
 pub mod scenario;
 pub mod stats;
 pub mod sweep;

@@ -14,15 +14,23 @@ fn run() -> anyhow::Result<i32> {
             if csv {
                 seedsweep::app::emit(&seedsweep::explain::to_csv(&cands));
             } else {
-                seedsweep::app::emit(&format!(
-                    "{}",
-                    seedsweep::explain::to_table(&query, seed, &cands)
-                ));
+                seedsweep::app::emit(&seedsweep::explain::to_table(&query, seed, &cands));
             }
             Ok(0)
         }
         seedsweep::cli::Action::Merge(o) => seedsweep::app::merge(&o),
         seedsweep::cli::Action::Scale(o) => seedsweep::app::scale(&o),
+        seedsweep::cli::Action::Size(o) => seedsweep::app::size(&o),
+        seedsweep::cli::Action::Report(dir, out) => {
+            let stats = seedsweep::export::html::write_report(&dir, &out)?;
+            seedsweep::app::emitln(&format!(
+                "wrote {} ({} charts, {} checks)",
+                out.display(),
+                stats.charts,
+                stats.checks
+            ));
+            Ok(0)
+        }
         seedsweep::cli::Action::Bench(o) => {
             seedsweep::app::emit(&seedsweep::app::bench(&o)?);
             Ok(0)

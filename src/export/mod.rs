@@ -1,6 +1,8 @@
 //! Writers: one file per output format.
 
 pub mod csv;
+pub mod html;
+pub mod svg;
 pub mod dump;
 pub mod table;
 

@@ -37,7 +37,7 @@ impl LogHistogram {
         self.n += 1;
         if x == 0.0 {
             self.zeros += 1;
-        } else if !(x < f64::INFINITY) {
+        } else if x.is_nan() || x == f64::INFINITY {
             self.infinite += 1;
         } else {
             self.bins[Self::bin(x)] += 1;

@@ -1,5 +1,9 @@
 //! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
+pub mod frontier;
+pub mod gpd;
+pub mod tail;
+
 pub mod histogram;
 
 /// The q-quantile of `sorted` (ascending, non-empty) by linear interpolation between order

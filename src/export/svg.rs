@@ -1,0 +1,452 @@
+//! Small building blocks for inline SVG charts: XML escaping, a logarithmic percent axis
+//! with decade ticks, log-bin assignment, bars and lines. Everything returns plain strings
+//! with coordinates rounded to 0.1 px, so the same input always gives the same bytes.
+
+use std::fmt::Write as _;
+
+/// The SVG namespace, the only URL a report contains.
+pub const SVG_NS: &str = "http://www.w3.org/2000/svg";
+
+/// Escapes `s` for XML/HTML text and attribute values (`&`, `<`, `>`, `"`, `'`).
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A coordinate with one decimal; non-finite values (never expected) become 0 so that the
+/// output stays valid SVG.
+pub fn num(x: f64) -> String {
+    if x.is_finite() {
+        let r = format!("{x:.1}");
+        if r == "-0.0" {
+            "0.0".into()
+        } else {
+            r
+        }
+    } else {
+        "0.0".into()
+    }
+}
+
+/// The label of the decade `10^exp` percent: `0.01 %`, `1 %`, `1000 %` for exponents −3 to 4,
+/// `1e-5 %` / `1e6 %` beyond.
+pub fn decade_label(exp: i32) -> String {
+    if (0..=4).contains(&exp) {
+        format!("{} %", 10u64.pow(exp as u32))
+    } else if (-3..0).contains(&exp) {
+        format!("0.{}1 %", "0".repeat((-exp - 1) as usize))
+    } else {
+        format!("1e{exp} %")
+    }
+}
+
+/// A usage in percent for labels and tooltips: `0 %`, `inf`, three significant digits
+/// between 0.01 % and 1000 % (`0.523 %`, `23.4 %`, `147 %`), scientific outside
+/// (`3.84e5 %`, `1.2e-5 %`).
+pub fn pct(x: f64) -> String {
+    if x.is_nan() || x == f64::INFINITY {
+        return "inf".into();
+    }
+    if x == 0.0 {
+        return "0 %".into();
+    }
+    let a = x.abs();
+    if !(0.01..1000.0).contains(&a) {
+        let s = format!("{x:.2e}");
+        // `3.84e5`, trimming trailing zeros of the mantissa: `1.00e6` -> `1e6`.
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        return format!("{m}e{e} %");
+    }
+    let digits = if a >= 100.0 {
+        0
+    } else if a >= 10.0 {
+        1
+    } else if a >= 1.0 {
+        2
+    } else if a >= 0.1 {
+        3
+    } else {
+        4
+    };
+    format!("{x:.digits$} %")
+}
+
+/// A logarithmic x-axis over whole decades `10^lo ..= 10^hi` (percent), mapped to pixels
+/// `x0 ..= x1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogAxis {
+    /// Lowest decade exponent (the left edge is `10^lo`).
+    pub lo: i32,
+    /// Highest decade exponent (the right edge is `10^hi`), `> lo`.
+    pub hi: i32,
+    /// Left pixel.
+    pub x0: f64,
+    /// Right pixel.
+    pub x1: f64,
+}
+
+impl LogAxis {
+    /// The smallest whole-decade axis containing every positive finite value of `values`
+    /// and 1 % … 1000 % (so the 100 % limit is never at an edge), at most `max_decades` wide:
+    /// when the data span more, the low end is cut (smaller values are drawn at the left
+    /// edge). Zero, infinite and NaN values are ignored (they get slots of their own).
+    pub fn spanning(values: &[f64], max_decades: i32, x0: f64, x1: f64) -> Self {
+        let mut lo = 0;
+        let mut hi = 3;
+        for &v in values {
+            if v > 0.0 && v.is_finite() {
+                let e = v.log10();
+                lo = lo.min(e.floor() as i32);
+                // A value exactly on a decade still gets room to its right.
+                hi = hi.max(e.floor() as i32 + 1);
+            }
+        }
+        let max_decades = max_decades.max(4);
+        if hi - lo > max_decades {
+            lo = hi - max_decades;
+        }
+        Self { lo, hi, x0, x1 }
+    }
+
+    /// Number of decades.
+    pub fn decades(&self) -> i32 {
+        self.hi - self.lo
+    }
+
+    /// The pixel of the positive value `v` (clamped to the axis; 0 and NaN map to the left
+    /// edge, +∞ to the right edge).
+    pub fn x(&self, v: f64) -> f64 {
+        if v.is_nan() || v <= 0.0 {
+            return self.x0;
+        }
+        if v == f64::INFINITY {
+            return self.x1;
+        }
+        let t = ((v.log10() - self.lo as f64) / self.decades() as f64).clamp(0.0, 1.0);
+        self.x0 + t * (self.x1 - self.x0)
+    }
+
+    /// The decade ticks: `(pixel, exponent, label)`, labels thinned (empty) so that at most
+    /// about eight are shown, always including the 100 % decade when it is on the axis.
+    pub fn ticks(&self) -> Vec<(f64, i32, String)> {
+        let step = (self.decades() + 7) / 8;
+        (self.lo..=self.hi)
+            .map(|e| {
+                let label = if (e - 2).rem_euclid(step.max(1)) == 0 {
+                    decade_label(e)
+                } else {
+                    String::new()
+                };
+                (self.x(10f64.powi(e)), e, label)
+            })
+            .collect()
+    }
+
+    /// Number of bins with `per_decade` bins per decade.
+    pub fn bins(&self, per_decade: u32) -> usize {
+        self.decades() as usize * per_decade as usize
+    }
+
+    /// The value range `[lo, hi)` of bin `i` with `per_decade` bins per decade.
+    pub fn bin_edges(&self, i: usize, per_decade: u32) -> (f64, f64) {
+        let edge = |k: usize| 10f64.powf(self.lo as f64 + k as f64 / per_decade as f64);
+        (edge(i), edge(i + 1))
+    }
+
+    /// The bin of `v` ([`log_bin`] on this axis).
+    pub fn bin(&self, v: f64, per_decade: u32) -> Option<usize> {
+        log_bin(v, self.lo, per_decade, self.bins(per_decade))
+    }
+}
+
+/// The log bin of `v` among `nbins` bins of `per_decade` bins per decade starting at
+/// `10^lo`: bin `i` holds `[10^(lo + i/per_decade), 10^(lo + (i+1)/per_decade))`. Values
+/// below the first bin go to bin 0, values at or above the last edge to the last bin.
+/// `None` for zero, negative, infinite or NaN values (drawn in their own slots), or when
+/// there are no bins.
+pub fn log_bin(v: f64, lo: i32, per_decade: u32, nbins: usize) -> Option<usize> {
+    if v.is_nan() || v <= 0.0 || v == f64::INFINITY || nbins == 0 || per_decade == 0 {
+        return None;
+    }
+    let pd = per_decade as f64;
+    let edge = |k: i64| 10f64.powf(lo as f64 + k as f64 / pd);
+    let mut k = ((v.log10() - lo as f64) * pd).floor() as i64;
+    // log10 rounding can put a value on the wrong side of an edge: settle it on the edges
+    // themselves, computed the same way as `LogAxis::bin_edges`.
+    if k >= 0 && (k as usize) < nbins {
+        if v < edge(k) {
+            k -= 1;
+        } else if v >= edge(k + 1) {
+            k += 1;
+        }
+    }
+    Some(k.clamp(0, nbins as i64 - 1) as usize)
+}
+
+/// A `nice` upper end for a count axis: the smallest integer of the form m × 10^k with
+/// m in {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8} that is ≥ `max` (at least 1).
+pub fn nice_ceil(max: u64) -> u64 {
+    let mut p = 1u64;
+    loop {
+        for m10 in [10u64, 15, 20, 25, 30, 40, 50, 60, 80] {
+            match m10.checked_mul(p) {
+                Some(v) if v % 10 == 0 && v / 10 >= max => return v / 10,
+                Some(_) => {}
+                None => return max,
+            }
+        }
+        match p.checked_mul(10) {
+            Some(q) => p = q,
+            None => return max,
+        }
+    }
+}
+
+/// One bar: `x0 .. x1` wide, from `y` down to the baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bar {
+    /// Left pixel.
+    pub x0: f64,
+    /// Right pixel.
+    pub x1: f64,
+    /// Top pixel.
+    pub y: f64,
+}
+
+/// The `d` attribute of a path drawing `bars` as closed rectangles on the baseline `base`
+/// (one path per series keeps the SVG small).
+pub fn bars_path(bars: &[Bar], base: f64) -> String {
+    let mut d = String::new();
+    for b in bars {
+        if !d.is_empty() {
+            d.push(' ');
+        }
+        let _ = write!(
+            d,
+            "M{} {}V{}H{}V{}Z",
+            num(b.x0),
+            num(base),
+            num(b.y),
+            num(b.x1),
+            num(base)
+        );
+    }
+    d
+}
+
+/// A `<line>` element with the given extra attributes (already escaped).
+pub fn line(x1: f64, y1: f64, x2: f64, y2: f64, attrs: &str) -> String {
+    format!(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" {attrs}/>",
+        num(x1),
+        num(y1),
+        num(x2),
+        num(y2)
+    )
+}
+
+/// A `<text>` element; `content` is escaped here, `attrs` must already be.
+pub fn text(x: f64, y: f64, content: &str, attrs: &str) -> String {
+    format!(
+        "<text x=\"{}\" y=\"{}\" {attrs}>{}</text>",
+        num(x),
+        num(y),
+        escape(content)
+    )
+}
+
+/// A `<title>` tooltip element (escaped).
+pub fn title(content: &str) -> String {
+    format!("<title>{}</title>", escape(content))
+}
+
+/// The opening tag of an inline SVG of `w` × `h` px with a matching `viewBox`; `attrs` must
+/// already be escaped.
+pub fn open(w: f64, h: f64, attrs: &str) -> String {
+    format!(
+        "<svg xmlns=\"{SVG_NS}\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" {attrs}>",
+        num(w),
+        num(h),
+        num(w),
+        num(h)
+    )
+}
+
+/// A downward triangle of half-width `r` whose tip is at (`x`, `y`), as a path `d`.
+pub fn down_triangle(x: f64, y: f64, r: f64) -> String {
+    format!(
+        "M{} {}L{} {}L{} {}Z",
+        num(x),
+        num(y),
+        num(x - r),
+        num(y - 1.6 * r),
+        num(x + r),
+        num(y - 1.6 * r)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_xml_special_characters() {
+        assert_eq!(escape("a<b&c"), "a&lt;b&amp;c");
+        assert_eq!(escape("\"x\" 'y' >"), "&quot;x&quot; &#39;y&#39; &gt;");
+        assert_eq!(escape("plain-name_1.0"), "plain-name_1.0");
+        assert_eq!(
+            text(1.0, 2.0, "a<b&c", "class=\"t\""),
+            "<text x=\"1.0\" y=\"2.0\" class=\"t\">a&lt;b&amp;c</text>"
+        );
+        assert_eq!(title("<&>"), "<title>&lt;&amp;&gt;</title>");
+    }
+
+    #[test]
+    fn decade_labels_read_as_percentages() {
+        let labels: Vec<String> = (-5..=6).map(decade_label).collect();
+        assert_eq!(
+            labels,
+            [
+                "1e-5 %", "1e-4 %", "0.001 %", "0.01 %", "0.1 %", "1 %", "10 %", "100 %", "1000 %",
+                "10000 %", "1e5 %", "1e6 %"
+            ]
+        );
+    }
+
+    #[test]
+    fn axis_spans_the_data_and_the_limit() {
+        let a = LogAxis::spanning(&[], 12, 0.0, 300.0);
+        assert_eq!((a.lo, a.hi), (0, 3));
+        let a = LogAxis::spanning(&[0.0, f64::INFINITY, f64::NAN, 5.0], 12, 0.0, 300.0);
+        assert_eq!((a.lo, a.hi), (0, 3));
+        let a = LogAxis::spanning(&[0.0123, 384243.0], 12, 0.0, 800.0);
+        assert_eq!((a.lo, a.hi), (-2, 6));
+        // Exactly on a decade: 1000 % still gets the decade to its right.
+        let a = LogAxis::spanning(&[1000.0], 12, 0.0, 800.0);
+        assert_eq!(a.hi, 4);
+        // Capped width: the low end is cut.
+        let a = LogAxis::spanning(&[1e-30, 50.0], 8, 0.0, 800.0);
+        assert_eq!((a.lo, a.hi), (-5, 3));
+    }
+
+    #[test]
+    fn ticks_sit_on_decades() {
+        let a = LogAxis::spanning(&[0.05, 200.0], 12, 100.0, 500.0);
+        assert_eq!((a.lo, a.hi), (-2, 3));
+        let t = a.ticks();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t[0].0, 100.0);
+        assert_eq!(t[5].0, 500.0);
+        // Evenly spaced: 80 px per decade; 100 % at 100 + 4·80.
+        for (i, (x, e, label)) in t.iter().enumerate() {
+            assert!((x - (100.0 + 80.0 * i as f64)).abs() < 1e-9, "{x}");
+            assert_eq!(*e, -2 + i as i32);
+            assert_eq!(label, &decade_label(*e));
+        }
+        assert!((a.x(100.0) - 420.0).abs() < 1e-9);
+        assert_eq!(a.x(0.0), 100.0);
+        assert_eq!(a.x(f64::INFINITY), 500.0);
+        assert_eq!(a.x(1e-9), 100.0);
+        // Many decades: labels thinned but 100 % kept.
+        let a = LogAxis::spanning(&[1e-12, 1e6], 30, 0.0, 1000.0);
+        let labelled: Vec<i32> = a
+            .ticks()
+            .into_iter()
+            .filter(|t| !t.2.is_empty())
+            .map(|t| t.1)
+            .collect();
+        assert!(labelled.len() <= 9, "{labelled:?}");
+        assert!(labelled.contains(&2));
+    }
+
+    #[test]
+    fn log_bins_are_assigned_by_their_edges() {
+        // 5 bins per decade from 10^-1, 20 bins (4 decades).
+        let b = |v| log_bin(v, -1, 5, 20);
+        assert_eq!(b(0.1), Some(0));
+        assert_eq!(b(0.15), Some(0)); // < 10^-0.8 = 0.158
+        assert_eq!(b(0.16), Some(1));
+        assert_eq!(b(1.0), Some(5));
+        assert_eq!(b(0.999_999), Some(4));
+        assert_eq!(b(100.0), Some(15));
+        assert_eq!(b(99.999), Some(14));
+        assert_eq!(b(1e-5), Some(0)); // below: first bin
+        assert_eq!(b(1e9), Some(19)); // above: last bin
+        assert_eq!(b(0.0), None);
+        assert_eq!(b(-1.0), None);
+        assert_eq!(b(f64::INFINITY), None);
+        assert_eq!(b(f64::NAN), None);
+        assert_eq!(log_bin(1.0, 0, 5, 0), None);
+        // Every bin's own lower edge lands in that bin.
+        let a = LogAxis {
+            lo: -3,
+            hi: 4,
+            x0: 0.0,
+            x1: 1.0,
+        };
+        for i in 0..a.bins(10) {
+            let (lo, hi) = a.bin_edges(i, 10);
+            assert_eq!(a.bin(lo, 10), Some(i), "edge of bin {i}");
+            assert_eq!(a.bin((lo * hi).sqrt(), 10), Some(i), "centre of bin {i}");
+        }
+    }
+
+    #[test]
+    fn percent_labels() {
+        assert_eq!(pct(0.0), "0 %");
+        assert_eq!(pct(f64::INFINITY), "inf");
+        assert_eq!(pct(146.538), "147 %");
+        assert_eq!(pct(23.44), "23.4 %");
+        assert_eq!(pct(1.5), "1.50 %");
+        assert_eq!(pct(0.5234), "0.523 %");
+        assert_eq!(pct(0.01234), "0.0123 %");
+        assert_eq!(pct(384243.0), "3.84e5 %");
+        assert_eq!(pct(1e6), "1e6 %");
+        assert_eq!(pct(1.2e-5), "1.2e-5 %");
+    }
+
+    #[test]
+    fn shapes_and_nice_numbers() {
+        assert_eq!(
+            bars_path(
+                &[
+                    Bar {
+                        x0: 1.0,
+                        x1: 2.0,
+                        y: 3.0
+                    },
+                    Bar {
+                        x0: 2.0,
+                        x1: 3.0,
+                        y: 4.25
+                    }
+                ],
+                10.0
+            ),
+            "M1.0 10.0V3.0H2.0V10.0Z M2.0 10.0V4.2H3.0V10.0Z"
+        );
+        assert_eq!(bars_path(&[], 1.0), "");
+        assert_eq!(num(f64::NAN), "0.0");
+        assert_eq!(num(-0.01), "0.0");
+        assert!(open(10.0, 20.0, "class=\"c\"").contains("viewBox=\"0 0 10.0 20.0\""));
+        assert_eq!(
+            [0, 1, 2, 3, 7, 11, 218, 300, 301, u64::MAX].map(nice_ceil),
+            [1, 1, 2, 3, 8, 15, 250, 300, 400, u64::MAX]
+        );
+        assert_eq!(
+            line(0.0, 1.0, 2.0, 3.0, "class=\"l\""),
+            "<line x1=\"0.0\" y1=\"1.0\" x2=\"2.0\" y2=\"3.0\" class=\"l\"/>"
+        );
+    }
+}

@@ -1,0 +1,635 @@
+//! Tolerance frontiers: the few elements of a check that can be its worst element under some
+//! (atol, rtol), and tolerance recommendations computed from them without re-running.
+//!
+//! A check's usage under (atol, rtol) is maxᵢ dᵢ/(atol + rtol·eᵢ) with dᵢ = |actualᵢ −
+//! expectedᵢ| and eᵢ = |expectedᵢ| (see `crate::check`). Points are passed and stored as
+//! **(d, e)** pairs.
+//!
+//! **Which points can be the maximum.** Fix (a, r) = (atol, rtol) ≥ 0, not both 0, and let
+//! U be the maximal usage. A point p attains it iff every q satisfies d_q ≤ U·(a + r·e_q),
+//! i.e. iff the line d = α + β·e with α = U·a ≥ 0 and β = U·r ≥ 0 passes through p and lies
+//! on or above every point. Conversely a supporting line through p with α, β ≥ 0, not both
+//! 0, makes p maximal for (a, r) = (α, β). So the candidates are the points of the upper
+//! convex hull of the cloud that have a supporting line of non-negative slope and intercept:
+//! 1. d = 0 never matters (usage 0; an all-zero check has usage 0 whatever the tolerance).
+//! 2. Pareto dominance: q is dropped if some other p has d_p ≥ d_q and e_p ≤ e_q (p is at
+//!    least as large for every (a, r)). What remains is a staircase: e and d both strictly
+//!    increasing. Among exact duplicates one is kept.
+//! 3. Concave hull: β ≥ 0 makes the largest-d point (the staircase's last) the right end;
+//!    α ≥ 0 bounds the slope by d/e, which is the same as adding the origin (0, 0) as an
+//!    extra left anchor, unless a point with e = 0 exists (it then has the largest usage as
+//!    atol → 0 and is the left end). A staircase point strictly below the chord between
+//!    two hull points (or the origin anchor) is never maximal: on the chord, usage is a
+//!    ratio of two functions linear in the chord parameter, whose maximum is at an end
+//!    (the mediant inequality (x₁ + x₂)/(y₁ + y₂) ≤ max(x₁/y₁, x₂/y₂)).
+//!
+//! **Rounding.** To make the frontier's maximum usage equal, bit for bit, the maximum over
+//! all points (the same division on the same point), a point is dropped only when it lies
+//! below the chord by a relative margin of 2⁻⁴⁸ (= 32 units of roundoff u = 2⁻⁵³): the
+//! computed chord height has relative error ≤ 6u, the comparison 1u, and each computed usage
+//! d/(a + r·e) ≤ 3u (three roundings), so a point that passes the test has a computed usage
+//! strictly below the computed usage of a hull point for every (a, r). Dominance in step 2
+//! needs no margin: rounding is monotone, so d_p ≥ d_q and e_p ≤ e_q give a computed usage
+//! of p ≥ that of q. The frontier may therefore keep points collinear (or within 2⁻⁴⁸
+//! relative of collinear) with their neighbours; those attain the maximum in a tie. The
+//! argument assumes no intermediate underflows into subnormals (any realistic tolerance and
+//! data).
+
+use std::cmp::Ordering;
+
+/// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
+const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
+
+/// Whether `b` lies at or below (1 − 2⁻⁴⁸)·(the chord from `a` to `p`) at e_b, with
+/// e_a < e_b < e_p and d_a < d_b < d_p (all (d, e)). Chord height
+/// h = d_a + (d_p − d_a)·((e_b − e_a)/(e_p − e_a)), evaluated in that order: every
+/// subtraction is of exact operands and every term is positive, so h has relative error
+/// ≤ 6u.
+fn below_chord(a: (f64, f64), b: (f64, f64), p: (f64, f64)) -> bool {
+    let t = (b.1 - a.1) / (p.1 - a.1);
+    let h = a.0 + (p.0 - a.0) * t;
+    b.0 <= (1.0 - HULL_MARGIN) * h
+}
+
+/// The frontier of `points`, each a **(d, e)** pair (d = |actual − expected| ≥ 0,
+/// e = |expected| ≥ 0, e finite, d finite or +∞, neither NaN), written to `out` (cleared
+/// first) sorted by e ascending (d is then strictly ascending too).
+///
+/// Keeps the points that can be the maximal-usage element for some (atol, rtol) ≥ 0, not
+/// both 0 — d > 0, not Pareto-dominated, on the upper hull with the origin anchor — as
+/// derived in the module doc, plus points within 2⁻⁴⁸ relative of the hull, so that
+/// [`usage`] over the frontier equals the maximum over all points bit for bit.
+/// If some d is +∞ the frontier is that single point (usage +∞ for every tolerance).
+///
+/// Algorithm: filter d > 0; sort by (e ascending, d descending); one pass keeping each point
+/// whose d exceeds every d before it (the Pareto staircase); then Andrew's monotone chain
+/// (upper hull) over the staircase, in place, with the virtual origin as the left anchor
+/// when no point has e = 0. O(m log m) for m points with d > 0; no allocation beyond `out`.
+pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f64)>) {
+    out.clear();
+    let mut infinite: Option<f64> = None;
+    for (d, e) in points {
+        debug_assert!(
+            d >= 0.0 && e >= 0.0 && e.is_finite(),
+            "frontier point (d={d}, e={e})"
+        );
+        if d == f64::INFINITY {
+            infinite = Some(infinite.map_or(e, |m: f64| m.min(e)));
+        } else if d > 0.0 {
+            out.push((d, e));
+        }
+    }
+    if let Some(e) = infinite {
+        out.clear();
+        out.push((f64::INFINITY, e));
+        return;
+    }
+    out.sort_by(|x, y| match x.1.total_cmp(&y.1) {
+        Ordering::Equal => y.0.total_cmp(&x.0),
+        o => o,
+    });
+    // Pareto staircase.
+    let mut w = 0;
+    let mut max_d = 0.0;
+    for i in 0..out.len() {
+        let p = out[i];
+        if p.0 > max_d {
+            max_d = p.0;
+            out[w] = p;
+            w += 1;
+        }
+    }
+    out.truncate(w);
+    if out.len() < 2 {
+        return;
+    }
+    // Upper hull, stack in out[..h].
+    let origin_anchor = out[0].1 > 0.0;
+    let mut h = 0;
+    for i in 0..out.len() {
+        let p = out[i];
+        while h >= 1 {
+            let a = if h >= 2 {
+                out[h - 2]
+            } else if origin_anchor {
+                (0.0, 0.0)
+            } else {
+                break;
+            };
+            if below_chord(a, out[h - 1], p) {
+                h -= 1;
+            } else {
+                break;
+            }
+        }
+        out[h] = p;
+        h += 1;
+    }
+    out.truncate(h);
+}
+
+/// Usage of a frontier (or of any list of (d, e) points) under (atol, rtol):
+/// maxᵢ dᵢ/(atol + rtol·eᵢ), each term evaluated as `d / (atol + rtol * e)`, the same
+/// operations in the same order as `Tolerance::usage`; 0 for an empty list; +∞ for d > 0
+/// over a zero allowance. atol and rtol must be finite and ≥ 0.
+pub fn usage(frontier: &[(f64, f64)], atol: f64, rtol: f64) -> f64 {
+    let mut m = 0.0;
+    for &(d, e) in frontier {
+        let u = d / (atol + rtol * e);
+        if u > m {
+            m = u;
+        }
+    }
+    m
+}
+
+/// Number of seeds whose usage exceeds `target`.
+fn exceeding(frontiers: &[Vec<(f64, f64)>], atol: f64, rtol: f64, target: f64) -> usize {
+    frontiers
+        .iter()
+        .filter(|f| usage(f, atol, rtol) > target)
+        .count()
+}
+
+/// The (k+1)-th largest of `needs` (0 if there are ≤ k); sorts `needs`.
+fn order_statistic(needs: &mut [f64], k: usize) -> f64 {
+    if k >= needs.len() {
+        return 0.0;
+    }
+    needs.sort_by(|x, y| y.total_cmp(x));
+    needs[k]
+}
+
+/// The smallest non-negative f64 x with `pass(x)`, for `pass` monotone (false … false,
+/// true … true in increasing x); +∞ if even `f64::MAX` fails. Starts at `candidate` (the
+/// analytic answer, accurate to a few ulps), gallops in the bit pattern (bit patterns of
+/// non-negative floats are ordered like their values) by doubling steps to bracket the
+/// boundary, then bisects the bit patterns: at most ~3·64 calls of `pass`, and the result
+/// is exact — the next float below fails.
+fn smallest_passing(candidate: f64, pass: impl Fn(f64) -> bool) -> f64 {
+    if pass(0.0) {
+        return 0.0;
+    }
+    if !pass(f64::MAX) {
+        return f64::INFINITY;
+    }
+    let max_bits = f64::MAX.to_bits();
+    let c = if candidate > 0.0 && candidate <= f64::MAX {
+        candidate.to_bits()
+    } else {
+        max_bits
+    };
+    // Invariant once bracketed: pass(hi) and !pass(lo), lo < hi.
+    let (mut lo, mut hi);
+    let mut step: u64 = 1;
+    if pass(f64::from_bits(c)) {
+        hi = c;
+        loop {
+            let t = hi.saturating_sub(step);
+            if t == 0 {
+                lo = 0;
+                break;
+            }
+            if pass(f64::from_bits(t)) {
+                hi = t;
+                step = step.saturating_mul(2);
+            } else {
+                lo = t;
+                break;
+            }
+        }
+    } else {
+        lo = c;
+        loop {
+            let t = lo.saturating_add(step).min(max_bits);
+            if pass(f64::from_bits(t)) {
+                hi = t;
+                break;
+            }
+            lo = t;
+            step = step.saturating_mul(2);
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if pass(f64::from_bits(mid)) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    f64::from_bits(hi)
+}
+
+/// The smallest atol such that at most `seeds_allowed_to_exceed` seeds have usage >
+/// `target` at (atol, `rtol`), a seed's usage being [`usage`] of its frontier.
+///
+/// Math: a seed's usage is ≤ T iff dᵢ ≤ T·(atol + rtol·eᵢ) for all i, i.e. atol ≥
+/// maxᵢ(dᵢ/T − rtol·eᵢ) (clamped at 0): the atol the seed needs. With k seeds allowed to
+/// exceed, the answer is the (k+1)-th largest need (0 if there are ≤ k seeds).
+///
+/// Floating point: that value, computed as `d / target - rtol * e`, can be a few ulps (of
+/// d/T) off the boundary of the computed usage. The result is therefore settled against
+/// [`usage`] itself: starting from the analytic value, a bracket-and-bisect search over
+/// representable values ([`smallest_passing`]; the count is monotone in atol because every
+/// rounding is) returns the smallest f64 whose re-evaluated count is ≤ k. So re-evaluating
+/// with the result gives at most k seeds above target, and with the next float below, more
+/// than k (unless the result is 0). +∞ if no finite atol suffices (a d = +∞).
+/// `target` must be finite and > 0, `rtol` finite and ≥ 0.
+pub fn min_atol(
+    frontiers: &[Vec<(f64, f64)>],
+    rtol: f64,
+    target: f64,
+    seeds_allowed_to_exceed: usize,
+) -> f64 {
+    assert!(target > 0.0 && target.is_finite(), "target {target}");
+    assert!(rtol >= 0.0 && rtol.is_finite(), "rtol {rtol}");
+    let mut needs: Vec<f64> = frontiers
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|&(d, e)| d / target - rtol * e)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let candidate = order_statistic(&mut needs, seeds_allowed_to_exceed);
+    smallest_passing(candidate, |a| {
+        exceeding(frontiers, a, rtol, target) <= seeds_allowed_to_exceed
+    })
+}
+
+/// The smallest rtol such that at most `seeds_allowed_to_exceed` seeds have usage >
+/// `target` at (`atol`, rtol).
+///
+/// Math: per seed, rtol ≥ maxᵢ (dᵢ/T − atol)/eᵢ over eᵢ > 0 (clamped at 0); a point with
+/// eᵢ = 0 is unaffected by rtol, and if its usage dᵢ/atol already exceeds T the seed needs
+/// rtol = +∞. The answer is the (k+1)-th largest need, then settled against [`usage`]
+/// exactly as in [`min_atol`] (smallest f64 with count ≤ k; +∞ if none).
+/// `target` must be finite and > 0, `atol` finite and ≥ 0.
+pub fn min_rtol(
+    frontiers: &[Vec<(f64, f64)>],
+    atol: f64,
+    target: f64,
+    seeds_allowed_to_exceed: usize,
+) -> f64 {
+    assert!(target > 0.0 && target.is_finite(), "target {target}");
+    assert!(atol >= 0.0 && atol.is_finite(), "atol {atol}");
+    let mut needs: Vec<f64> = frontiers
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|&(d, e)| {
+                    if e > 0.0 {
+                        (d / target - atol) / e
+                    } else if d / atol > target {
+                        f64::INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let candidate = order_statistic(&mut needs, seeds_allowed_to_exceed);
+    smallest_passing(candidate, |r| {
+        exceeding(frontiers, atol, r, target) <= seeds_allowed_to_exceed
+    })
+}
+
+/// The smallest (atol, rtol) on the ray atol = `ratio`·rtol such that at most
+/// `seeds_allowed_to_exceed` seeds have usage > `target`; returned as
+/// (`ratio * s`, `s`), the pair the count was verified with.
+///
+/// Math: at (s·ρ, s) a seed's usage is (1/s)·maxᵢ dᵢ/(ρ + eᵢ), so it needs
+/// s ≥ maxᵢ dᵢ/(ρ + eᵢ)/T; the (k+1)-th largest need, settled against [`usage`] as in
+/// [`min_atol`] (the count is monotone in s, as both fl(s·ρ) and s are). ρ = +∞ means a
+/// pure atol: the result is ([`min_atol`] at rtol 0, 0). ρ = 0 is a pure rtol. +∞ scale if
+/// none suffices. `ratio` must be ≥ 0 (not NaN), `target` finite and > 0.
+pub fn balanced(
+    frontiers: &[Vec<(f64, f64)>],
+    ratio: f64,
+    target: f64,
+    seeds_allowed_to_exceed: usize,
+) -> (f64, f64) {
+    assert!(target > 0.0 && target.is_finite(), "target {target}");
+    assert!(ratio >= 0.0, "ratio {ratio}");
+    if ratio == f64::INFINITY {
+        return (
+            min_atol(frontiers, 0.0, target, seeds_allowed_to_exceed),
+            0.0,
+        );
+    }
+    let mut needs: Vec<f64> = frontiers
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|&(d, e)| d / (ratio + e) / target)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let candidate = order_statistic(&mut needs, seeds_allowed_to_exceed);
+    let s = smallest_passing(candidate, |s| {
+        exceeding(frontiers, ratio * s, s, target) <= seeds_allowed_to_exceed
+    });
+    (ratio * s, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Tolerance;
+    use crate::stats::gpd::SplitMix64;
+    use proptest::prelude::*;
+
+    fn front(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        let mut out = Vec::new();
+        frontier(points.iter().copied(), &mut out);
+        out
+    }
+
+    /// A random cloud mixing the hard cases: generic points over six decades, e = 0 points,
+    /// d = 0 points, points on a line d = α + β·e (collinear up to rounding: the cases
+    /// where an exact hull could drop a point whose rounded usage wins), duplicates, and
+    /// small integers.
+    fn cloud(seed: u64, n: usize) -> Vec<(f64, f64)> {
+        let mut rng = SplitMix64(seed);
+        let mag = |rng: &mut SplitMix64| libm::pow(10.0, rng.uniform() * 6.0 - 3.0);
+        let alpha = if rng.uniform() < 0.3 {
+            0.0
+        } else {
+            mag(&mut rng)
+        };
+        let beta = mag(&mut rng);
+        let mut pts: Vec<(f64, f64)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let kind = (rng.next_u64() % 6) as u8;
+            let p = match kind {
+                0 => (mag(&mut rng) * rng.uniform(), mag(&mut rng) * rng.uniform()),
+                1 => (mag(&mut rng), 0.0),
+                2 => (0.0, mag(&mut rng)),
+                3 => {
+                    let e = mag(&mut rng);
+                    (alpha + beta * e, e)
+                }
+                4 if !pts.is_empty() => pts[(rng.next_u64() % pts.len() as u64) as usize],
+                _ => ((rng.next_u64() % 20) as f64, (rng.next_u64() % 20) as f64),
+            };
+            pts.push(p);
+        }
+        pts
+    }
+
+    /// Tolerances to probe: zeros, random magnitudes, and the supporting directions of
+    /// every frontier edge (where ties are exact in real arithmetic).
+    fn tolerances(seed: u64, f: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        let mut rng = SplitMix64(seed ^ 0x5555);
+        let mut t = vec![(0.0, 1.0), (1.0, 0.0), (0.0, 1e-6), (1e-5, 1.3e-6)];
+        for _ in 0..20 {
+            let a = libm::pow(10.0, rng.uniform() * 8.0 - 6.0);
+            let r = libm::pow(10.0, rng.uniform() * 8.0 - 6.0);
+            t.push((a, r));
+            t.push((0.0, r));
+            t.push((a, 0.0));
+        }
+        for w in f.windows(2) {
+            let ((d1, e1), (d2, e2)) = (w[0], w[1]);
+            let beta = (d2 - d1) / (e2 - e1);
+            let alpha = d1 - beta * e1;
+            if alpha >= 0.0 && beta.is_finite() {
+                t.push((alpha, beta));
+            }
+        }
+        if let Some(&(d, e)) = f.first() {
+            if e > 0.0 {
+                t.push((0.0, d / e));
+            }
+        }
+        t
+    }
+
+    proptest! {
+        /// The maximum usage over the frontier equals the maximum over all points, bit for
+        /// bit, for every probed (atol, rtol); also against `Tolerance::usage` on a
+        /// synthetic (actual, expected) = (e + d, e) where e + d − e == d exactly.
+        #[test]
+        fn frontier_max_is_bit_exact(seed: u64, n in 1usize..80) {
+            let pts = cloud(seed, n);
+            let f = front(&pts);
+            for w in f.windows(2) {
+                prop_assert!(w[0].1 < w[1].1 && w[0].0 < w[1].0, "{:?}", f);
+            }
+            for (a, r) in tolerances(seed, &f) {
+                let all = usage(&pts, a, r);
+                let fr = usage(&f, a, r);
+                prop_assert_eq!(all.to_bits(), fr.to_bits(), "atol={} rtol={} f={:?}", a, r, f);
+                let tol = Tolerance { atol: a, rtol: r };
+                let via_check = pts
+                    .iter()
+                    .filter(|&&(d, e)| (e + d) - e == d)
+                    .map(|&(d, e)| tol.usage(e + d, e))
+                    .fold(0.0, f64::max);
+                let via_front = pts
+                    .iter()
+                    .filter(|&&(d, e)| (e + d) - e == d)
+                    .map(|&(d, e)| d / (a + r * e))
+                    .fold(0.0, f64::max);
+                prop_assert_eq!(via_check.to_bits(), via_front.to_bits());
+            }
+        }
+
+        /// Minimality on small integer clouds, where exact arithmetic is available
+        /// (i64 cross products): the frontier is exactly the set of Pareto-undominated
+        /// points with d > 0 that lie on or above every chord between two other such points
+        /// (or the origin, when no point has e = 0) — the upper hull including its collinear
+        /// boundary points. The 2⁻⁴⁸ margin cannot matter here: a strictly-below integer
+        /// point is below its chord by ≥ 1/(Δe) ≥ 1/40 absolute, i.e. ≥ 1/800 relative.
+        #[test]
+        fn frontier_is_exact_hull_on_integers(
+            pts in proptest::collection::vec((0i64..20, 0i64..20), 1..40)
+        ) {
+            let fpts: Vec<(f64, f64)> = pts.iter().map(|&(d, e)| (d as f64, e as f64)).collect();
+            let f = front(&fpts);
+            // Brute force.
+            let mut stair: Vec<(i64, i64)> = Vec::new();
+            for &(d, e) in &pts {
+                if d == 0 {
+                    continue;
+                }
+                let dominated = pts.iter().any(|&(d2, e2)| {
+                    (d2, e2) != (d, e) && d2 >= d && e2 <= e
+                });
+                if !dominated && !stair.contains(&(d, e)) {
+                    stair.push((d, e));
+                }
+            }
+            let mut anchors = stair.clone();
+            if !stair.iter().any(|&(_, e)| e == 0) {
+                anchors.push((0, 0));
+            }
+            let mut want: Vec<(f64, f64)> = stair
+                .iter()
+                .filter(|&&(db, eb)| {
+                    !anchors.iter().any(|&(da, ea)| {
+                        anchors.iter().any(|&(dp, ep)| {
+                            // b strictly below the chord a–p, with e_a < e_b < e_p:
+                            // (d_b − d_a)(e_p − e_a) < (d_p − d_a)(e_b − e_a).
+                            ea < eb && eb < ep
+                                && (db - da) * (ep - ea) < (dp - da) * (eb - ea)
+                        })
+                    })
+                })
+                .map(|&(d, e)| (d as f64, e as f64))
+                .collect();
+            want.sort_by(|x, y| x.1.total_cmp(&y.1));
+            prop_assert_eq!(f, want);
+        }
+    }
+
+    #[test]
+    fn frontier_examples() {
+        // (d, e). A = (1, 1) is beaten by B = (2.5, 2) for every tolerance (B's d/e and d
+        // are both larger, and A lies below the origin–B chord); C = (3, 10) is the
+        // largest d; D = (2, 5) is dominated by B.
+        let f = front(&[(1.0, 1.0), (2.5, 2.0), (3.0, 10.0), (2.0, 5.0), (0.0, 0.0)]);
+        assert_eq!(f, vec![(2.5, 2.0), (3.0, 10.0)]);
+        // With an e = 0 point, it is the left end and A survives if it is above the chord
+        // from (0.5, 0) to B: at e = 1 the chord is 1.5 > 1, so A goes.
+        let f = front(&[(1.0, 1.0), (2.5, 2.0), (0.5, 0.0)]);
+        assert_eq!(f, vec![(0.5, 0.0), (2.5, 2.0)]);
+        // An infinite difference dominates everything.
+        let f = front(&[(1.0, 1.0), (f64::INFINITY, 3.0), (f64::INFINITY, 2.0)]);
+        assert_eq!(f, vec![(f64::INFINITY, 2.0)]);
+        assert_eq!(usage(&f, 1.0, 1.0), f64::INFINITY);
+        // Nothing but zeros.
+        assert!(front(&[(0.0, 1.0), (0.0, 0.0)]).is_empty());
+        assert_eq!(usage(&[], 1.0, 0.0), 0.0);
+        // Zero allowance: d/0 = +inf, as in `Tolerance::usage`.
+        assert_eq!(usage(&[(1.0, 0.0)], 0.0, 1.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn recommendation_examples() {
+        // One point per seed, (d, e) = (2, 1), (1, 1), (4, 1); rtol 1, target 1: needs
+        // d − 1 = 1, 0, 3 (exact in f64). k = 0 → 3; k = 1 → 1 in real arithmetic, but the
+        // float just below 1 also passes: 1 + (1 − 2⁻⁵³) rounds (to even) to 2, so the
+        // computed usage of (2, 1) there is exactly 1 — the settled answer is 1 − 2⁻⁵³. At
+        // 3 − 2⁻⁵¹ the sum 4 − 2⁻⁵¹ is representable and the usage exceeds 1: 3 stays.
+        // k = 2 → 0; k = 3 → 0.
+        let fr = vec![vec![(2.0, 1.0)], vec![(1.0, 1.0)], vec![(4.0, 1.0)]];
+        assert_eq!(min_atol(&fr, 1.0, 1.0, 0), 3.0);
+        assert_eq!(min_atol(&fr, 1.0, 1.0, 1), 1.0f64.next_down());
+        assert_eq!(min_atol(&fr, 1.0, 1.0, 2), 0.0);
+        assert_eq!(min_atol(&fr, 1.0, 1.0, 3), 0.0);
+        // rtol at atol 1: needs (d − 1)/1 = 1, 0, 3.
+        assert_eq!(min_rtol(&fr, 1.0, 1.0, 0), 3.0);
+        // Balanced with ratio 1: s ≥ d/(1 + 1) = 1, 0.5, 2.
+        assert_eq!(balanced(&fr, 1.0, 1.0, 0), (2.0, 2.0));
+        assert_eq!(balanced(&fr, 1.0, 1.0, 1), (1.0, 1.0));
+        // e = 0 with d > atol·target: no rtol helps.
+        let z = vec![vec![(1.0, 0.0)]];
+        assert_eq!(min_rtol(&z, 0.5, 1.0, 0), f64::INFINITY);
+        assert_eq!(min_rtol(&z, 0.5, 1.0, 1), 0.0);
+        assert_eq!(min_rtol(&z, 1.0, 1.0, 0), 0.0);
+        assert_eq!(balanced(&z, 0.0, 1.0, 0).1, f64::INFINITY);
+        assert_eq!(balanced(&z, f64::INFINITY, 1.0, 0), (1.0, 0.0));
+        // Infinite d: no finite atol.
+        let inf = vec![vec![(f64::INFINITY, 1.0)]];
+        assert_eq!(min_atol(&inf, 1.0, 1.0, 0), f64::INFINITY);
+    }
+
+    /// Independent analytic value: the (k+1)-th largest need over *all* points of each seed
+    /// (not the frontier), in the test's own sort.
+    fn analytic(needs: impl Iterator<Item = f64>, k: usize) -> f64 {
+        let mut v: Vec<f64> = needs.collect();
+        v.sort_by(|x, y| y.total_cmp(x));
+        v.get(k).copied().unwrap_or(0.0)
+    }
+
+    fn count(fr: &[Vec<(f64, f64)>], a: f64, r: f64, t: f64) -> usize {
+        fr.iter().filter(|f| usage(f, a, r) > t).count()
+    }
+
+    proptest! {
+        /// Recommendations against brute force. For each: (1) at the result, ≤ k seeds are
+        /// above target and at the next float below, > k (unless the result is 0): the
+        /// result is the exact smallest representable value; (2) it agrees with the
+        /// analytic order statistic computed over all points (not the frontier) to
+        /// 1e-13·M, M the largest |term| in any need (d/T, rtol·e, atol·…): both are
+        /// roundings of the same real threshold, each within ~6u·M ≈ 7e-16·M, so 1e-13 is
+        /// a loose bound that still catches any mistake in the math.
+        #[test]
+        fn recommendations_match_brute_force(
+            seed: u64,
+            seeds in 1usize..25,
+            k in 0usize..6,
+            rtol_exp in -8.0f64..0.0,
+            atol_exp in -8.0f64..0.0,
+            target in 0.1f64..2.0,
+            ratio_exp in -6.0f64..6.0,
+            zero_rtol in proptest::bool::weighted(0.15),
+        ) {
+            let clouds: Vec<Vec<(f64, f64)>> =
+                (0..seeds).map(|s| cloud(seed.wrapping_add(s as u64 * 7919), 12)).collect();
+            let fr: Vec<Vec<(f64, f64)>> = clouds.iter().map(|c| front(c)).collect();
+            let rtol = if zero_rtol { 0.0 } else { libm::pow(10.0, rtol_exp) };
+            let atol = libm::pow(10.0, atol_exp);
+            let ratio = libm::pow(10.0, ratio_exp);
+
+            // min_atol
+            let a = min_atol(&fr, rtol, target, k);
+            prop_assert!(count(&fr, a, rtol, target) <= k);
+            prop_assert!(count(&clouds, a, rtol, target) <= k, "frontier vs all points");
+            if a > 0.0 {
+                prop_assert!(count(&fr, a.next_down(), rtol, target) > k);
+            }
+            let want = analytic(clouds.iter().map(|c| {
+                c.iter().map(|&(d, e)| d / target - rtol * e).fold(0.0, f64::max)
+            }), k);
+            let m = clouds.iter().flatten()
+                .map(|&(d, e)| (d / target).max(rtol * e)).fold(0.0, f64::max);
+            prop_assert!((a - want).abs() <= 1e-13 * m, "atol {} vs {}", a, want);
+
+            // min_rtol
+            let r = min_rtol(&fr, atol, target, k);
+            if r.is_finite() {
+                prop_assert!(count(&fr, atol, r, target) <= k);
+                if r > 0.0 {
+                    prop_assert!(count(&fr, atol, r.next_down(), target) > k);
+                }
+            } else {
+                prop_assert!(count(&fr, atol, f64::MAX, target) > k);
+            }
+            let want_r = analytic(clouds.iter().map(|c| {
+                c.iter().map(|&(d, e)| {
+                    if e > 0.0 { (d / target - atol) / e }
+                    else if d / atol > target { f64::INFINITY } else { 0.0 }
+                }).fold(0.0, f64::max)
+            }), k);
+            if want_r.is_finite() {
+                // Relative to the need's own scale: (d/T + atol)/e for the terms involved.
+                let m_r = clouds.iter().flatten().filter(|p| p.1 > 0.0)
+                    .map(|&(d, e)| (d / target + atol) / e).fold(0.0, f64::max);
+                prop_assert!((r - want_r).abs() <= 1e-13 * m_r, "rtol {} vs {}", r, want_r);
+            } else {
+                prop_assert_eq!(r, f64::INFINITY);
+            }
+
+            // balanced
+            let (ba, br) = balanced(&fr, ratio, target, k);
+            prop_assert_eq!(ba, ratio * br);
+            if br.is_finite() {
+                prop_assert!(count(&fr, ba, br, target) <= k);
+                if br > 0.0 {
+                    let s = br.next_down();
+                    prop_assert!(count(&fr, ratio * s, s, target) > k);
+                }
+                let want_s = analytic(clouds.iter().map(|c| {
+                    c.iter().map(|&(d, e)| d / (ratio + e) / target).fold(0.0, f64::max)
+                }), k);
+                let m_s = clouds.iter().flatten()
+                    .map(|&(d, e)| d / (ratio + e) / target).fold(0.0, f64::max);
+                prop_assert!((br - want_s).abs() <= 1e-13 * m_s, "s {} vs {}", br, want_s);
+            }
+        }
+    }
+}
