@@ -671,6 +671,8 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
     let points = pool(o.threads)?.install(|| crate::scale::run(&spec, &profile));
     let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
     write_atomic(&o.out.join("scale.csv"), &csv)?;
+    let svg = crate::export::svg::scale_plot(&points, &o.policies[0], 0);
+    write_atomic(&o.out.join("scale.svg"), svg.as_bytes())?;
     let mut header: Vec<String> = ["K", "TP", "p50 err/u·Σ|xw|", "p95", "max", "√K"]
         .iter()
         .map(|s| s.to_string())
@@ -706,7 +708,11 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         profile.name, o.seeds
     ));
     emit(&crate::export::table::render(&header, &rows, 0));
-    emitln(&format!("wrote {}", o.out.join("scale.csv").display()));
+    emitln(&format!(
+        "wrote {} and {}",
+        o.out.join("scale.csv").display(),
+        o.out.join("scale.svg").display()
+    ));
     Ok(0)
 }
 
