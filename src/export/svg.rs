@@ -296,6 +296,231 @@ pub fn down_triangle(x: f64, y: f64, r: f64) -> String {
     )
 }
 
+/// Draws a panel's extra lines, given the panel's x (K) and y (value) pixel maps.
+type PanelExtra<'a> = dyn Fn(&mut String, &dyn Fn(f64) -> f64, &dyn Fn(f64) -> f64) + 'a;
+
+/// The `scale` plot as a standalone SVG document: two log-log panels over the reduction
+/// length K. Left, the 95th-percentile error against float64 in units of u·Σ|x·w| for every
+/// TP degree (and the unsharded matmul), with √K and K drawn through the first unsharded
+/// point as the probabilistic and deterministic bound shapes. Right, the worst usage of the
+/// sharded-vs-unsharded comparison under `policy` (percent), with the 100 % limit.
+pub fn scale_plot(
+    points: &[crate::scale::ScalePoint],
+    policy: &str,
+    policy_index: usize,
+) -> String {
+    const W: f64 = 460.0;
+    const H: f64 = 330.0;
+    const PAD_L: f64 = 60.0;
+    const PAD_R: f64 = 15.0;
+    const PAD_T: f64 = 30.0;
+    const PAD_B: f64 = 45.0;
+    let colours = [
+        "#444444", "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
+    ];
+    let mut ks: Vec<usize> = points.iter().map(|p| p.k).collect();
+    ks.sort_unstable();
+    ks.dedup();
+    let mut tps: Vec<usize> = points.iter().map(|p| p.tp).collect();
+    tps.sort_unstable();
+    tps.dedup();
+    if ks.is_empty() {
+        return format!("{}</svg>\n", open(W, H, ""));
+    }
+    let (kmin, kmax) = (ks[0] as f64, *ks.last().expect("non-empty") as f64);
+    let lx = |k: f64, x0: f64| {
+        let span = (kmax.log10() - kmin.log10()).max(1e-9);
+        x0 + PAD_L + (k.log10() - kmin.log10()) / span * (W - PAD_L - PAD_R)
+    };
+    let mut out = open(2.0 * W, H, "font-family=\"sans-serif\" font-size=\"11\"");
+    out.push('\n');
+    let panel = |out: &mut String,
+                 x0: f64,
+                 title_text: &str,
+                 ylabel: &str,
+                 series: &dyn Fn(&crate::scale::ScalePoint) -> f64,
+                 extra: &PanelExtra<'_>| {
+        let vals: Vec<f64> = points
+            .iter()
+            .map(series)
+            .filter(|v| *v > 0.0 && v.is_finite())
+            .collect();
+        let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+        for v in &vals {
+            lo = lo.min(*v);
+            hi = hi.max(*v);
+        }
+        if !lo.is_finite() {
+            lo = 0.1;
+            hi = 10.0;
+        }
+        let (elo, ehi) = (
+            (lo.log10().floor() as i32).min(-1),
+            (hi.log10().ceil() as i32).max(elo_min(lo) + 1),
+        );
+        let ehi = ehi.max(elo + 1);
+        let ly = move |v: f64| {
+            let t = ((v.max(1e-300).log10() - elo as f64) / (ehi - elo) as f64).clamp(0.0, 1.0);
+            H - PAD_B - t * (H - PAD_T - PAD_B)
+        };
+        out.push_str(&text(
+            x0 + W / 2.0,
+            16.0,
+            title_text,
+            "text-anchor=\"middle\" font-weight=\"bold\"",
+        ));
+        out.push_str(&line(
+            x0 + PAD_L,
+            H - PAD_B,
+            x0 + W - PAD_R,
+            H - PAD_B,
+            "stroke=\"#000\"",
+        ));
+        out.push_str(&line(
+            x0 + PAD_L,
+            PAD_T,
+            x0 + PAD_L,
+            H - PAD_B,
+            "stroke=\"#000\"",
+        ));
+        for e in elo..=ehi {
+            let y = ly(10f64.powi(e));
+            out.push_str(&line(
+                x0 + PAD_L - 4.0,
+                y,
+                x0 + W - PAD_R,
+                y,
+                "stroke=\"#ddd\"",
+            ));
+            out.push_str(&text(
+                x0 + PAD_L - 6.0,
+                y + 4.0,
+                &format!("1e{e}"),
+                "text-anchor=\"end\"",
+            ));
+        }
+        for &k in &ks {
+            let x = lx(k as f64, x0);
+            out.push_str(&line(x, H - PAD_B, x, H - PAD_B + 4.0, "stroke=\"#000\""));
+            out.push_str(&text(
+                x,
+                H - PAD_B + 16.0,
+                &k.to_string(),
+                "text-anchor=\"middle\"",
+            ));
+        }
+        out.push_str(&text(
+            x0 + W / 2.0,
+            H - 8.0,
+            "K (reduction length)",
+            "text-anchor=\"middle\"",
+        ));
+        out.push_str(&text(
+            14.0 + x0,
+            H / 2.0,
+            ylabel,
+            &format!(
+                "text-anchor=\"middle\" transform=\"rotate(-90 {} {})\"",
+                num(14.0 + x0),
+                num(H / 2.0)
+            ),
+        ));
+        let lxf = |k: f64| lx(k, x0);
+        extra(out, &lxf, &ly);
+        for (ti, &tp) in tps.iter().enumerate() {
+            let colour = colours[ti % colours.len()];
+            if points.iter().all(|p| p.tp != tp || series(p) <= 0.0) {
+                continue;
+            }
+            let pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.tp == tp && series(p) > 0.0 && series(p).is_finite())
+                .map(|p| (lx(p.k as f64, x0), ly(series(p))))
+                .collect();
+            let d: Vec<String> = pts
+                .iter()
+                .map(|(x, y)| format!("{},{}", num(*x), num(*y)))
+                .collect();
+            out.push_str(&format!(
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\">{}</polyline>",
+                d.join(" "),
+                title(&if tp == 1 { "unsharded".to_string() } else { format!("TP {tp}") })
+            ));
+            let label = if tp == 1 {
+                "unsharded".to_string()
+            } else {
+                format!("TP {tp}")
+            };
+            out.push_str(&text(
+                x0 + PAD_L + 8.0 + 62.0 * (ti % 4) as f64,
+                PAD_T + 12.0 + 13.0 * (ti / 4) as f64,
+                &label,
+                &format!("fill=\"{colour}\""),
+            ));
+        }
+    };
+    fn elo_min(lo: f64) -> i32 {
+        lo.log10().floor() as i32
+    }
+    let base = points
+        .iter()
+        .find(|p| p.tp == 1 && p.k == ks[0])
+        .map(|p| p.p95_err)
+        .unwrap_or(1.0);
+    panel(
+        &mut out,
+        0.0,
+        "error vs float64, p95 over seeds",
+        "|y - y64| / (u * sum|x w|)",
+        &|p| p.p95_err,
+        &|out, lxf, ly| {
+            for (shape, label, f) in [("4 3", "sqrt(K)", 0.5f64), ("1 3", "K", 1.0f64)] {
+                let y0 = base;
+                let a = (lxf(kmin), ly(y0));
+                let b = (lxf(kmax), ly(y0 * (kmax / kmin).powf(f)));
+                out.push_str(&line(
+                    a.0,
+                    a.1,
+                    b.0,
+                    b.1,
+                    &format!("stroke=\"#999\" stroke-dasharray=\"{shape}\""),
+                ));
+                out.push_str(&text(
+                    b.0 - 4.0,
+                    b.1 - 4.0,
+                    label,
+                    "text-anchor=\"end\" fill=\"#777\"",
+                ));
+            }
+        },
+    );
+    panel(
+        &mut out,
+        W,
+        &format!("worst usage of sharded vs unsharded, {policy}"),
+        "usage (%)",
+        &|p| p.worst_usage_pct[policy_index],
+        &|out, lxf, ly| {
+            let y = ly(100.0);
+            out.push_str(&line(
+                lxf(kmin),
+                y,
+                lxf(kmax),
+                y,
+                "stroke=\"#c00\" stroke-dasharray=\"6 3\"",
+            ));
+            out.push_str(&text(
+                lxf(kmax) - 2.0,
+                y - 4.0,
+                "limit 100 %",
+                "text-anchor=\"end\" fill=\"#c00\"",
+            ));
+        },
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,227 +674,4 @@ mod tests {
             "<line x1=\"0.0\" y1=\"1.0\" x2=\"2.0\" y2=\"3.0\" class=\"l\"/>"
         );
     }
-}
-
-/// The `scale` plot as a standalone SVG document: two log-log panels over the reduction
-/// length K. Left, the 95th-percentile error against float64 in units of u·Σ|x·w| for every
-/// TP degree (and the unsharded matmul), with √K and K drawn through the first unsharded
-/// point as the probabilistic and deterministic bound shapes. Right, the worst usage of the
-/// sharded-vs-unsharded comparison under `policy` (percent), with the 100 % limit.
-pub fn scale_plot(
-    points: &[crate::scale::ScalePoint],
-    policy: &str,
-    policy_index: usize,
-) -> String {
-    const W: f64 = 460.0;
-    const H: f64 = 330.0;
-    const PAD_L: f64 = 60.0;
-    const PAD_R: f64 = 15.0;
-    const PAD_T: f64 = 30.0;
-    const PAD_B: f64 = 45.0;
-    let colours = [
-        "#444444", "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
-    ];
-    let mut ks: Vec<usize> = points.iter().map(|p| p.k).collect();
-    ks.sort_unstable();
-    ks.dedup();
-    let mut tps: Vec<usize> = points.iter().map(|p| p.tp).collect();
-    tps.sort_unstable();
-    tps.dedup();
-    if ks.is_empty() {
-        return format!("{}</svg>\n", open(W, H, ""));
-    }
-    let (kmin, kmax) = (ks[0] as f64, *ks.last().expect("non-empty") as f64);
-    let lx = |k: f64, x0: f64| {
-        let span = (kmax.log10() - kmin.log10()).max(1e-9);
-        x0 + PAD_L + (k.log10() - kmin.log10()) / span * (W - PAD_L - PAD_R)
-    };
-    let mut out = open(2.0 * W, H, "font-family=\"sans-serif\" font-size=\"11\"");
-    out.push('\n');
-    let panel =
-        |out: &mut String,
-         x0: f64,
-         title_text: &str,
-         ylabel: &str,
-         series: &dyn Fn(&crate::scale::ScalePoint) -> f64,
-         extra: &dyn Fn(&mut String, &dyn Fn(f64) -> f64, &dyn Fn(f64) -> f64)| {
-            let vals: Vec<f64> = points
-                .iter()
-                .map(series)
-                .filter(|v| *v > 0.0 && v.is_finite())
-                .collect();
-            let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
-            for v in &vals {
-                lo = lo.min(*v);
-                hi = hi.max(*v);
-            }
-            if !lo.is_finite() {
-                lo = 0.1;
-                hi = 10.0;
-            }
-            let (elo, ehi) = (
-                (lo.log10().floor() as i32).min(-1),
-                (hi.log10().ceil() as i32).max(elo_min(lo) + 1),
-            );
-            let ehi = ehi.max(elo + 1);
-            let ly = move |v: f64| {
-                let t = ((v.max(1e-300).log10() - elo as f64) / (ehi - elo) as f64).clamp(0.0, 1.0);
-                H - PAD_B - t * (H - PAD_T - PAD_B)
-            };
-            out.push_str(&text(
-                x0 + W / 2.0,
-                16.0,
-                title_text,
-                "text-anchor=\"middle\" font-weight=\"bold\"",
-            ));
-            out.push_str(&line(
-                x0 + PAD_L,
-                H - PAD_B,
-                x0 + W - PAD_R,
-                H - PAD_B,
-                "stroke=\"#000\"",
-            ));
-            out.push_str(&line(
-                x0 + PAD_L,
-                PAD_T,
-                x0 + PAD_L,
-                H - PAD_B,
-                "stroke=\"#000\"",
-            ));
-            for e in elo..=ehi {
-                let y = ly(10f64.powi(e));
-                out.push_str(&line(
-                    x0 + PAD_L - 4.0,
-                    y,
-                    x0 + W - PAD_R,
-                    y,
-                    "stroke=\"#ddd\"",
-                ));
-                out.push_str(&text(
-                    x0 + PAD_L - 6.0,
-                    y + 4.0,
-                    &format!("1e{e}"),
-                    "text-anchor=\"end\"",
-                ));
-            }
-            for &k in &ks {
-                let x = lx(k as f64, x0);
-                out.push_str(&line(x, H - PAD_B, x, H - PAD_B + 4.0, "stroke=\"#000\""));
-                out.push_str(&text(
-                    x,
-                    H - PAD_B + 16.0,
-                    &k.to_string(),
-                    "text-anchor=\"middle\"",
-                ));
-            }
-            out.push_str(&text(
-                x0 + W / 2.0,
-                H - 8.0,
-                "K (reduction length)",
-                "text-anchor=\"middle\"",
-            ));
-            out.push_str(&text(
-                14.0 + x0,
-                H / 2.0,
-                ylabel,
-                &format!(
-                    "text-anchor=\"middle\" transform=\"rotate(-90 {} {})\"",
-                    num(14.0 + x0),
-                    num(H / 2.0)
-                ),
-            ));
-            let lxf = |k: f64| lx(k, x0);
-            extra(out, &lxf, &ly);
-            for (ti, &tp) in tps.iter().enumerate() {
-                let colour = colours[ti % colours.len()];
-                if points.iter().all(|p| p.tp != tp || series(p) <= 0.0) {
-                    continue;
-                }
-                let pts: Vec<(f64, f64)> = points
-                    .iter()
-                    .filter(|p| p.tp == tp && series(p) > 0.0 && series(p).is_finite())
-                    .map(|p| (lx(p.k as f64, x0), ly(series(p))))
-                    .collect();
-                let d: Vec<String> = pts
-                    .iter()
-                    .map(|(x, y)| format!("{},{}", num(*x), num(*y)))
-                    .collect();
-                out.push_str(&format!(
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\">{}</polyline>",
-                d.join(" "),
-                title(&if tp == 1 { "unsharded".to_string() } else { format!("TP {tp}") })
-            ));
-                let label = if tp == 1 {
-                    "unsharded".to_string()
-                } else {
-                    format!("TP {tp}")
-                };
-                out.push_str(&text(
-                    x0 + PAD_L + 8.0 + 62.0 * (ti % 4) as f64,
-                    PAD_T + 12.0 + 13.0 * (ti / 4) as f64,
-                    &label,
-                    &format!("fill=\"{colour}\""),
-                ));
-            }
-        };
-    fn elo_min(lo: f64) -> i32 {
-        lo.log10().floor() as i32
-    }
-    let base = points
-        .iter()
-        .find(|p| p.tp == 1 && p.k == ks[0])
-        .map(|p| p.p95_err)
-        .unwrap_or(1.0);
-    panel(
-        &mut out,
-        0.0,
-        "error vs float64, p95 over seeds",
-        "|y - y64| / (u * sum|x w|)",
-        &|p| p.p95_err,
-        &|out, lxf, ly| {
-            for (shape, label, f) in [("4 3", "sqrt(K)", 0.5f64), ("1 3", "K", 1.0f64)] {
-                let y0 = base;
-                let a = (lxf(kmin), ly(y0));
-                let b = (lxf(kmax), ly(y0 * (kmax / kmin).powf(f)));
-                out.push_str(&line(
-                    a.0,
-                    a.1,
-                    b.0,
-                    b.1,
-                    &format!("stroke=\"#999\" stroke-dasharray=\"{shape}\""),
-                ));
-                out.push_str(&text(
-                    b.0 - 4.0,
-                    b.1 - 4.0,
-                    label,
-                    "text-anchor=\"end\" fill=\"#777\"",
-                ));
-            }
-        },
-    );
-    panel(
-        &mut out,
-        W,
-        &format!("worst usage of sharded vs unsharded, {policy}"),
-        "usage (%)",
-        &|p| p.worst_usage_pct[policy_index],
-        &|out, lxf, ly| {
-            let y = ly(100.0);
-            out.push_str(&line(
-                lxf(kmin),
-                y,
-                lxf(kmax),
-                y,
-                "stroke=\"#c00\" stroke-dasharray=\"6 3\"",
-            ));
-            out.push_str(&text(
-                lxf(kmax) - 2.0,
-                y - 4.0,
-                "limit 100 %",
-                "text-anchor=\"end\" fill=\"#c00\"",
-            ));
-        },
-    );
-    out.push_str("</svg>\n");
-    out
 }

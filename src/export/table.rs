@@ -75,19 +75,12 @@ pub fn sweep_summary(
     summaries: &[Vec<SummaryEntry>],
 ) -> String {
     let mut out = String::new();
-    let mut start = 0;
-    while start < metas.len() {
+    for (start, end) in scenario_blocks(metas) {
         let name = &metas[start].scenario;
-        let end = start
-            + metas[start..]
-                .iter()
-                .take_while(|m| &m.scenario == name)
-                .count();
         let clean: Vec<usize> = (start..end)
             .filter(|&gi| metas[gi].mutant.is_empty() && aggs[gi].seeds > 0)
             .collect();
         let Some(&first) = clean.first() else {
-            start = end;
             continue;
         };
         let m0 = &metas[first];
@@ -141,9 +134,25 @@ pub fn sweep_summary(
         }
         out.push_str(&render(&header, &rows, 3));
         out.push('\n');
-        start = end;
     }
     out
+}
+
+/// The contiguous runs of groups of one scenario: `(start, end)` index pairs.
+fn scenario_blocks(metas: &[GroupMeta]) -> Vec<(usize, usize)> {
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    while start < metas.len() {
+        let name = &metas[start].scenario;
+        let end = start
+            + metas[start..]
+                .iter()
+                .take_while(|m| &m.scenario == name)
+                .count();
+        blocks.push((start, end));
+        start = end;
+    }
+    blocks
 }
 
 /// The mutant summary: one table per scenario, one row per (param, profile, mutant). For each
@@ -155,18 +164,11 @@ pub fn mutant_summary(
     summaries: &[Vec<SummaryEntry>],
 ) -> String {
     let mut out = String::new();
-    let mut start = 0;
-    while start < metas.len() {
+    for (start, end) in scenario_blocks(metas) {
         let name = &metas[start].scenario;
-        let end = start
-            + metas[start..]
-                .iter()
-                .take_while(|m| &m.scenario == name)
-                .count();
         let groups: Vec<usize> = (start..end)
             .filter(|&gi| !metas[gi].mutant.is_empty() && aggs[gi].seeds > 0)
             .collect();
-        start = end;
         let Some(&first) = groups.first() else {
             continue;
         };

@@ -594,6 +594,11 @@ pub fn log_softmax_cross_entropy_f32(
     grad_scale: f32,
     dlogits: &mut [f32],
 ) -> f32 {
+    log_softmax_cross_entropy_f32_isa(logits, labels, v, grad_scale, dlogits, TorchIsa::Avx512)
+}
+
+/// The shape checks shared by the cross-entropy entry points (caller bugs, not user input).
+fn check_ce_args(logits: &[f32], labels: &[i64], v: usize, dlogits: &[f32]) {
     let n = labels.len();
     assert!(v > 0, "v must be positive");
     assert_eq!(logits.len(), n * v, "logits must be labels.len() x v");
@@ -604,17 +609,6 @@ pub fn log_softmax_cross_entropy_f32(
             "label {t} out of range"
         );
     }
-    fma_dispatch!(
-        fn run(
-            logits: &[f32],
-            labels: &[i64],
-            v: usize,
-            grad_scale: f32,
-            dlogits: &mut [f32],
-        ) -> f32 {
-            ce_core::<LANES>(logits, labels, v, grad_scale, dlogits)
-        }
-    )
 }
 
 /// The vector width of torch's CPU kernels: which ATen build (`ATEN_CPU_CAPABILITY`) runs.
@@ -639,31 +633,30 @@ pub fn log_softmax_cross_entropy_f32_isa(
     dlogits: &mut [f32],
     isa: TorchIsa,
 ) -> f32 {
+    check_ce_args(logits, labels, v, dlogits);
     match isa {
-        TorchIsa::Avx512 => log_softmax_cross_entropy_f32(logits, labels, v, grad_scale, dlogits),
-        TorchIsa::Avx2 => {
-            let n = labels.len();
-            assert!(v > 0, "v must be positive");
-            assert_eq!(logits.len(), n * v, "logits must be labels.len() x v");
-            assert_eq!(dlogits.len(), n * v, "dlogits must be labels.len() x v");
-            for &t in labels {
-                assert!(
-                    t == IGNORE_INDEX || (0..v as i64).contains(&t),
-                    "label {t} out of range"
-                );
+        TorchIsa::Avx512 => fma_dispatch!(
+            fn run(
+                logits: &[f32],
+                labels: &[i64],
+                v: usize,
+                grad_scale: f32,
+                dlogits: &mut [f32],
+            ) -> f32 {
+                ce_core::<LANES>(logits, labels, v, grad_scale, dlogits)
             }
-            fma_dispatch!(
-                fn run(
-                    logits: &[f32],
-                    labels: &[i64],
-                    v: usize,
-                    grad_scale: f32,
-                    dlogits: &mut [f32],
-                ) -> f32 {
-                    ce_core::<8>(logits, labels, v, grad_scale, dlogits)
-                }
-            )
-        }
+        ),
+        TorchIsa::Avx2 => fma_dispatch!(
+            fn run(
+                logits: &[f32],
+                labels: &[i64],
+                v: usize,
+                grad_scale: f32,
+                dlogits: &mut [f32],
+            ) -> f32 {
+                ce_core::<8>(logits, labels, v, grad_scale, dlogits)
+            }
+        ),
     }
 }
 

@@ -428,6 +428,14 @@ fn inner_step<B: Backend>(
     loss
 }
 
+/// The bugs both DiLoCo scenarios can inject into their sync (see [`compute`]).
+pub(crate) const MUTANTS: &[Mutant] = &[
+    Mutant::NoReplicaMean,
+    Mutant::PseudoGradSign,
+    Mutant::NoNesterov,
+    Mutant::StaleOuterParams,
+];
+
 /// One DiLoCo run in one computation, recording its checks (module doc). `collective` selects
 /// the backend's all-reduce for the two sums (the sharded run) or the rank-order sum (the
 /// reference and the f64 run).
@@ -908,13 +916,7 @@ impl Scenario for Diloco {
         CHECK_NAMES
     }
     fn mutants(&self) -> &'static [crate::mutant::Mutant] {
-        use crate::mutant::Mutant;
-        &[
-            Mutant::NoReplicaMean,
-            Mutant::PseudoGradSign,
-            Mutant::NoNesterov,
-            Mutant::StaleOuterParams,
-        ]
+        MUTANTS
     }
     fn policies(&self) -> &[Policy] {
         &self.policies

@@ -140,13 +140,7 @@ impl Scenario for MaxtextDiloco {
         CHECK_NAMES
     }
     fn mutants(&self) -> &'static [crate::mutant::Mutant] {
-        use crate::mutant::Mutant;
-        &[
-            Mutant::NoReplicaMean,
-            Mutant::PseudoGradSign,
-            Mutant::NoNesterov,
-            Mutant::StaleOuterParams,
-        ]
+        crate::scenario::diloco::MUTANTS
     }
     fn policies(&self) -> &[Policy] {
         &self.policies
