@@ -123,7 +123,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let progress = o.out.join(".progress");
     let mut aggs: Vec<GroupAgg> = metas
         .iter()
-        .map(|m| GroupAgg::new(m, o.summary_only))
+        .zip(&plan)
+        .map(|(m, (_, r))| GroupAgg::new(m, o.summary_only, (r.end - r.start) as usize))
         .collect();
     let mut skip = 0u64;
     if o.resume {
@@ -373,7 +374,11 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     write_atomic(&o.out.join("plan.csv"), &plan_csv(&metas, &slices)?)?;
     let partial = o.out.join("seeds.csv.partial");
     let mut writer = SeedsWriter::open(&partial, false)?;
-    let mut aggs: Vec<GroupAgg> = metas.iter().map(|m| GroupAgg::new(m, false)).collect();
+    let mut aggs: Vec<GroupAgg> = metas
+        .iter()
+        .zip(&per_group)
+        .map(|(m, l)| GroupAgg::new(m, false, l.len()))
+        .collect();
     for (gi, list) in per_group.iter().enumerate() {
         for (seed, vals) in list {
             aggs[gi].feed(&metas[gi], *seed, vals);

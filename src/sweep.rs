@@ -18,6 +18,7 @@ use crate::evaluate::{evaluate, Comparison, SeedCheck};
 use crate::scenario::Workspace;
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
+use crate::stats::tail::{tail_estimate, TailEstimate};
 
 /// Units per parallel chunk: large enough to keep every thread busy, small enough that the
 /// chunk's results stay a few megabytes.
@@ -166,9 +167,77 @@ impl From<&SeedCheck> for SeedValues {
 pub enum Quantiles {
     /// Every usage, for exact quantiles.
     Exact(Vec<f64>),
-    /// A log-binned histogram (`--summary-only`): memory independent of the seed count.
-    Histogram(Box<LogHistogram>),
+    /// A log-binned histogram (`--summary-only`): memory independent of the seed count,
+    /// plus the largest usages exactly, as many as the tail estimate reads
+    /// ([`tail_keep`]).
+    Histogram(Box<LogHistogram>, TopK),
 }
+
+/// The `k` largest values seen, exactly (a min-heap of capacity `k`).
+#[derive(Debug, Clone, Default)]
+pub struct TopK {
+    k: usize,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>>,
+}
+
+/// An f64 ordered by `total_cmp`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+impl TopK {
+    /// Keeps the `k` largest.
+    pub fn new(k: usize) -> Self {
+        Self {
+            k,
+            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+        }
+    }
+    /// Offers a value.
+    pub fn add(&mut self, x: f64) {
+        if self.k == 0 {
+            return;
+        }
+        if self.heap.len() < self.k {
+            self.heap.push(std::cmp::Reverse(OrdF64(x)));
+        } else if let Some(min) = self.heap.peek() {
+            if OrdF64(x) > min.0 {
+                self.heap.pop();
+                self.heap.push(std::cmp::Reverse(OrdF64(x)));
+            }
+        }
+    }
+    /// A stand-in sample of size `n` for the tail estimate: the kept values and `n − k`
+    /// zeros below them. The tail estimate reads only the top `k` order statistics (see
+    /// [`tail_keep`]), so it gives the same result as on the full sample.
+    pub fn sample(&self, n: usize) -> Vec<f64> {
+        let mut v: Vec<f64> = self.heap.iter().map(|r| r.0 .0).collect();
+        v.resize(n.max(v.len()), 0.0);
+        v
+    }
+}
+
+/// How many of the largest usages the tail estimate of `n` seeds reads: its exceedances plus
+/// the threshold's neighbour, and at least the top 1 % band an empirical quantile at p = 1e-2
+/// (with its binomial interval) needs.
+pub fn tail_keep(n: usize) -> usize {
+    (crate::stats::tail::exceedance_count(n) + 2)
+        .max(n / 50 + 64)
+        .min(n)
+}
+
+/// The per-seed failure probabilities of the summary's tail columns.
+pub const TAIL_PROBS: [f64; 3] = [1e-2, 1e-3, 1e-4];
 
 /// Running aggregate of one check × comparison × policy over seeds, fed in seed order. All
 /// usages are in percent.
@@ -211,8 +280,9 @@ pub struct GroupAgg {
 }
 
 impl GroupAgg {
-    /// An empty aggregate for `meta`; `histogram` selects bounded-memory quantiles.
-    pub fn new(meta: &GroupMeta, histogram: bool) -> Self {
+    /// An empty aggregate for `meta`; `histogram` selects bounded-memory quantiles (which
+    /// keep the top of the `expected_seeds` usages exactly for the tail estimate).
+    pub fn new(meta: &GroupMeta, histogram: bool, expected_seeds: usize) -> Self {
         let entry = EntryAgg {
             failing: 0,
             worst_usage: f64::NEG_INFINITY,
@@ -223,7 +293,7 @@ impl GroupAgg {
             nonfinite_seeds: 0,
             min_usage: f64::INFINITY,
             quantiles: if histogram {
-                Quantiles::Histogram(Box::default())
+                Quantiles::Histogram(Box::default(), TopK::new(tail_keep(expected_seeds)))
             } else {
                 Quantiles::Exact(Vec::new())
             },
@@ -262,7 +332,10 @@ impl GroupAgg {
             }
             match &mut e.quantiles {
                 Quantiles::Exact(v) => v.push(u),
-                Quantiles::Histogram(h) => h.add(u),
+                Quantiles::Histogram(h, top) => {
+                    h.add(u);
+                    top.add(u);
+                }
             }
         }
         let ci = Comparison::ALL
@@ -312,6 +385,8 @@ pub struct SummaryEntry {
     pub nonfinite_seeds: usize,
     /// Smallest usage over seeds, percent: how surely a mutant is detected.
     pub min_usage: f64,
+    /// Tail estimate of the per-seed usage at [`TAIL_PROBS`] (percent), `None` without seeds.
+    pub tail: Option<TailEstimate>,
 }
 
 /// One progress-bar factory: stderr, hidden when stderr is not a terminal or when quiet.
@@ -425,7 +500,14 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
                             "exact",
                         )
                     }
-                    Quantiles::Histogram(h) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
+                    Quantiles::Histogram(h, _) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
+                };
+                let tail = match &e.quantiles {
+                    _ if agg.seeds == 0 => None,
+                    Quantiles::Exact(v) => Some(tail_estimate(v, &TAIL_PROBS)),
+                    Quantiles::Histogram(_, top) => {
+                        Some(tail_estimate(&top.sample(agg.seeds), &TAIL_PROBS))
+                    }
                 };
                 out.push(SummaryEntry {
                     check: check.clone(),
@@ -444,6 +526,7 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
                     max_abs_expected: e.max_abs_expected,
                     nonfinite_seeds: e.nonfinite_seeds,
                     min_usage: e.min_usage,
+                    tail,
                 });
             }
         }
@@ -454,6 +537,24 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_k_sample_gives_the_same_tail_as_the_full_sample() {
+        // 5000 deterministic usages with a heavy-ish tail.
+        let full: Vec<f64> = (0..5000u64)
+            .map(|i| {
+                let u = ((i.wrapping_mul(2654435761) % 10007) as f64 + 0.5) / 10007.0;
+                10.0 * (1.0 - u).powf(-0.2)
+            })
+            .collect();
+        let mut top = TopK::new(tail_keep(full.len()));
+        for &x in &full {
+            top.add(x);
+        }
+        let a = tail_estimate(&full, &TAIL_PROBS);
+        let b = tail_estimate(&top.sample(full.len()), &TAIL_PROBS);
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn shards_partition_the_seed_range() {

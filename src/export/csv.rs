@@ -109,6 +109,30 @@ pub struct SummaryRow<'a> {
     pub mutant: &'a str,
     /// `exact` (every usage kept) or `histogram` (`--summary-only`: 0.23 % log bins).
     pub quantile_method: &'a str,
+    /// `gpd` (peaks over threshold, generalized Pareto fit accepted by Anderson–Darling) or
+    /// `empirical` (too few seeds, an infinite usage, or the fit rejected).
+    pub tail_method: &'a str,
+    /// Usage exceeded with probability 1e-2 per seed (predicted), percent.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e2_pct: f64,
+    /// Usage exceeded with probability 1e-3 per seed (predicted), percent.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e3_pct: f64,
+    /// 95 % interval of it: low end.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e3_lo_pct: f64,
+    /// 95 % interval of it: high end (`inf` when the data cannot bound it).
+    #[serde(serialize_with = "float")]
+    pub tail_p1e3_hi_pct: f64,
+    /// Usage exceeded with probability 1e-4 per seed (predicted), percent.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e4_pct: f64,
+    /// 95 % interval of it: low end.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e4_lo_pct: f64,
+    /// 95 % interval of it: high end.
+    #[serde(serialize_with = "float")]
+    pub tail_p1e4_hi_pct: f64,
 }
 
 /// One row of `mutants.csv`: how one check detects one injected bug over the seeds.
@@ -242,10 +266,29 @@ pub fn summary_csv(
                 nonfinite_seeds: e.nonfinite_seeds,
                 mutant: &m.mutant,
                 quantile_method: e.quantile_method,
+                tail_method: match e.tail.as_ref().map(|t| t.method) {
+                    Some(crate::stats::tail::TailMethod::Gpd) => "gpd",
+                    _ => "empirical",
+                },
+                tail_p1e2_pct: tail_at(e, 0).0,
+                tail_p1e3_pct: tail_at(e, 1).0,
+                tail_p1e3_lo_pct: tail_at(e, 1).1,
+                tail_p1e3_hi_pct: tail_at(e, 1).2,
+                tail_p1e4_pct: tail_at(e, 2).0,
+                tail_p1e4_lo_pct: tail_at(e, 2).1,
+                tail_p1e4_hi_pct: tail_at(e, 2).2,
             });
         }
     }
     to_bytes(rows)
+}
+
+/// (value, lo, hi) of the i-th tail point, NaN when there is none.
+fn tail_at(e: &SummaryEntry, i: usize) -> (f64, f64, f64) {
+    match e.tail.as_ref().and_then(|t| t.points.get(i)) {
+        Some(p) => (p.value, p.lo, p.hi),
+        None => (f64::NAN, f64::NAN, f64::NAN),
+    }
 }
 
 /// The bytes of `mutants.csv`: every mutant group's checks, in group order.
