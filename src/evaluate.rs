@@ -57,7 +57,7 @@ impl Comparison {
 }
 
 /// The worst case of one check × comparison × policy over the steps of one seed.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SeedCheck {
     /// Maximum usage over all steps and elements (ratio; 1.0 = 100 %).
     pub usage: f64,
@@ -73,9 +73,17 @@ pub struct SeedCheck {
     pub nonfinite: u32,
     /// Maximum `|expected|` over all steps.
     pub max_abs_expected: f64,
+    /// For matmul-like checks: the usage the deterministic error bound γ·Σ|a·b| would take
+    /// (ratio, maximum over steps and elements); NaN for other checks.
+    pub theory_det: f64,
+    /// The same for Higham & Mary's probabilistic bound at per-seed failure probability
+    /// [`THEORY_P`]; NaN for other checks.
+    pub theory_prob: f64,
 }
 
-/// Visits the (actual, expected, step) tensors of one check and comparison.
+/// Visits the (actual, expected, step) tensors of one check and comparison. Value slots are
+/// matched across the two traces in recording order (the float64 trace may hold extra
+/// condition slots).
 pub fn for_each_pair<'t>(
     traces: &'t Traces,
     check: usize,
@@ -88,26 +96,111 @@ pub fn for_each_pair<'t>(
         Comparison::ShardedVsRef => SlotRole::SelfExpectedF32,
         _ => SlotRole::SelfExpectedF64,
     };
+    let mut j = 0;
     for (i, slot) in actual.slots.iter().enumerate() {
         if slot.check != check || slot.role != SlotRole::Value {
             continue;
         }
-        let exp_slot: &Slot = if spec.self_consistent {
-            actual.slots[i..]
+        if spec.self_consistent {
+            let exp_slot: &Slot = actual.slots[i..]
                 .iter()
                 .find(|s| s.check == check && s.step == slot.step && s.role == self_role)
-                .expect("self-consistent checks record their expectations after the value")
+                .expect("self-consistent checks record their expectations after the value");
+            f(slot.step, actual.data(slot), actual.data(exp_slot));
         } else {
-            let s = &expected.slots[i];
-            debug_assert_eq!((s.check, s.step, s.len), (slot.check, slot.step, slot.len));
-            s
-        };
-        let exp_trace = if spec.self_consistent {
-            actual
-        } else {
-            expected
-        };
-        f(slot.step, actual.data(slot), exp_trace.data(exp_slot));
+            while j < expected.slots.len() {
+                let s = &expected.slots[j];
+                if s.check == check && s.step == slot.step && s.role == SlotRole::Value {
+                    break;
+                }
+                j += 1;
+            }
+            let s = expected
+                .slots
+                .get(j)
+                .expect("every computation records the same checks and steps");
+            debug_assert_eq!(s.len, slot.len);
+            j += 1;
+            f(slot.step, actual.data(slot), expected.data(s));
+        }
+    }
+}
+
+/// The `Σ|a·b|` tensor the float64 computation recorded for `check` at `step`, if any.
+pub fn condition(traces: &Traces, check: usize, step: StepLabel) -> Option<&[f64]> {
+    traces
+        .f64
+        .slots
+        .iter()
+        .find(|s| s.check == check && s.step == step && s.role == SlotRole::Condition)
+        .map(|s| traces.f64.data(s))
+}
+
+/// Unit roundoff of fp32.
+const U: f64 = 1.0 / 16_777_216.0;
+
+/// γ_n = n·u / (1 − n·u): the deterministic bound on the relative error of an n-term dot
+/// product in any summation order, with or without FMA (Higham, *Accuracy and Stability of
+/// Numerical Algorithms*, 2nd ed., §3.1).
+pub fn gamma(n: usize) -> f64 {
+    let nu = n as f64 * U;
+    if nu >= 1.0 {
+        f64::INFINITY
+    } else {
+        nu / (1.0 - nu)
+    }
+}
+
+/// Higham & Mary's probabilistic bound (SIAM J. Sci. Comput. 41(5), 2019, Thm 3.1):
+/// γ̃_n(λ) = exp(λ·√n·u + n·u²/(1 − u)) − 1, which bounds the relative error of an n-term
+/// dot product with probability at least 1 − 2n·exp(−λ²(1 − u)²/2) under their model of
+/// independent rounding errors. λ is chosen so that a union over `elements` such products
+/// fails with probability `p`: λ = √(2·ln(2·n·elements/p)) / (1 − u).
+pub fn gamma_prob(n: usize, elements: usize, p: f64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let lambda = (2.0 * (2.0 * n as f64 * elements.max(1) as f64 / p).ln()).sqrt() / (1.0 - U);
+    (lambda * (n as f64).sqrt() * U + n as f64 * U * U / (1.0 - U)).exp_m1()
+}
+
+/// Per-seed failure probability of the probabilistic theory column.
+pub const THEORY_P: f64 = 1e-4;
+
+/// (deterministic, probabilistic) bound factors on |actual − expected| / Σ|a·b| for a
+/// comparison of a reduction: the sum of the two sides' bounds (the float64 side counts as
+/// exact).
+fn theory_factors(
+    r: &crate::scenario::Reduction,
+    comparison: Comparison,
+    elements: usize,
+) -> (f64, f64) {
+    let sharded = r.max_shard + r.ranks.saturating_sub(1);
+    let (det_ref, det_sh) = (gamma(r.k), gamma(sharded));
+    let (pr_ref, pr_sh) = (
+        gamma_prob(r.k, elements, THEORY_P),
+        gamma_prob(sharded, elements, THEORY_P),
+    );
+    match comparison {
+        Comparison::ShardedVsRef => (det_ref + det_sh, pr_ref + pr_sh),
+        Comparison::RefVsF64 => (det_ref, pr_ref),
+        Comparison::ShardedVsF64 => (det_sh, pr_sh),
+    }
+}
+
+impl Default for SeedCheck {
+    fn default() -> Self {
+        Self {
+            usage: 0.0,
+            max_abs_diff: 0.0,
+            worst_step: StepLabel::default(),
+            mismatched: 0,
+            elements: 0,
+            nonfinite: 0,
+            max_abs_expected: 0.0,
+            theory_det: f64::NAN,
+            theory_prob: f64::NAN,
+        }
     }
 }
 
@@ -152,8 +245,53 @@ pub fn evaluate(
                     r.max_abs_expected = r.max_abs_expected.max(max_e);
                     r.nonfinite += nonfinite as u32;
                 }
+                if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
+                    let (gd, gp) = theory_factors(&red, comparison, a.len());
+                    for (p, tols) in tolerances.iter().enumerate() {
+                        let t = tols[c];
+                        let (mut ud, mut up) = (0.0f64, 0.0f64);
+                        for (&s, &ev) in cond.iter().zip(e) {
+                            let allowed = t.allowed(ev);
+                            ud = ud.max(gd * s / allowed);
+                            up = up.max(gp * s / allowed);
+                        }
+                        let r = &mut out[base + p];
+                        r.theory_det = if r.theory_det.is_nan() {
+                            ud
+                        } else {
+                            r.theory_det.max(ud)
+                        };
+                        r.theory_prob = if r.theory_prob.is_nan() {
+                            up
+                        } else {
+                            r.theory_prob.max(up)
+                        };
+                    }
+                }
                 first = false;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gamma_matches_its_definition() {
+        // γ_n = nu/(1 − nu) with u = 2^-24, computed independently.
+        let u = 2f64.powi(-24);
+        assert_eq!(gamma(35), 35.0 * u / (1.0 - 35.0 * u));
+        assert_eq!(gamma(0), 0.0);
+        assert!(gamma(1 << 24).is_infinite());
+    }
+
+    #[test]
+    fn probabilistic_bound_beats_the_deterministic_one_only_for_long_reductions() {
+        // λ√n u against n u: with λ ≈ 6–7 at these failure probabilities, the probabilistic
+        // bound is the smaller one once √n exceeds λ, i.e. from n of a few dozen on.
+        assert!(gamma_prob(16, 670, THEORY_P) > gamma(16));
+        assert!(gamma_prob(4096, 670, THEORY_P) < gamma(4096));
     }
 }

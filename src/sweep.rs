@@ -146,6 +146,10 @@ pub struct SeedValues {
     pub nonfinite: u32,
     /// Largest |expected| over steps.
     pub max_abs_expected: f64,
+    /// Usage of the deterministic error bound, percent (NaN: not a matmul-like check).
+    pub theory_det_pct: f64,
+    /// Usage of the probabilistic error bound, percent (NaN: not a matmul-like check).
+    pub theory_prob_pct: f64,
 }
 
 impl From<&SeedCheck> for SeedValues {
@@ -158,7 +162,20 @@ impl From<&SeedCheck> for SeedValues {
             elements: sc.elements,
             nonfinite: sc.nonfinite,
             max_abs_expected: sc.max_abs_expected,
+            theory_det_pct: sc.theory_det * 100.0,
+            theory_prob_pct: sc.theory_prob * 100.0,
         }
+    }
+}
+
+/// The larger of two values where NaN means "none".
+fn max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() {
+        b
+    } else if b.is_nan() {
+        a
+    } else {
+        a.max(b)
     }
 }
 
@@ -260,6 +277,10 @@ pub struct EntryAgg {
     /// Smallest usage.
     pub min_usage: f64,
     /// Quantile state.
+    /// Largest deterministic-bound usage, percent (NaN: none).
+    pub theory_det: f64,
+    /// Largest probabilistic-bound usage, percent (NaN: none).
+    pub theory_prob: f64,
     pub quantiles: Quantiles,
 }
 
@@ -292,6 +313,8 @@ impl GroupAgg {
             max_abs_expected: 0.0,
             nonfinite_seeds: 0,
             min_usage: f64::INFINITY,
+            theory_det: f64::NAN,
+            theory_prob: f64::NAN,
             quantiles: if histogram {
                 Quantiles::Histogram(Box::default(), TopK::new(tail_keep(expected_seeds)))
             } else {
@@ -330,6 +353,8 @@ impl GroupAgg {
             if sc.nonfinite > 0 {
                 e.nonfinite_seeds += 1;
             }
+            e.theory_det = max_nan(e.theory_det, sc.theory_det_pct);
+            e.theory_prob = max_nan(e.theory_prob, sc.theory_prob_pct);
             match &mut e.quantiles {
                 Quantiles::Exact(v) => v.push(u),
                 Quantiles::Histogram(h, top) => {
@@ -387,6 +412,10 @@ pub struct SummaryEntry {
     pub min_usage: f64,
     /// Tail estimate of the per-seed usage at [`TAIL_PROBS`] (percent), `None` without seeds.
     pub tail: Option<TailEstimate>,
+    /// Largest usage of the deterministic error bound over seeds, percent (NaN: none).
+    pub theory_det: f64,
+    /// Largest usage of the probabilistic error bound over seeds, percent (NaN: none).
+    pub theory_prob: f64,
 }
 
 /// One progress-bar factory: stderr, hidden when stderr is not a terminal or when quiet.
@@ -527,6 +556,8 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
                     nonfinite_seeds: e.nonfinite_seeds,
                     min_usage: e.min_usage,
                     tail,
+                    theory_det: e.theory_det,
+                    theory_prob: e.theory_prob,
                 });
             }
         }

@@ -19,6 +19,9 @@ pub enum SlotRole {
     SelfExpectedF32,
     /// The same expectation evaluated in f64 on the same inputs.
     SelfExpectedF64,
+    /// For matmul-like checks, in the float64 computation: `Σ|a_k·b_k|` per element, the
+    /// scale of every rounding-error bound.
+    Condition,
 }
 
 /// One recorded tensor.

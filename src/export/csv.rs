@@ -57,6 +57,12 @@ pub struct SeedRow<'a> {
     pub max_abs_expected: f64,
     /// The injected bug (`--mutants`); empty for the clean run.
     pub mutant: &'a str,
+    /// Matmul-like checks: usage of the deterministic bound γ·Σ|a·b|, percent (`nan` otherwise).
+    #[serde(serialize_with = "float")]
+    pub theory_det_pct: f64,
+    /// Matmul-like checks: usage of the probabilistic bound λ·√n·u·Σ|a·b|, percent.
+    #[serde(serialize_with = "float")]
+    pub theory_prob_pct: f64,
 }
 
 /// One row of `summary.csv`: one check × comparison × policy of a group over all its seeds.
@@ -133,6 +139,13 @@ pub struct SummaryRow<'a> {
     /// 95 % interval of it: high end.
     #[serde(serialize_with = "float")]
     pub tail_p1e4_hi_pct: f64,
+    /// Matmul-like checks: largest usage over seeds of the deterministic bound γ_n·Σ|a·b|.
+    #[serde(serialize_with = "float")]
+    pub theory_det_usage_pct: f64,
+    /// Matmul-like checks: largest usage over seeds of Higham & Mary's probabilistic bound
+    /// λ·√n·u·Σ|a·b| at per-seed failure probability 1e-4.
+    #[serde(serialize_with = "float")]
+    pub theory_prob_usage_pct: f64,
 }
 
 /// One row of `mutants.csv`: how one check detects one injected bug over the seeds.
@@ -222,6 +235,8 @@ impl SeedsWriter {
                         nonfinite: sc.nonfinite,
                         max_abs_expected: sc.max_abs_expected,
                         mutant: &meta.mutant,
+                        theory_det_pct: sc.theory_det_pct,
+                        theory_prob_pct: sc.theory_prob_pct,
                     })?;
                 }
             }
@@ -277,6 +292,8 @@ pub fn summary_csv(
                 tail_p1e4_pct: tail_at(e, 2).0,
                 tail_p1e4_lo_pct: tail_at(e, 2).1,
                 tail_p1e4_hi_pct: tail_at(e, 2).2,
+                theory_det_usage_pct: e.theory_det,
+                theory_prob_usage_pct: e.theory_prob,
             });
         }
     }
@@ -465,6 +482,15 @@ struct SeedRowIn {
     nonfinite: u32,
     max_abs_expected: f64,
     mutant: String,
+    // Files written before the theory columns existed read as "no bound".
+    #[serde(default = "nan")]
+    theory_det_pct: f64,
+    #[serde(default = "nan")]
+    theory_prob_pct: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// A whole unit read back from `seeds.csv`.
@@ -553,6 +579,8 @@ pub fn read_units(
                 elements: next.elements,
                 nonfinite: next.nonfinite,
                 max_abs_expected: next.max_abs_expected,
+                theory_det_pct: next.theory_det_pct,
+                theory_prob_pct: next.theory_prob_pct,
             });
             if vals.len() == m.entries() {
                 let end = rows.reader().position().byte();

@@ -34,6 +34,7 @@ pub fn dump_csv(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<u8>
                 SlotRole::Value => "value",
                 SlotRole::SelfExpectedF32 => "expected-f32",
                 SlotRole::SelfExpectedF64 => "expected-f64",
+                SlotRole::Condition => "condition",
             };
             let step = slot.step.to_string();
             for (i, v) in trace.data(slot).iter().enumerate() {

@@ -215,6 +215,7 @@ impl DilocoSpec {
                 name: "outer_unchanged",
                 shape: vec![np],
                 self_consistent: true,
+                reduction: None,
             })
         });
         let (outer_params, inner_equals_outer) = if any_sync {
@@ -223,6 +224,7 @@ impl DilocoSpec {
                 name: "inner_equals_outer",
                 shape: vec![self.replicas, np],
                 self_consistent: true,
+                reduction: None,
             });
             (Some(o), Some(i))
         } else {

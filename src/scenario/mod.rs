@@ -30,6 +30,22 @@ pub struct CheckSpec {
     /// A self-consistency check: the computation's value is compared against the test's
     /// formula evaluated on the same computation's inputs (the SGD-update check).
     pub self_consistent: bool,
+    /// For matmul-like checks: the reduction behind each element, for the error-bound
+    /// (theory) columns. The float64 computation then records `Σ|a_k·b_k|` per element.
+    pub reduction: Option<Reduction>,
+}
+
+/// The reduction behind a matmul-like check: one unsharded dot product of length `k`, and
+/// the sharded one as a dot product of at most `max_shard` terms per rank followed by an
+/// all-reduce over `ranks` partials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reduction {
+    /// Unsharded length.
+    pub k: usize,
+    /// Largest shard.
+    pub max_shard: usize,
+    /// Ranks summed by the all-reduce.
+    pub ranks: usize,
 }
 
 impl CheckSpec {
@@ -39,6 +55,7 @@ impl CheckSpec {
             name,
             shape,
             self_consistent: false,
+            reduction: None,
         }
     }
 }

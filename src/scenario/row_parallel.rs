@@ -37,7 +37,7 @@ use crate::profile::Profile;
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
 use crate::rng::torch::TorchGenerator;
-use crate::scenario::{CheckSpec, Scenario, Workspace};
+use crate::scenario::{CheckSpec, Reduction, Scenario, Workspace};
 use crate::trace::{SlotRole, Trace};
 
 /// Scenario kind name.
@@ -199,7 +199,14 @@ impl RowParallel {
                 checks.push(c);
                 checks.len() - 1
             };
-            let logits = add(CheckSpec::new("logits", with(m.vocab)));
+            let shards = shard_ranges(h, m.tp, m.tp_grain);
+            let mut logits_spec = CheckSpec::new("logits", with(m.vocab));
+            logits_spec.reduction = Some(Reduction {
+                k: h,
+                max_shard: shards.iter().map(|r| r.len()).max().unwrap_or(0),
+                ranks: m.tp,
+            });
+            let logits = add(logits_spec);
             let loss = add(CheckSpec::new("loss", vec![]));
             let input_grad = add(CheckSpec::new("input_grad", with(h)));
             let projection_grad = add(CheckSpec::new("projection_grad", vec![h, h]));
@@ -211,6 +218,7 @@ impl RowParallel {
                 name: "sgd_update",
                 shape: vec![h, h],
                 self_consistent: true,
+                reduction: None,
             });
             let projection_weight = add(CheckSpec::new("projection_weight", vec![h, h]));
             let head_weight = add(CheckSpec::new("head_weight", vec![m.vocab, h]));
@@ -241,7 +249,7 @@ impl RowParallel {
                 head: p.head,
                 bias: p.bias,
                 tokens,
-                shards: shard_ranges(h, m.tp, m.tp_grain),
+                shards,
                 checks,
                 idx,
                 inputs,
@@ -293,6 +301,7 @@ struct Init {
 
 #[derive(Debug, Default)]
 struct Bufs<R> {
+    cond: Vec<R>,
     p: Vec<R>,
     pb: Vec<R>,
     w: Vec<R>,
@@ -391,6 +400,7 @@ impl RowParallel {
         init: &Init,
         shards: &[Range<usize>],
         mutant: Option<Mutant>,
+        condition: bool,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
     ) {
@@ -450,6 +460,20 @@ impl RowParallel {
                     add_row_bias(&mut bf.logits, &bf.hb, v);
                 }
                 trace.record(p.idx.logits, label, &bf.logits);
+                if condition {
+                    crate::scenario::tied_row_parallel::record_condition(
+                        be,
+                        &bf.h,
+                        &bf.w,
+                        t,
+                        h,
+                        v,
+                        &mut bf.cond,
+                        p.idx.logits,
+                        label,
+                        trace,
+                    );
+                }
                 let loss = cross_entropy(be, &bf.logits, &micro.labels, v, scale, &mut bf.dlogits);
                 trace.record(p.idx.loss, label, &[loss]);
                 row_parallel_backward(
@@ -571,6 +595,7 @@ impl Scenario for RowParallel {
             &bufs.init,
             single,
             None,
+            true,
             &mut bufs.b64,
             &mut traces.f64,
         );
@@ -581,6 +606,7 @@ impl Scenario for RowParallel {
             &bufs.init,
             single,
             None,
+            false,
             &mut bufs.b32,
             &mut traces.reference,
         );
@@ -590,6 +616,7 @@ impl Scenario for RowParallel {
             &bufs.init,
             &p.shards,
             mutant,
+            false,
             &mut bufs.b32,
             &mut traces.sharded,
         );

@@ -39,7 +39,7 @@ use crate::profile::Profile;
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
 use crate::rng::torch::TorchGenerator;
-use crate::scenario::{CheckSpec, Scenario, Workspace};
+use crate::scenario::{CheckSpec, Reduction, Scenario, Workspace};
 use crate::trace::Trace;
 
 /// Scenario kind name.
@@ -171,7 +171,14 @@ impl TiedRowParallel {
                     ));
                 }
             }
-            let mut checks = vec![CheckSpec::new("logits", vec![m.batch, m.seq, m.vocab])];
+            let shards = shard_ranges(p.hidden, m.tp, m.tp_grain);
+            let mut logits_spec = CheckSpec::new("logits", vec![m.batch, m.seq, m.vocab]);
+            logits_spec.reduction = Some(Reduction {
+                k: p.hidden,
+                max_shard: shards.iter().map(|r| r.len()).max().unwrap_or(0),
+                ranks: m.tp,
+            });
+            let mut checks = vec![logits_spec];
             let tied_grad = (p.zero_stage == 0).then(|| {
                 checks.push(CheckSpec::new("tied_grad", vec![m.vocab, p.hidden]));
                 checks.len() - 1
@@ -205,7 +212,7 @@ impl TiedRowParallel {
                 padding_idx: p.padding_idx,
                 embedding_spec: p.embedding_spec,
                 zero_stage: p.zero_stage,
-                shards: shard_ranges(p.hidden, m.tp, m.tp_grain),
+                shards,
                 checks,
                 idx,
                 inputs,
@@ -277,6 +284,7 @@ struct Init {
 /// Model state and activations of one computation.
 #[derive(Debug, Default)]
 struct Bufs<R> {
+    cond: Vec<R>,
     w: Vec<R>,
     w_emb: Vec<R>,
     p: Vec<R>,
@@ -360,6 +368,7 @@ impl TiedRowParallel {
         init: &Init,
         shards: &[Range<usize>],
         mutant: Option<Mutant>,
+        condition: bool,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
     ) {
@@ -408,6 +417,20 @@ impl TiedRowParallel {
                 &mut bf.rp,
             );
             trace.record(p.idx.logits, step, &bf.logits);
+            if condition {
+                record_condition(
+                    be,
+                    &bf.h,
+                    &bf.w,
+                    t,
+                    h,
+                    v,
+                    &mut bf.cond,
+                    p.idx.logits,
+                    step,
+                    trace,
+                );
+            }
             cross_entropy(be, &bf.logits, labels, v, B::R::ONE, &mut bf.dlogits);
             // Backward through the head (per rank), then the projection.
             row_parallel_backward(
@@ -455,6 +478,33 @@ impl TiedRowParallel {
             trace.record(p.idx.projection_weight, step, &bf.p);
         }
     }
+}
+
+/// Records `Σ_k |h[t][k]·W[v][k]|` for every logit (the scale of the matmul's rounding-error
+/// bounds) as the check's condition slot: |h|·|W|ᵀ with the backend's matmul (the float64
+/// one, so it is exact to f64 rounding).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_condition<B: Backend>(
+    be: &mut B,
+    h: &[B::R],
+    w: &[B::R],
+    t: usize,
+    k: usize,
+    v: usize,
+    cond: &mut Vec<B::R>,
+    check: usize,
+    step: StepLabel,
+    trace: &mut Trace,
+) {
+    // One reusable buffer: |h| (t×k), then |W| (v×k), then the product (t×v).
+    let (nh, nw) = (t * k, v * k);
+    cond.clear();
+    cond.extend(h.iter().map(|x| if *x < B::R::ZERO { -*x } else { *x }));
+    cond.extend(w.iter().map(|x| if *x < B::R::ZERO { -*x } else { *x }));
+    cond.resize(nh + nw + t * v, B::R::ZERO);
+    let (abs, out) = cond.split_at_mut(nh + nw);
+    be.matmul_nt(&abs[..nh], &abs[nh..], out, t, k, v);
+    trace.record_role(check, step, crate::trace::SlotRole::Condition, out);
 }
 
 impl Scenario for TiedRowParallel {
@@ -506,6 +556,7 @@ impl Scenario for TiedRowParallel {
             &bufs.init,
             single,
             None,
+            true,
             &mut bufs.b64,
             &mut traces.f64,
         );
@@ -516,6 +567,7 @@ impl Scenario for TiedRowParallel {
             &bufs.init,
             single,
             None,
+            false,
             &mut bufs.b32,
             &mut traces.reference,
         );
@@ -525,6 +577,7 @@ impl Scenario for TiedRowParallel {
             &bufs.init,
             &p.shards,
             mutant,
+            false,
             &mut bufs.b32,
             &mut traces.sharded,
         );
