@@ -276,11 +276,11 @@ pub struct EntryAgg {
     pub nonfinite_seeds: usize,
     /// Smallest usage.
     pub min_usage: f64,
-    /// Quantile state.
     /// Largest deterministic-bound usage, percent (NaN: none).
     pub theory_det: f64,
     /// Largest probabilistic-bound usage, percent (NaN: none).
     pub theory_prob: f64,
+    /// Quantile state.
     pub quantiles: Quantiles,
 }
 
