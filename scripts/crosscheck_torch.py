@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Cross-check seedsweep's T1 mirror against real PyTorch on this machine's CPU.
+"""Cross-check seedsweep's DeepSpeed mirrors (T1 and T2) against real PyTorch on this CPU.
 
-Runs DeepSpeed's TestTiedRowParallelOutputHeadTraining model (mission.md, T1) in torch for
+Runs DeepSpeed's TestTiedRowParallelOutputHeadTraining model (mission.md, T1), or the untied
+TestRowParallelOutputHeadTraining (T2) for a T2 --param, in torch for
 one seed and parametrization, twice: the unsharded fp32 reference and a simulated row-parallel
 head (each rank's contiguous weight shard, partial logits summed), then compares every
 recorded tensor with `seedsweep repro --dump DIR` bit for bit and prints per-check agreement
-rates. Needs `pip install torch`; never needed by the tests or the main job.
+rates. Needs `pip install torch`; never needed by the tests or the main job. Run it with
+ATEN_CPU_CAPABILITY=avx2 to compare with the `cpu-fma` profile (torch's AVX2 kernels), or on
+an AVX512 machine without it for `cpu-fma-avx512`.
 
     cargo run --release -- repro --seed 8199 --param 35-3-False-0 --dump /tmp/dump
     python3 scripts/crosscheck_torch.py --seed 8199 --param 35-3-False-0 \
@@ -25,6 +28,12 @@ PARAMS = {
     "35-3-False-0": (35, 3, 0),
     "35-3-True-0": (35, 3, 0),
     "32-3-False-2": (32, 3, 2),
+}
+# T2 (TestRowParallelOutputHeadTraining): (hidden, input_shape, bias)
+PARAMS_T2 = {
+    "32-input_shape0-lm_head-False": (32, (4,), False),
+    "35-input_shape1-lm_head-True": (35, (2, 3), True),
+    "35-input_shape2-embed_out-True": (35, (4,), True),
 }
 V, B, S, STEPS, LR, TP = 67, 2, 5, 3, 0.05, 2
 
@@ -79,6 +88,43 @@ def run(seed, hidden, pad, zero_stage, sharded):
     return rec
 
 
+def run_t2(seed, hidden, shape, bias, sharded):
+    """T2: untied row-parallel head, 5 steps x 2 micro-steps of (loss / 2).backward(), SGD."""
+    torch.manual_seed(seed)
+    proj = nn.Linear(hidden, hidden)
+    head = nn.Linear(hidden, V, bias=bias)
+    opt = torch.optim.SGD(list(proj.parameters()) + list(head.parameters()), lr=LR)
+    rec = defaultdict(list)
+    for step in range(5):
+        opt.zero_grad()
+        for micro in range(2):
+            torch.manual_seed(100 + 2 * step + micro)
+            x = torch.randn(*shape, hidden, requires_grad=True)
+            labels = torch.randint(V, shape)
+            h = torch.tanh(proj(x))
+            if sharded:
+                parts = [F.linear(h[..., s].contiguous(), head.weight[:, s].contiguous()) for s in shards(hidden, TP)]
+                logits = parts[0]
+                for p in parts[1:]:
+                    logits = logits + p
+                if bias:
+                    logits = logits + head.bias
+            else:
+                logits = head(h)
+            label = f"{step}.{micro}"
+            rec[("logits", label)] = logits.detach().flatten().tolist()
+            loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+            rec[("loss", label)] = [loss.item()]
+            (loss / 2).backward()
+            rec[("input_grad", label)] = x.grad.flatten().tolist()
+            rec[("projection_grad", label)] = proj.weight.grad.flatten().tolist()
+            rec[("head_grad", label)] = head.weight.grad.flatten().tolist()
+        opt.step()
+        rec[("projection_weight", str(step))] = proj.weight.detach().flatten().tolist()
+        rec[("head_weight", str(step))] = head.weight.detach().flatten().tolist()
+    return rec
+
+
 def load_dump(path):
     out = defaultdict(dict)
     with open(path) as f:
@@ -92,12 +138,19 @@ def load_dump(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--param", required=True, choices=sorted(PARAMS))
+    ap.add_argument("--param", required=True, choices=sorted(PARAMS) + sorted(PARAMS_T2))
     ap.add_argument("--dump", help="CSV written by seedsweep repro --dump")
     ap.add_argument("--emit-fixture", metavar="JSON", help="write torch's logits and final head weight as u32 bits")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    hidden, pad, zero = PARAMS[a.param]
+    if a.param in PARAMS_T2:
+        hidden, shape, bias = PARAMS_T2[a.param]
+        runner = lambda sharded: run_t2(a.seed, hidden, shape, bias, sharded)  # noqa: E731
+        last = "4"
+    else:
+        hidden, pad, zero = PARAMS[a.param]
+        runner = lambda sharded: run(a.seed, hidden, pad, zero, sharded)  # noqa: E731
+        last = str(STEPS - 1)
     if a.emit_fixture:
         import json
         import struct
@@ -109,9 +162,9 @@ def main():
                "scripts/crosscheck_torch.py: T1 reference and simulated row-parallel computations",
                "seed": a.seed, "param": a.param, "computations": {}}
         for comp, sharded in (("reference", False), ("sharded", True)):
-            rec = run(a.seed, hidden, pad, zero, sharded)
+            rec = runner(sharded)
             out["computations"][comp] = {f"{c}@{s}": bits(v) for (c, s), v in rec.items()
-                                         if c == "logits" or (c == "head_weight" and s == str(STEPS - 1))}
+                                         if c in ("logits", "loss") or (c == "head_weight" and s == last)}
         with open(a.emit_fixture, "w") as f:
             json.dump(out, f, separators=(",", ":"))
         print(f"wrote {a.emit_fixture}")
@@ -121,7 +174,7 @@ def main():
     dump = load_dump(a.dump)
     print(f"torch {torch.__version__}, seed {a.seed}, param {a.param}")
     for comp, sharded in (("reference", False), ("sharded", True)):
-        rec = run(a.seed, hidden, pad, zero, sharded)
+        rec = runner(sharded)
         for (check, step), values in sorted(rec.items()):
             ours = dump.get((comp, check, step))
             if ours is None:
@@ -131,10 +184,10 @@ def main():
             worst = max(abs(ours[i] - v) for i, v in enumerate(values))
             print(f"  {comp:9} {check:18} step {step}: {same}/{len(values)} bit-identical, max |diff| {worst:.3e}")
     # The quantity the test asserts: sharded vs reference logits.
-    ref = run(a.seed, hidden, pad, zero, False)
-    tp = run(a.seed, hidden, pad, zero, True)
-    for step in range(STEPS):
-        r, t = ref[("logits", str(step))], tp[("logits", str(step))]
+    ref = runner(False)
+    tp = runner(True)
+    for (check, step) in sorted(k for k in ref if k[0] == "logits"):
+        r, t = ref[(check, step)], tp[(check, step)]
         usage = max(abs(x - y) / (1e-6 + 1e-5 * abs(y)) for x, y in zip(t, r))
         usage_d = max(abs(x - y) / (1e-5 + 1.3e-6 * abs(y)) for x, y in zip(t, r))
         print(f"  torch logits step {step}: usage old {100*usage:.1f}%, torch-default {100*usage_d:.1f}%")
