@@ -1,9 +1,9 @@
 //! Writers: one file per output format.
 
 pub mod csv;
+pub mod dump;
 pub mod html;
 pub mod svg;
-pub mod dump;
 pub mod table;
 
 use std::io::Write;
