@@ -288,35 +288,24 @@ unsafe fn magnitude_stats_avx2(actual: &[f64], expected: &[f64]) -> (f64, f64) {
 fn magnitude_stats_impl(actual: &[f64], expected: &[f64]) -> (f64, f64) {
     if all_finite(actual) && all_finite(expected) {
         // Finite operands: |a - e| is 0 exactly when a == e and never NaN.
-        let mut max_d = [0.0f64; LANES];
-        let mut max_e = [0.0f64; LANES];
-        let n = actual.len().min(expected.len());
-        let split = n - n % LANES;
-        for (a4, e4) in actual[..split]
-            .chunks_exact(LANES)
-            .zip(expected[..split].chunks_exact(LANES))
-        {
-            for l in 0..LANES {
-                let d = (a4[l] - e4[l]).abs();
-                let ae = e4[l].abs();
-                max_d[l] = if d > max_d[l] { d } else { max_d[l] };
-                max_e[l] = if ae > max_e[l] { ae } else { max_e[l] };
-            }
-        }
-        for i in split..n {
-            let d = (actual[i] - expected[i]).abs();
-            let ae = expected[i].abs();
-            max_d[0] = if d > max_d[0] { d } else { max_d[0] };
-            max_e[0] = if ae > max_e[0] { ae } else { max_e[0] };
-        }
-        let fold = |v: [f64; LANES]| v.iter().fold(0.0f64, |m, &x| if x > m { x } else { m });
-        return (fold(max_d), fold(max_e));
+        max_pair_lanes(actual, expected, |a, e| ((a - e).abs(), e.abs()))
+    } else {
+        max_pair_lanes(actual, expected, |a, e| {
+            let d = (a - e).abs();
+            let d = if d.is_nan() { f64::INFINITY } else { d };
+            (if a == e { 0.0 } else { d }, e.abs())
+        })
     }
-    let lane = |a: f64, e: f64| {
-        let d = (a - e).abs();
-        let d = if d.is_nan() { f64::INFINITY } else { d };
-        (if a == e { 0.0 } else { d }, e.abs())
-    };
+}
+
+/// The element-wise maxima of both components of `lane(actual[i], expected[i])`, in
+/// [`LANES`] independent lanes (the maximum does not depend on the order it is taken in).
+#[inline(always)]
+fn max_pair_lanes(
+    actual: &[f64],
+    expected: &[f64],
+    lane: impl Fn(f64, f64) -> (f64, f64),
+) -> (f64, f64) {
     let mut max_d = [0.0f64; LANES];
     let mut max_e = [0.0f64; LANES];
     let n = actual.len().min(expected.len());
