@@ -525,18 +525,16 @@ pub fn measure(
         units
             .par_iter()
             .map_init(
-                || crate::scenario::Workspace::with_kernels(kernels),
-                |ws, &(gi, s)| {
+                || {
+                    (
+                        crate::scenario::Workspace::with_kernels(kernels),
+                        Vec::new(),
+                    )
+                },
+                |(ws, out), &(gi, s)| {
                     let g = &groups[gi];
-                    let sc = &catalog.scenarios[g.scenario];
-                    sc.run(g.param, sc.common().first_seed + s, &g.profile, ws);
-                    let mut out = Vec::new();
-                    crate::evaluate::evaluate(
-                        sc.checks(g.param),
-                        &g.tolerances,
-                        &ws.traces,
-                        &mut out,
-                    );
+                    let first = catalog.scenarios[g.scenario].common().first_seed;
+                    crate::sweep::run_unit(catalog, g, first + s, ws, out);
                     out.first().map(|r| r.usage).unwrap_or(0.0)
                 },
             )

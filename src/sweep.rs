@@ -445,6 +445,21 @@ pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usi
         .collect()
 }
 
+/// Runs one work unit, a group at one seed (its mutant injected into the sharded
+/// computation), in `ws`, and evaluates every check × comparison × policy into `out`.
+pub fn run_unit(
+    catalog: &Catalog,
+    g: &Group,
+    seed: u64,
+    ws: &mut Workspace,
+    out: &mut Vec<SeedCheck>,
+) {
+    let s = &catalog.scenarios[g.scenario];
+    ws.mutant = g.mutant;
+    s.run(g.param, seed, &g.profile, ws);
+    evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
+}
+
 /// Where finished units go, in output order.
 pub trait UnitSink {
     /// One unit's results.
@@ -483,12 +498,8 @@ pub fn run(
         let results: Vec<Vec<SeedCheck>> = chunk
             .par_iter()
             .map_init(Workspace::default, |ws, &(gi, seed)| {
-                let g = &groups[gi];
-                let s = &catalog.scenarios[g.scenario];
-                ws.mutant = g.mutant;
-                s.run(g.param, seed, &g.profile, ws);
                 let mut out = Vec::new();
-                evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+                run_unit(catalog, &groups[gi], seed, ws, &mut out);
                 pb.inc(1);
                 out
             })
