@@ -11,6 +11,8 @@ use anyhow::Context;
 use crate::export::csv::{mutants_csv, plan_csv, read_plan, read_units, summary_csv, SeedsWriter};
 use crate::export::table::{mutant_summary, sweep_summary};
 use crate::export::{prepare_dir, write_atomic};
+
+use crate::fingerprint::Fingerprint;
 use crate::sweep::{
     run, summarize, units, GroupAgg, GroupMeta, SeedRange, SeedValues, Shard, SummaryEntry,
     UnitSink,
@@ -28,6 +30,17 @@ pub struct Common {
     pub rng: Option<RngKind>,
     /// The selection.
     pub selection: Selection,
+    /// `--max-memory`: bytes this run may use (default: the machine's available memory).
+    pub max_memory: Option<u64>,
+}
+
+/// Loads the catalog of `common` and prints what its configs override to stderr.
+pub fn load_catalog(common: &Common) -> anyhow::Result<Catalog> {
+    let catalog = Catalog::load(&common.configs, common.rng)?;
+    for n in &catalog.notes {
+        eprintln!("note: {n}");
+    }
+    Ok(catalog)
 }
 
 /// `sweep` options.
@@ -71,20 +84,17 @@ pub struct ReproOptions {
     pub dump: Option<PathBuf>,
 }
 
-fn pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> {
-    let mut b = rayon::ThreadPoolBuilder::new();
-    if let Some(n) = threads {
-        b = b.num_threads(n);
-    }
-    Ok(b.build()?)
-}
+use crate::limits::pool;
 
 /// Runs a sweep; returns the process exit code.
 ///
-/// Files in `--out`: `plan.csv` first (what this run computes, for `merge` and `--resume`),
-/// then `seeds.csv.partial` streamed chunk by chunk with a `.progress` checkpoint after each
-/// chunk, renamed to `seeds.csv` at the end, then `summary.csv` (and `mutants.csv`). With
-/// `--summary-only` no per-seed file is written and quantiles come from bounded histograms.
+/// Files in `--out` (see [`crate::folder`]; a new sweep first removes the files of any earlier
+/// one): `fingerprint.txt` and `plan.csv` first (what this run computes, for `merge` and
+/// `--resume`), then `seeds.csv.partial` streamed chunk by chunk with a `.progress`
+/// checkpoint after each chunk, then `mutants.csv` (with mutants) and `summary.csv`, and last
+/// the rename of `seeds.csv.partial` to `seeds.csv`. With `--summary-only` no per-seed file is
+/// written and quantiles come from bounded histograms. A kill at any moment leaves a folder
+/// that `--resume` completes byte-identically.
 pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     if o.seeds == 0 {
         return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
@@ -94,32 +104,30 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    if let Some(first) = o.first_seed {
-        if first.checked_add(o.seeds - 1).is_none() {
-            return Err(InputError::flag("--first-seed", "the seed range overflows u64").into());
-        }
-    }
-    if o.resume && o.summary_only {
-        return Err(InputError::flag(
-            "--resume",
-            "cannot resume a --summary-only sweep: it keeps no per-seed file to continue from",
-        )
-        .into());
-    }
-    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    crate::limits::check_threads(o.threads)?;
+    let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
+    crate::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
-    prepare_dir(&o.out, "--out")?;
     let range = SeedRange {
         first: o.first_seed,
         count: o.seeds,
         shard: o.shard,
     };
     let plan = units(&catalog, &groups, &range);
+    check_sweep_memory(&catalog, &groups, &metas, &plan, o)?;
+    let pool = crate::limits::pool(o.threads)?;
+    let mode = if o.summary_only {
+        "summary-only"
+    } else {
+        "per-seed"
+    };
+    let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
     let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
     let plan_bytes = plan_csv(&metas, &slices)?;
     let plan_path = o.out.join("plan.csv");
     let partial = o.out.join("seeds.csv.partial");
+    let seeds_path = o.out.join("seeds.csv");
     let progress = o.out.join(".progress");
     let mut aggs: Vec<GroupAgg> = metas
         .iter()
@@ -127,25 +135,61 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         .map(|(m, (_, r))| GroupAgg::new(m, o.summary_only, (r.end - r.start) as usize))
         .collect();
     let mut skip = 0u64;
-    if o.resume {
-        let old = std::fs::read(&plan_path).map_err(|_| {
-            InputError::flag(
-                "--resume",
-                format!("{} has no plan.csv: nothing to resume", o.out.display()),
-            )
-        })?;
-        if old != plan_bytes {
+    let lock = if o.resume {
+        let old = if o.out.is_dir() {
+            Fingerprint::read(&o.out)?
+        } else {
+            None
+        };
+        let Some(old) = old else {
             return Err(InputError::flag(
                 "--resume",
                 format!(
-                    "{} holds a different sweep (its plan.csv differs); run the same command, or drop --resume",
-                    o.out.display()
+                    "{} holds no sweep (no {}): nothing to resume; drop --resume",
+                    o.out.display(),
+                    crate::fingerprint::FILE
+                ),
+            )
+            .into());
+        };
+        let lock = crate::folder::open_existing(&o.out, "--resume")?;
+        let diff = fingerprint.diff(&old, "now", "in the folder", &[], 12);
+        if !diff.is_empty() {
+            return Err(InputError::flag(
+                "--resume",
+                format!(
+                    "{} holds a different sweep; run the command that started it, or drop \
+                     --resume to replace it. Differences:\n  {}",
+                    o.out.display(),
+                    diff.join("\n  ")
                 ),
             )
             .into());
         }
+        let finished = if o.summary_only {
+            crate::folder::has(&o.out, "summary.csv")
+        } else {
+            crate::folder::has(&o.out, "seeds.csv")
+                && !crate::folder::has(&o.out, "seeds.csv.partial")
+        };
+        if finished {
+            let _ = std::fs::remove_file(&progress);
+            emitln(&format!(
+                "nothing to resume: {} holds the finished sweep of this command",
+                o.out.display()
+            ));
+            return Ok(0);
+        }
+        if std::fs::read(&plan_path).ok().as_deref() != Some(&plan_bytes[..]) {
+            // Derived from the fingerprint, which matched: a kill before it was written.
+            write_atomic(&plan_path, &plan_bytes)?;
+        }
         let (units_done, bytes) = read_progress(&progress);
-        if units_done > 0 {
+        let have = std::fs::metadata(&partial).map(|m| m.len()).ok();
+        if o.summary_only || units_done == 0 || have.is_none_or(|len| len < bytes) {
+            // Nothing trustworthy to continue from: start the seeds over in this folder.
+            let _ = std::fs::remove_file(&progress);
+        } else {
             truncate(&partial, bytes)?;
             let read = read_units(&partial, &metas, false)?;
             let expected = plan
@@ -163,10 +207,20 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             }
             skip = read.len() as u64;
         }
+        lock
     } else {
+        let lock = crate::folder::prepare_new(&o.out, "--out")?;
+        write_atomic(
+            &o.out.join(crate::fingerprint::FILE),
+            fingerprint.to_text().as_bytes(),
+        )?;
         write_atomic(&plan_path, &plan_bytes)?;
-        let _ = std::fs::remove_file(&progress);
-    }
+        lock
+    };
+    crate::interrupt::hint_on_interrupt(format!(
+        "\ninterrupted: {} is kept; continue it with the same command and --resume\n",
+        o.out.display()
+    ));
     let writer = if o.summary_only {
         None
     } else {
@@ -178,7 +232,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         partial: &partial,
         progress: &progress,
     };
-    pool(o.threads)?.install(|| {
+    pool.install(|| {
         run(
             &catalog, &groups, &metas, &plan, skip, &mut aggs, o.quiet, &mut sink,
         )
@@ -190,7 +244,9 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         .map(|(m, a)| summarize(m, a))
         .collect();
     let written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
+    debug_assert!(!o.summary_only || !seeds_path.exists());
     let _ = std::fs::remove_file(&progress);
+    drop(lock);
     emit(&sweep_summary(&metas, &aggs, &summaries));
     emit(&mutant_summary(&metas, &aggs, &summaries));
     emitln(&format!("wrote {}", written.join(", ")));
@@ -199,6 +255,64 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// The memory of the seed-runs in flight: one per worker thread (at most one per unit), each
+/// as large as the largest group's (see [`crate::limits::per_run`]).
+fn seed_runs_memory(
+    catalog: &Catalog,
+    groups: &[crate::catalog::Group],
+    threads: Option<usize>,
+    units: u64,
+) -> (u64, String) {
+    let t = (crate::limits::effective_threads(threads) as u64).min(units.max(1));
+    match groups
+        .iter()
+        .map(|g| crate::limits::per_run(catalog, g))
+        .max_by_key(|(b, _)| *b)
+    {
+        Some((b, what)) => (
+            b.saturating_mul(t),
+            format!(
+                "{t} thread(s) x {} per seed-run: {what}",
+                crate::limits::human(b)
+            ),
+        ),
+        None => (0, String::new()),
+    }
+}
+
+/// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::limits`]).
+fn check_sweep_memory(
+    catalog: &Catalog,
+    groups: &[crate::catalog::Group],
+    metas: &[GroupMeta],
+    plan: &[(usize, std::ops::Range<u64>)],
+    o: &SweepOptions,
+) -> anyhow::Result<()> {
+    let units: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+    let mut parts = vec![seed_runs_memory(catalog, groups, o.threads, units)];
+    let mut results = 0u64;
+    for (m, (_, r)) in metas.iter().zip(plan) {
+        let n = r.end - r.start;
+        let per_entry = if o.summary_only {
+            (crate::sweep::tail_keep(n.min(usize::MAX as u64) as usize) as u64)
+                .saturating_mul(16)
+                .saturating_add(crate::stats::histogram::BYTES as u64)
+        } else {
+            n.saturating_mul(8)
+        };
+        results = results.saturating_add(per_entry.saturating_mul(m.entries() as u64));
+    }
+    parts.push((
+        results,
+        if o.summary_only {
+            "the summary histograms and tails".to_string()
+        } else {
+            format!("{units} seed-run(s) of per-seed usages kept for exact quantiles (--summary-only keeps less)")
+        },
+    ));
+    Ok(crate::limits::check_memory(&parts, o.common.max_memory)?)
 }
 
 /// The sweep's sink: rows to `seeds.csv.partial`, and after every chunk a flush and a
@@ -245,8 +359,10 @@ fn exceeded(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> bool {
         })
 }
 
-/// Closes the per-seed file (renaming it into place) and writes the summaries atomically.
-/// Returns the paths written.
+/// Writes the summaries atomically (`mutants.csv` before `summary.csv`), then closes the
+/// per-seed file and renames it into place: the last step, so that a folder with `seeds.csv`
+/// (or, with `--summary-only`, `summary.csv`) and no `seeds.csv.partial` is a finished sweep
+/// and a kill before it leaves a folder `--resume` completes. Returns the paths written.
 fn finish_outputs(
     out: &std::path::Path,
     metas: &[GroupMeta],
@@ -256,23 +372,27 @@ fn finish_outputs(
     partial: &std::path::Path,
 ) -> anyhow::Result<Vec<String>> {
     let mut written = Vec::new();
-    if let Some(mut w) = writer {
+    let mut writer = writer;
+    if let Some(w) = writer.as_mut() {
         w.flush()?;
-        drop(w);
-        let seeds = out.join("seeds.csv");
-        std::fs::rename(partial, &seeds)
-            .with_context(|| format!("cannot move {} to {}", partial.display(), seeds.display()))?;
-        written.push(seeds.display().to_string());
     }
     // Groups that ran no seed here (another shard's) have nothing to summarize.
     let keep: Vec<usize> = (0..metas.len()).filter(|&i| aggs[i].seeds > 0).collect();
     let ms: Vec<GroupMeta> = keep.iter().map(|&i| metas[i].clone()).collect();
     let ss: Vec<Vec<SummaryEntry>> = keep.iter().map(|&i| summaries[i].clone()).collect();
-    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
-    written.push(out.join("summary.csv").display().to_string());
     if ms.iter().any(|m| !m.mutant.is_empty()) {
         write_atomic(&out.join("mutants.csv"), &mutants_csv(&ms, &ss)?)?;
         written.push(out.join("mutants.csv").display().to_string());
+    }
+    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
+    written.insert(0, out.join("summary.csv").display().to_string());
+    if let Some(mut w) = writer {
+        w.sync()?;
+        drop(w);
+        let seeds = out.join("seeds.csv");
+        std::fs::rename(partial, &seeds)
+            .with_context(|| format!("cannot move {} to {}", partial.display(), seeds.display()))?;
+        written.insert(0, seeds.display().to_string());
     }
     Ok(written)
 }
@@ -309,24 +429,120 @@ pub struct MergeOptions {
 }
 
 /// Combines shard outputs into the files one run over all seeds writes, byte for byte.
+///
+/// Every shard must be a finished per-seed sweep folder with the same fingerprint (all but
+/// the shard line), the shards together must be exactly shards `0..N` of `N`, once each (so
+/// their seeds are disjoint and cover the range with no gap), and every `seeds.csv` must hold
+/// exactly the seed-runs its `plan.csv` lists, with well-formed rows and usages that are
+/// numbers >= 0 or inf. Anything else is an error naming the shard and the problem.
 pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
+    use crate::fingerprint::SHARD_KEY;
     if o.dirs.is_empty() {
         return Err(InputError::flag("merge", "give at least one shard directory").into());
     }
+    let out_real = std::fs::canonicalize(&o.out).ok();
+    let mut fps: Vec<Fingerprint> = Vec::new();
     let mut plans = Vec::new();
+    let mut shards: Vec<(u64, u64)> = Vec::new();
     for d in &o.dirs {
-        let p = d.join("plan.csv");
-        if !p.exists() {
-            return Err(InputError::flag(
-                "merge",
-                format!(
-                    "{} has no plan.csv; is it a sweep output directory?",
-                    d.display()
-                ),
-            )
-            .into());
+        let bad = |what: String| anyhow::anyhow!("merge: {}: {what}", d.display());
+        if !d.is_dir() {
+            return Err(bad("is not a folder".into()));
         }
-        plans.push(read_plan(&p)?);
+        if out_real.is_some() && std::fs::canonicalize(d).ok() == out_real {
+            return Err(bad(
+                "is also --out; give the merged output another folder".into()
+            ));
+        }
+        let fp = Fingerprint::read(d)?.ok_or_else(|| {
+            bad(format!(
+                "has no {}: not a sweep folder (or one written by an older seedsweep; rerun that shard)",
+                crate::fingerprint::FILE
+            ))
+        })?;
+        if crate::folder::has(d, "seeds.csv.partial") {
+            return Err(bad(
+                "is unfinished (seeds.csv.partial is there); complete it with `sweep ... --resume`"
+                    .into(),
+            ));
+        }
+        if fp.get("output.mode") != Some("per-seed") {
+            return Err(bad(
+                "is a --summary-only sweep: it keeps no per-seed file, so it cannot be merged"
+                    .into(),
+            ));
+        }
+        if !crate::folder::has(d, "seeds.csv") {
+            return Err(bad(
+                "has no seeds.csv (an unfinished shard cannot be merged)".into(),
+            ));
+        }
+        let shard = match fp.get(SHARD_KEY) {
+            Some("none") => (0, 1),
+            Some(v) => v
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
+                .filter(|(i, n)| i < n)
+                .ok_or_else(|| bad(format!("bad {SHARD_KEY} `{v}` in its fingerprint")))?,
+            None => return Err(bad(format!("its fingerprint has no {SHARD_KEY}"))),
+        };
+        let plan_path = d.join("plan.csv");
+        if !plan_path.exists() {
+            return Err(bad(
+                "has no plan.csv; is it a sweep output directory?".into()
+            ));
+        }
+        plans.push(read_plan(&plan_path).map_err(|e| bad(format!("{e:#}")))?);
+        fps.push(fp);
+        shards.push(shard);
+    }
+    for i in 1..o.dirs.len() {
+        let diff = fps[i].diff(
+            &fps[0],
+            &format!("in {}", o.dirs[i].display()),
+            &format!("in {}", o.dirs[0].display()),
+            &[SHARD_KEY],
+            12,
+        );
+        if !diff.is_empty() {
+            anyhow::bail!(
+                "merge: {} comes from a different sweep than {}:\n  {}",
+                o.dirs[i].display(),
+                o.dirs[0].display(),
+                diff.join("\n  ")
+            );
+        }
+    }
+    let n = shards[0].1;
+    let mut seen: Vec<Option<usize>> = vec![None; n.min(1 << 20) as usize];
+    for (k, &(i, count)) in shards.iter().enumerate() {
+        if count != n || n > 1 << 20 {
+            anyhow::bail!(
+                "merge: {} is shard {i}/{count} but {} is shard {}/{n}: shards of one sweep share N",
+                o.dirs[k].display(),
+                o.dirs[0].display(),
+                shards[0].0
+            );
+        }
+        if let Some(j) = seen[i as usize] {
+            anyhow::bail!(
+                "merge: {} and {} are both shard {i}/{n}: their seeds overlap",
+                o.dirs[j].display(),
+                o.dirs[k].display()
+            );
+        }
+        seen[i as usize] = Some(k);
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|&i| seen[i as usize].is_none())
+        .map(|i| format!("{i}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "merge: shard(s) {} missing: their seeds would be a gap in the merged range; give \
+             every shard's folder",
+            missing.join(", ")
+        );
     }
     let metas: Vec<GroupMeta> = plans[0].iter().map(|(m, _)| m.clone()).collect();
     for (d, p) in o.dirs.iter().zip(&plans) {
@@ -339,17 +555,37 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
             );
         }
     }
-    // Every group's seeds, from all shards, in seed order.
+    // Every group's seeds, from all shards, in seed order; each shard's file must hold
+    // exactly the seed-runs of its plan, in plan order.
     let mut per_group: Vec<Vec<(u64, Vec<SeedValues>)>> = vec![Vec::new(); metas.len()];
-    for d in &o.dirs {
+    for (d, plan) in o.dirs.iter().zip(&plans) {
         let path = d.join("seeds.csv");
-        if !path.exists() {
+        let read = read_units(&path, &metas, false).map_err(|e| anyhow::anyhow!("merge: {e:#}"))?;
+        let expected: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+        let mut want = plan
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, (_, r))| r.clone().map(move |s| (gi, s)));
+        for u in &read {
+            match want.next() {
+                Some(w) if w == (u.group, u.seed) => {}
+                _ => anyhow::bail!(
+                    "merge: {}: seed {} of {} {} is not where its plan.csv puts it",
+                    path.display(),
+                    u.seed,
+                    metas[u.group].scenario,
+                    metas[u.group].param
+                ),
+            }
+        }
+        if read.len() as u64 != expected {
             anyhow::bail!(
-                "merge: {} has no seeds.csv (a --summary-only or unfinished shard cannot be merged)",
-                d.display()
+                "merge: {}: holds {} of the {expected} seed-runs its plan.csv lists (an empty or truncated file)",
+                path.display(),
+                read.len()
             );
         }
-        for u in read_units(&path, &metas, false)? {
+        for u in read {
             per_group[u.group].push((u.seed, u.values));
         }
     }
@@ -364,13 +600,26 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
                 metas[gi].param
             );
         }
+        if let Some(w) = list.windows(2).find(|w| w[1].0 != w[0].0 + 1) {
+            anyhow::bail!(
+                "merge: seeds {}..{} of {} {} are in no shard",
+                w[0].0 + 1,
+                w[1].0,
+                metas[gi].scenario,
+                metas[gi].param
+            );
+        }
         let start = list
             .first()
             .map(|(s, _)| *s)
             .unwrap_or_else(|| plans.iter().map(|p| p[gi].1.start).min().unwrap_or(0));
         slices.push(start..start + list.len() as u64);
     }
-    prepare_dir(&o.out, "--out")?;
+    let lock = crate::folder::prepare_new(&o.out, "--out")?;
+    write_atomic(
+        &o.out.join(crate::fingerprint::FILE),
+        fps[0].with(SHARD_KEY, "none").to_text().as_bytes(),
+    )?;
     write_atomic(&o.out.join("plan.csv"), &plan_csv(&metas, &slices)?)?;
     let partial = o.out.join("seeds.csv.partial");
     let mut writer = SeedsWriter::open(&partial, false)?;
@@ -391,6 +640,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         .map(|(m, a)| summarize(m, a))
         .collect();
     let written = finish_outputs(&o.out, &metas, &aggs, &summaries, Some(writer), &partial)?;
+    drop(lock);
     emit(&sweep_summary(&metas, &aggs, &summaries));
     emit(&mutant_summary(&metas, &aggs, &summaries));
     emitln(&format!(
@@ -403,7 +653,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
 
 /// Re-runs one seed; returns the process exit code.
 pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
-    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
@@ -428,7 +678,7 @@ pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
 
 /// `list`: scenarios with their parametrizations and checks, profiles, modifiers, policies.
 pub fn list(common: &Common) -> anyhow::Result<String> {
-    let catalog = Catalog::load(&common.configs, common.rng)?;
+    let catalog = load_catalog(common)?;
     let mut out = String::from("SCENARIOS\n");
     for s in &catalog.scenarios {
         let c = s.common();
@@ -499,6 +749,9 @@ pub fn list(common: &Common) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Largest `bench --seeds` (a measurement, not a sweep).
+pub const MAX_BENCH_SEEDS: u64 = 10_000_000;
+
 /// `bench` options.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -517,13 +770,15 @@ pub fn measure(
     threads: usize,
 ) -> anyhow::Result<(u64, f64)> {
     use rayon::prelude::*;
-    let units: Vec<(usize, u64)> = (0..groups.len())
-        .flat_map(|g| (0..seeds).map(move |s| (g, s)))
-        .collect();
+    // Units are indexed, not collected: their count may be large.
+    let n_units = (groups.len() as u64)
+        .checked_mul(seeds)
+        .ok_or_else(|| InputError::flag("--seeds", "seeds x groups overflows u64"))?;
     let start = std::time::Instant::now();
     let checksum: f64 = pool(Some(threads))?.install(|| {
-        units
-            .par_iter()
+        (0..n_units)
+            .into_par_iter()
+            .map(|i| ((i / seeds) as usize, i % seeds))
             .map_init(
                 || {
                     (
@@ -531,7 +786,7 @@ pub fn measure(
                         Vec::new(),
                     )
                 },
-                |(ws, out), &(gi, s)| {
+                |(ws, out), (gi, s)| {
                     let g = &groups[gi];
                     let first = catalog.scenarios[g.scenario].common().first_seed;
                     crate::sweep::run_unit(catalog, g, first + s, ws, out);
@@ -542,7 +797,7 @@ pub fn measure(
     });
     let secs = start.elapsed().as_secs_f64();
     std::hint::black_box(checksum);
-    Ok((units.len() as u64, units.len() as f64 / secs))
+    Ok((n_units, n_units as f64 / secs))
 }
 
 /// `bench`: seed-runs per second of the fast kernels against the scalar-reference baseline in
@@ -550,16 +805,25 @@ pub fn measure(
 /// one seed × the three computations (f64, reference, sharded) over all steps, plus the
 /// evaluation of every check.
 pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
-    if o.seeds == 0 {
-        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    if !(1..=MAX_BENCH_SEEDS).contains(&o.seeds) {
+        return Err(InputError::flag(
+            "--seeds",
+            format!("{} is not allowed; allowed: 1..={MAX_BENCH_SEEDS}", o.seeds),
+        )
+        .into());
     }
-    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    let catalog = load_catalog(&o.common)?;
     let mut sel = o.common.selection.clone();
     if sel.scenarios.is_none() && o.common.configs.is_empty() {
         sel.scenarios = Some(vec!["deepspeed-tied-row-parallel".into()]);
     }
     let groups = catalog.plan(&sel)?;
+    crate::limits::check_seed_range(&catalog, &groups, None, o.seeds)?;
     let all = rayon::current_num_threads();
+    crate::limits::check_memory(
+        &[seed_runs_memory(&catalog, &groups, Some(all), o.seeds)],
+        o.common.max_memory,
+    )?;
     use crate::backend::Kernels;
     // Warm-up: grows every buffer and faults in the code.
     measure(&catalog, &groups, 2, Kernels::Fast, 1)?;
@@ -648,8 +912,54 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    crate::limits::check_threads(o.threads)?;
+    let catalog = load_catalog(&o.common)?;
+    for name in &catalog.from_configs {
+        let i = catalog.scenario_index(name, "--config")?;
+        let c = catalog.scenarios[i].common();
+        if c.extra_profiles.profiles.is_empty() && c.extra_profiles.modifiers.is_empty() {
+            return Err(InputError::flag(
+                "--config",
+                format!(
+                    "{} defines no [profiles.*] or [modifiers.*] table; scale draws its own \
+                     synthetic data and uses only a config's profiles",
+                    c.file
+                ),
+            )
+            .into());
+        }
+    }
     let profile = catalog.profiles.resolve(&o.profile, "--profile")?;
+    {
+        // Per thread, one seed of the largest K: x and W in f32 and f64 (values and magnitudes),
+        // and the m x n outputs of every computation; plus every seed's measures of one K.
+        let kmax = o.ks.iter().copied().max().unwrap_or(1) as u64;
+        let (m, n) = (o.rows as u64, o.cols as u64);
+        let per_seed_run = (m.saturating_add(n))
+            .saturating_mul(kmax)
+            .saturating_mul(4 + 3 * 8)
+            .saturating_add(
+                m.saturating_mul(n)
+                    .saturating_mul(8 * 4 + 4 * (o.tps.len() as u64 + 2)),
+            );
+        let t = (crate::limits::effective_threads(o.threads) as u64).min(o.seeds);
+        let measures = o.seeds.saturating_mul(
+            (o.tps.len() as u64 + 1).saturating_mul(o.policies.len() as u64 + 2) * 8 + 128,
+        );
+        crate::limits::check_memory(
+            &[
+                (
+                    per_seed_run.saturating_mul(t),
+                    format!(
+                        "{t} thread(s) x {} per seed at K = {kmax} (--rows {m}, --cols {n})",
+                        crate::limits::human(per_seed_run)
+                    ),
+                ),
+                (measures, format!("the measures of {} seeds", o.seeds)),
+            ],
+            o.common.max_memory,
+        )?;
+    }
     let shared = crate::config::builtin_policies()?;
     let mut policies = Vec::new();
     for name in &o.policies {
@@ -662,6 +972,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         })?;
         policies.push((p.name.clone(), p.default));
     }
+    let pool = pool(o.threads)?;
     prepare_dir(&o.out, "--out")?;
     let spec = crate::scale::ScaleSpec {
         ks: o.ks.clone(),
@@ -671,7 +982,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         seeds: o.seeds,
         policies,
     };
-    let points = pool(o.threads)?.install(|| crate::scale::run(&spec, &profile));
+    let points = pool.install(|| crate::scale::run(&spec, &profile));
     let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
     write_atomic(&o.out.join("scale.csv"), &csv)?;
     let svg = crate::export::svg::scale_plot(&points, &o.policies[0], 0);
@@ -783,20 +1094,39 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    let catalog = Catalog::load(&o.common.configs, o.common.rng)?;
+    crate::limits::check_threads(o.threads)?;
+    let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
+    crate::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let range = SeedRange {
         first: o.first_seed,
         count: o.seeds,
         shard: None,
     };
+    {
+        // `size` keeps every seed's results of every group in memory for the tail fits.
+        let plan = units(&catalog, &groups, &range);
+        let n: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+        let per_unit = groups
+            .iter()
+            .map(|g| GroupMeta::of(&catalog, g).entries() as u64)
+            .max()
+            .unwrap_or(0)
+            .saturating_mul(std::mem::size_of::<crate::evaluate::SeedCheck>() as u64 + 8);
+        crate::limits::check_memory(
+            &[
+                seed_runs_memory(&catalog, &groups, o.threads, n),
+                (
+                    n.saturating_mul(per_unit),
+                    format!("the results of {n} seed-run(s), kept for the tail fits"),
+                ),
+            ],
+            o.common.max_memory,
+        )?;
+    }
     if let Some(path) = &o.markdown {
-        // Fail on a bad path before the work starts.
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        prepare_dir(dir, "--markdown")?;
+        // Fail on a bad path (a folder, an unwritable place) before the work starts.
+        crate::export::output::check(path, "--markdown")?;
     }
     let report = pool(o.threads)?
         .install(|| crate::size::size(&catalog, &groups, &range, o.flake_rate, o.target));

@@ -21,6 +21,9 @@ pub struct Catalog {
     pub profiles: ProfileRegistry,
     /// Names of the scenarios that came from `--config` files.
     pub from_configs: Vec<String>,
+    /// What the configs override (profiles, modifiers, shared policies), one line each, for
+    /// the commands to print.
+    pub notes: Vec<String>,
 }
 
 /// What the user selected; `None` means the defaults.
@@ -73,6 +76,17 @@ impl Catalog {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("--config: cannot read {}", path.display()))?;
             let common = parse_scenario_config(&path.display().to_string(), &text)?;
+            if from_configs.contains(&common.name) {
+                return Err(InputError::flag(
+                    "--config",
+                    format!(
+                        "{} defines scenario `{}` again (an earlier --config file defines it too); give one config per scenario",
+                        path.display(),
+                        common.name
+                    ),
+                )
+                .into());
+            }
             from_configs.push(common.name.clone());
             match commons.iter().position(|c| c.name == common.name) {
                 Some(i) => commons[i] = common,
@@ -105,10 +119,29 @@ impl Catalog {
                 }
             }
         }
+        let mut notes: Vec<String> = profiles.notes().to_vec();
+        let shared: Vec<String> = crate::config::builtin_policies()?
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        for s in &scenarios {
+            let c = s.common();
+            if from_configs.contains(&c.name) {
+                for (name, t) in &c.policy_tables {
+                    if t.overrides && shared.contains(name) {
+                        notes.push(format!(
+                            "{} overrides the shared policy `{name}` for scenario {}",
+                            c.file, c.name
+                        ));
+                    }
+                }
+            }
+        }
         Ok(Self {
             scenarios,
             profiles,
             from_configs,
+            notes,
         })
     }
 

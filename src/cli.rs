@@ -66,19 +66,29 @@ pub struct SizeArgs {
     #[command(flatten)]
     filter: Filter,
     /// Seeds per (parametrization, profile).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1000)]
     seeds: u64,
     /// First seed (default: each scenario's own).
-    #[arg(long, value_name = "S")]
+    #[arg(long, allow_negative_numbers = true, value_name = "S")]
     first_seed: Option<u64>,
     /// Per-seed failure probability the recommendation must tolerate.
-    #[arg(long, default_value_t = 1e-4, value_name = "P")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value_t = 1e-4,
+        value_name = "P"
+    )]
     flake_rate: f64,
     /// Largest predicted usage at that probability, percent.
-    #[arg(long, default_value_t = 50.0, value_name = "PCT")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value_t = 50.0,
+        value_name = "PCT"
+    )]
     target: f64,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Also write the Evidence section as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
@@ -88,14 +98,20 @@ pub struct SizeArgs {
 /// `scale` flags.
 #[derive(Debug, Args)]
 pub struct ScaleArgs {
-    #[command(flatten)]
-    select: SelectArgs,
+    /// Scenario config file(s) whose `[profiles.*]` / `[modifiers.*]` tables add profiles for
+    /// --profile (scale draws its own synthetic data: it uses nothing else of a config).
+    #[arg(long = "config", value_name = "FILE")]
+    configs: Vec<PathBuf>,
+    /// Memory this run may use, e.g. 8G (default: the machine's available memory).
+    #[arg(long, value_name = "SIZE")]
+    max_memory: Option<String>,
     /// Numerics profile.
     #[arg(long, default_value = "cpu-fma", value_name = "PROFILE")]
     profile: String,
     /// Reduction lengths (hidden sizes), comma-separated.
     #[arg(
         long,
+        allow_negative_numbers = true,
         value_delimiter = ',',
         default_value = "32,64,128,256,512,1024,2048,4096,8192,16384",
         value_name = "K"
@@ -104,19 +120,20 @@ pub struct ScaleArgs {
     /// TP degrees, comma-separated (1..=64).
     #[arg(
         long,
+        allow_negative_numbers = true,
         value_delimiter = ',',
         default_value = "2,4,8,16,32,64",
         value_name = "TP"
     )]
     tp: Vec<usize>,
     /// Seeds per point.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
     seeds: u64,
     /// Rows (tokens) of the synthetic input.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 8)]
     rows: usize,
     /// Output columns of the synthetic layer.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 64)]
     cols: usize,
     /// Policies for the usage columns (shared policies: torch-default, chex-default, ...).
     #[arg(
@@ -127,7 +144,7 @@ pub struct ScaleArgs {
     )]
     policy: Vec<String>,
     /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
     #[arg(long, default_value = "results/scale", value_name = "DIR")]
@@ -152,13 +169,18 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "STEP")]
     step: String,
     /// Flat element index within the check's tensor (0 for scalars).
-    #[arg(long, default_value_t = 0, value_name = "I")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value_t = 0,
+        value_name = "I"
+    )]
     index: usize,
     /// The value observed on the real hardware.
     #[arg(long, value_name = "VALUE", allow_negative_numbers = true)]
     observed: f64,
     /// Seed (default: the scenario's own).
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     seed: Option<u64>,
     /// Candidate profiles, comma-separated (default: every known profile).
     #[arg(long, value_delimiter = ',', value_name = "PROFILE")]
@@ -179,7 +201,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     filter: Filter,
     /// Seeds per (parametrization, profile); the baseline runs a tenth of them.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 500)]
     seeds: u64,
 }
 
@@ -192,6 +214,10 @@ pub struct SelectArgs {
     /// Random generator for initial weights and inputs: torch (bit-exact torch CPU) or chacha.
     #[arg(long, value_name = "NAME")]
     pub rng: Option<String>,
+    /// Memory this run may use, e.g. 8G (default: the machine's available memory). A run whose
+    /// estimate exceeds it is refused before it starts.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
 }
 
 /// Selection flags.
@@ -223,13 +249,13 @@ pub struct SweepArgs {
     #[command(flatten)]
     filter: Filter,
     /// Number of seeds per (parametrization, profile).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 40)]
     seeds: u64,
     /// First seed (default: each scenario's own, 8173 for the DeepSpeed tests).
-    #[arg(long, value_name = "S")]
+    #[arg(long, allow_negative_numbers = true, value_name = "S")]
     first_seed: Option<u64>,
     /// Worker threads (default: all cores). Output is identical for any value.
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
     #[arg(long, default_value = "results/latest", value_name = "DIR")]
@@ -246,7 +272,7 @@ pub struct SweepArgs {
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// Number of shards for a Kubernetes indexed job (JOB_COMPLETION_INDEX).
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     shard_count: Option<u64>,
     /// Write only summary.csv: memory stays bounded for millions of seeds (p50/p95 from
     /// 0.23 % log-bins instead of exact).
@@ -264,7 +290,12 @@ pub struct MergeArgs {
     #[arg(required = true, value_name = "DIR")]
     dirs: Vec<PathBuf>,
     /// Output directory.
-    #[arg(long, default_value = "results/latest", value_name = "DIR")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "results/latest",
+        value_name = "DIR"
+    )]
     out: PathBuf,
 }
 
@@ -336,7 +367,7 @@ pub struct ReproArgs {
     #[command(flatten)]
     filter: Filter,
     /// The seed to re-run (default: each scenario's own first seed).
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     seed: Option<u64>,
     /// Which comparison gets torch-style messages: sharded-vs-ref, ref-vs-f64, sharded-vs-f64
     /// (default: the one each scenario's test asserts).
@@ -348,6 +379,19 @@ pub struct ReproArgs {
     /// Also write every recorded tensor of the three computations as CSV into DIR.
     #[arg(long, value_name = "DIR")]
     dump: Option<PathBuf>,
+}
+
+/// Refuses a name given twice in one list (it would produce duplicate rows).
+fn no_duplicates<T: PartialEq + std::fmt::Display>(flag: &str, l: &[T]) -> Result<(), InputError> {
+    for (i, a) in l.iter().enumerate() {
+        if l[..i].contains(a) {
+            return Err(InputError::flag(
+                flag,
+                format!("`{a}` is given twice; give each name once"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputError> {
@@ -384,12 +428,20 @@ fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputE
                     "empty name; give one or more comma-separated names",
                 ));
             }
+            no_duplicates(flag, l)?;
         }
     }
+    let max_memory = match &select.max_memory {
+        None => None,
+        Some(s) => {
+            Some(crate::limits::parse_size(s).map_err(|m| InputError::flag("--max-memory", m))?)
+        }
+    };
     Ok(Common {
         configs: select.configs.clone(),
         rng,
         selection,
+        max_memory,
     })
 }
 
@@ -516,7 +568,19 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             })
         }
         Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {
-            common: common(&a.select, None)?,
+            common: {
+                no_duplicates("--k", &a.k)?;
+                no_duplicates("--tp", &a.tp)?;
+                no_duplicates("--policy", &a.policy)?;
+                common(
+                    &SelectArgs {
+                        configs: a.configs.clone(),
+                        rng: None,
+                        max_memory: a.max_memory.clone(),
+                    },
+                    None,
+                )?
+            },
             profile: a.profile,
             ks: a.k,
             tps: a.tp,

@@ -54,6 +54,9 @@ pub struct PolicyToml {
     /// Per-check overrides.
     #[serde(default)]
     pub checks: BTreeMap<String, ToleranceToml>,
+    /// Must be `true` for a table that replaces a shared built-in policy of the same name.
+    #[serde(default, rename = "override")]
+    pub overrides: bool,
 }
 
 /// A named tolerance policy: a default and per-check overrides.
@@ -76,13 +79,33 @@ impl Policy {
     }
 }
 
+/// Largest atol or rtol a policy may set.
+pub const MAX_TOLERANCE: f64 = 1e6;
+
+/// Largest learning rate (`lr`, `inner_lr`, `outer_lr`): larger ones overflow fp32 updates.
+pub const MAX_LR: f64 = 100.0;
+
+/// Checks `0 < lr < MAX_LR` for a learning-rate key.
+pub fn lr_in_range(file: &str, key: &str, v: f64) -> Result<(), InputError> {
+    if !(v.is_finite() && v > 0.0 && v < MAX_LR) {
+        return Err(InputError::config(
+            file,
+            key,
+            format!("{v} is not allowed; allowed: 0 < {key} < {MAX_LR}"),
+        ));
+    }
+    Ok(())
+}
+
 fn tolerance(file: &str, key: &str, t: ToleranceToml) -> Result<Tolerance, InputError> {
     for (part, v) in [("atol", t.atol), ("rtol", t.rtol)] {
-        if !(v.is_finite() && v >= 0.0) {
+        if !(v.is_finite() && (0.0..=MAX_TOLERANCE).contains(&v)) {
             return Err(InputError::config(
                 file,
                 format!("{key}.{part}"),
-                format!("{v} is not allowed; a tolerance must be a finite number >= 0"),
+                format!(
+                    "{v} is not allowed; a tolerance must be a number in 0..={MAX_TOLERANCE:e}"
+                ),
             ));
         }
     }
@@ -282,6 +305,27 @@ pub fn parse_scenario_config(file: &str, text: &str) -> Result<CommonConfig, Inp
     };
     let name = raw.name.clone().unwrap_or_else(|| raw.scenario.clone());
     validate_name(file, "name", &name)?;
+    for (key, list) in [
+        ("default_profiles", &raw.default_profiles),
+        ("default_policies", &raw.default_policies),
+    ] {
+        if let Some(l) = list {
+            if l.is_empty() {
+                return Err(InputError::config(
+                    file,
+                    key,
+                    "an empty list is not allowed; list at least one name (or leave the key out)",
+                ));
+            }
+            if let Some((i, n)) = l.iter().enumerate().find(|(i, n)| l[..*i].contains(n)) {
+                return Err(InputError::config(
+                    file,
+                    format!("{key}[{i}]"),
+                    format!("`{n}` is listed twice; list each name once"),
+                ));
+            }
+        }
+    }
     Ok(CommonConfig {
         file: file.to_string(),
         kind: raw.scenario,
@@ -332,6 +376,16 @@ pub fn resolve_policies(
         .map(|p| (p.name.clone(), p))
         .collect();
     for (name, t) in &common.policy_tables {
+        if all.contains_key(name) && !t.overrides {
+            return Err(InputError::config(
+                &common.file,
+                format!("policies.{name}"),
+                format!(
+                    "redefines the shared built-in policy `{name}`; add `override = true` to \
+                     that table to replace it for this scenario, or choose another name"
+                ),
+            ));
+        }
         all.insert(
             name.clone(),
             policy_from_toml(&common.file, name, t, Some(check_names))?,

@@ -9,7 +9,7 @@ fn run() -> anyhow::Result<i32> {
         seedsweep::cli::Action::Sweep(o) => seedsweep::app::sweep(&o),
         seedsweep::cli::Action::Repro(o) => seedsweep::app::repro(&o),
         seedsweep::cli::Action::Explain { common, query, csv } => {
-            let catalog = seedsweep::catalog::Catalog::load(&common.configs, common.rng)?;
+            let catalog = seedsweep::app::load_catalog(&common)?;
             let (cands, seed) = seedsweep::explain::explain(&catalog, &query)?;
             if csv {
                 seedsweep::app::emit(&seedsweep::explain::to_csv(&cands));

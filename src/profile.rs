@@ -51,6 +51,10 @@ pub struct ProfileToml {
     pub wire: Option<String>,
     /// `avx2` (default) or `avx512`: the vector width of torch's CPU kernels.
     pub torch_isa: Option<String>,
+    /// Must be `true` for a table that replaces an already defined (e.g. built-in) profile or
+    /// modifier of the same name, which then changes for every scenario.
+    #[serde(default, rename = "override")]
+    pub overrides: bool,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -73,7 +77,11 @@ pub const BUILTIN_PROFILES: &str = include_str!("../configs/profiles.toml");
 pub struct ProfileRegistry {
     profiles: BTreeMap<String, Profile>,
     modifiers: BTreeMap<String, (String, ProfileToml)>,
+    notes: Vec<String>,
 }
+
+/// Longest profile spec (`base+modifier+...`).
+pub const MAX_SPEC_LEN: usize = 256;
 
 fn parse_split(file: &str, key: &str, s: &str) -> Result<KSplit, InputError> {
     let bad = || {
@@ -207,6 +215,34 @@ impl ProfileRegistry {
 
     /// Adds (or replaces) parsed profiles and modifiers.
     pub fn add(&mut self, file: &str, parsed: &ProfilesToml) -> Result<(), InputError> {
+        for (kind, names) in [
+            ("profile", parsed.profiles.iter().collect::<Vec<_>>()),
+            ("modifier", parsed.modifiers.iter().collect()),
+        ] {
+            for (name, t) in names {
+                let exists = if kind == "profile" {
+                    self.profiles.contains_key(name)
+                } else {
+                    self.modifiers.contains_key(name)
+                };
+                if exists && !t.overrides {
+                    return Err(InputError::config(
+                        file,
+                        format!("{kind}s.{name}"),
+                        format!(
+                            "redefines the {kind} `{name}` that is already defined (built-in or by \
+                             an earlier config) for every scenario; add `override = true` to that \
+                             table to replace it, or choose another name"
+                        ),
+                    ));
+                }
+                if exists {
+                    self.notes.push(format!(
+                        "{file} overrides the {kind} `{name}` for every scenario"
+                    ));
+                }
+            }
+        }
         for (name, t) in &parsed.profiles {
             let prefix = format!("profiles.{name}");
             validate_name(file, &prefix, name)?;
@@ -263,6 +299,11 @@ impl ProfileRegistry {
         Ok(())
     }
 
+    /// One line per override of an existing profile or modifier (`override = true`).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
     /// Names of the profiles, sorted.
     pub fn profile_names(&self) -> Vec<&str> {
         self.profiles.keys().map(String::as_str).collect()
@@ -287,7 +328,24 @@ impl ProfileRegistry {
 
     /// Resolves a spec `base+mod+mod`; `flag` names where the spec came from, for errors.
     pub fn resolve(&self, spec: &str, flag: &str) -> Result<Profile, InputError> {
-        let mut parts = spec.split('+').map(str::trim);
+        if spec.len() > MAX_SPEC_LEN {
+            return Err(InputError::flag(
+                flag,
+                format!(
+                    "a profile spec of {} characters is not allowed; at most {MAX_SPEC_LEN}",
+                    spec.len()
+                ),
+            ));
+        }
+        let all: Vec<&str> = spec.split('+').map(str::trim).collect();
+        if let Some((i, m)) = all.iter().enumerate().find(|(i, m)| all[..*i].contains(m)) {
+            let _ = i;
+            return Err(InputError::flag(
+                flag,
+                format!("`{spec}` names `{m}` twice; give each modifier once"),
+            ));
+        }
+        let mut parts = all.into_iter();
         let base = parts.next().unwrap_or_default();
         let mut p = self.profiles.get(base).cloned().ok_or_else(|| {
             InputError::flag(flag, unknown_name("profile", base, &self.profile_names()))
@@ -309,8 +367,21 @@ impl ProfileRegistry {
     }
 }
 
+/// Longest name (scenario, parametrization id, profile, modifier, policy).
+pub const MAX_NAME_LEN: usize = 128;
+
 /// Names are used in CSV cells and on the command line: keep them to `[A-Za-z0-9._-]`.
 pub fn validate_name(file: &str, key: &str, name: &str) -> Result<(), InputError> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(InputError::config(
+            file,
+            key,
+            format!(
+                "a name of {} characters is not allowed; at most {MAX_NAME_LEN}",
+                name.len()
+            ),
+        ));
+    }
     if name.is_empty()
         || !name
             .chars()

@@ -217,7 +217,8 @@ impl TopK {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+            // Grows as needed: k may be large (an estimate, not a reservation).
+            heap: std::collections::BinaryHeap::with_capacity(k.saturating_add(1).min(1 << 16)),
         }
     }
     /// Offers a value.

@@ -162,11 +162,13 @@ fn resume_continues_an_interrupted_sweep_to_identical_files() {
         .arg(&full)
         .assert()
         .success();
-    // Simulate a sweep killed after 5 units, in the middle of writing the 6th: the plan, a
+    // Simulate a sweep killed after 5 units, in the middle of writing the 6th: the
+    // fingerprint, the plan, a
     // checkpoint after unit 5, and a torn row behind it.
     let cut = tmp.path().join("cut");
     std::fs::create_dir_all(&cut).unwrap();
     std::fs::copy(full.join("plan.csv"), cut.join("plan.csv")).unwrap();
+    std::fs::copy(full.join("fingerprint.txt"), cut.join("fingerprint.txt")).unwrap();
     let seeds = read(&full.join("seeds.csv"));
     let text = String::from_utf8(seeds.clone()).unwrap();
     // 35-3-False-0 has 4 checks x 3 comparisons x 2 policies = 24 rows per seed.

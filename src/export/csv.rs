@@ -250,6 +250,16 @@ impl SeedsWriter {
             .flush()
             .with_context(|| format!("cannot write {}", self.path.display()))
     }
+
+    /// Flushes and syncs the file to disk (before it is renamed into place).
+    pub fn sync(&mut self) -> anyhow::Result<()> {
+        self.flush()?;
+        self.w
+            .get_ref()
+            .get_ref()
+            .sync_all()
+            .with_context(|| format!("cannot sync {}", self.path.display()))
+    }
 }
 
 /// The bytes of `summary.csv`.
@@ -522,7 +532,15 @@ pub fn read_units(
         let mut cur: Option<(usize, u64, Vec<SeedValues>)> = None;
         loop {
             let next = match rows.next() {
-                None => break 'units,
+                None => match &cur {
+                    Some((_, seed, _)) if !allow_partial => {
+                        return Err(anyhow::anyhow!(
+                            "{}: ends inside the rows of seed {seed} (a truncated file)",
+                            path.display()
+                        ))
+                    }
+                    _ => break 'units,
+                },
                 Some(Ok(row)) => row,
                 Some(Err(e)) => {
                     if allow_partial {
@@ -567,6 +585,12 @@ pub fn read_units(
                     m.checks[c],
                     Comparison::ALL[ci].name(),
                     m.policies[p]
+                )));
+            }
+            if next.usage_pct.is_nan() || next.usage_pct < 0.0 {
+                return Err(bad(format!(
+                    "usage_pct {} is not allowed; a usage is a number >= 0 or inf",
+                    next.usage_pct
                 )));
             }
             let step = parse_step(&next.worst_step)

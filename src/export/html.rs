@@ -50,6 +50,8 @@ const COLOURS: [&str; 7] = [
 /// `DIR/mutants.csv`, and writes one self-contained HTML report to `out` (atomically, via
 /// [`crate::export::write_atomic`]). Errors name the file (and row) that cannot be read.
 pub fn write_report(dir: &Path, out: &Path) -> anyhow::Result<ReportStats> {
+    // A bad output path (a folder, an unwritable place) fails before the work.
+    super::output::check(out, "--out")?;
     let (html, stats) = render_report(dir)?;
     super::write_atomic(out, html.as_bytes())?;
     Ok(stats)

@@ -3,11 +3,11 @@
 pub mod csv;
 pub mod dump;
 pub mod html;
+pub mod output;
 pub mod svg;
 pub mod table;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 
@@ -23,28 +23,10 @@ pub fn prepare_dir(dir: &Path, flag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed and
-/// synced, then renamed over `path`. A reader never sees a half-written file.
+/// Writes `bytes` to `path` under the rules of [`output`]: atomically (a temporary file in the
+/// same folder, synced, then renamed) where the target is a regular file or absent, following
+/// symlinks, in place for a FIFO or device, to stdout for `-`. A reader never sees a
+/// half-written file, and a link, FIFO or device is never replaced.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let tmp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all()
-            .with_context(|| format!("cannot sync {}", tmp.display()))?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    output::write(path, bytes)
 }

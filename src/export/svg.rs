@@ -476,8 +476,30 @@ pub fn scale_plot(
         &|out, lxf, ly| {
             for (shape, label, f) in [("4 3", "sqrt(K)", 0.5f64), ("1 3", "K", 1.0f64)] {
                 let y0 = base;
+                let at = |k: f64| y0 * (k / kmin).powf(f);
+                // The y axis clamps values above its top: end each line where it leaves the
+                // panel (found by bisection in log K), so the √K and K lines keep their own
+                // slopes and end points instead of both running to the same clamped corner.
+                let top = ly(f64::MAX);
+                if ly(y0) <= top + 0.01 {
+                    continue;
+                }
+                let kend = if ly(at(kmax)) > top + 0.01 {
+                    kmax
+                } else {
+                    let (mut lo, mut hi) = (kmin.ln(), kmax.ln());
+                    for _ in 0..60 {
+                        let mid = 0.5 * (lo + hi);
+                        if ly(at(mid.exp())) > top + 0.01 {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    lo.exp()
+                };
                 let a = (lxf(kmin), ly(y0));
-                let b = (lxf(kmax), ly(y0 * (kmax / kmin).powf(f)));
+                let b = (lxf(kend), ly(at(kend)));
                 out.push_str(&line(
                     a.0,
                     a.1,
@@ -485,9 +507,10 @@ pub fn scale_plot(
                     b.1,
                     &format!("stroke=\"#999\" stroke-dasharray=\"{shape}\""),
                 ));
+                // Labels below the line's end (the end may be at the panel top).
                 out.push_str(&text(
                     b.0 - 4.0,
-                    b.1 - 4.0,
+                    b.1 + 12.0,
                     label,
                     "text-anchor=\"end\" fill=\"#777\"",
                 ));

@@ -15,14 +15,16 @@ pub fn render(header: &[String], rows: &[Vec<String>], left: usize) -> String {
     }
     let mut out = String::new();
     let line = |r: &[String], out: &mut String| {
+        // Padded by hand: a format width beyond u16::MAX (a 10 MB name) would panic.
         let cells: Vec<String> = r
             .iter()
             .enumerate()
             .map(|(i, c)| {
+                let pad = " ".repeat(width[i].saturating_sub(c.chars().count()));
                 if i < left {
-                    format!("{c:<w$}", w = width[i])
+                    format!("{c}{pad}")
                 } else {
-                    format!("{c:>w$}", w = width[i])
+                    format!("{pad}{c}")
                 }
             })
             .collect();

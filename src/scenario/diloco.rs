@@ -742,7 +742,14 @@ impl Diloco {
             }
             (ModelKind::Linear, None) => 0,
         };
-        float_in(f, "model.inner_lr", m.inner_lr, 0.0, false, f64::INFINITY)?;
+        float_in(
+            f,
+            "model.inner_lr",
+            m.inner_lr,
+            0.0,
+            false,
+            crate::config::MAX_LR,
+        )?;
         let adam_keys = [
             ("model.b1", m.b1),
             ("model.b2", m.b2),
@@ -784,7 +791,14 @@ impl Diloco {
                 ))
             }
         };
-        float_in(f, "model.outer_lr", m.outer_lr, 0.0, false, f64::INFINITY)?;
+        float_in(
+            f,
+            "model.outer_lr",
+            m.outer_lr,
+            0.0,
+            false,
+            crate::config::MAX_LR,
+        )?;
         float_in(f, "model.outer_momentum", m.outer_momentum, 0.0, true, 1.0)?;
         if !common.params.is_empty() {
             return Err(InputError::config(

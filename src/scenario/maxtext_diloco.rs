@@ -78,8 +78,22 @@ impl MaxtextDiloco {
         let m: ModelToml = section(f, "model", &common.model)?;
         in_range(f, "model.steps", m.steps, 1, 1000)?;
         in_range(f, "model.sync_period", m.sync_period, 1, 1000)?;
-        float_in(f, "model.inner_lr", m.inner_lr, 0.0, false, f64::INFINITY)?;
-        float_in(f, "model.outer_lr", m.outer_lr, 0.0, false, f64::INFINITY)?;
+        float_in(
+            f,
+            "model.inner_lr",
+            m.inner_lr,
+            0.0,
+            false,
+            crate::config::MAX_LR,
+        )?;
+        float_in(
+            f,
+            "model.outer_lr",
+            m.outer_lr,
+            0.0,
+            false,
+            crate::config::MAX_LR,
+        )?;
         float_in(f, "model.outer_momentum", m.outer_momentum, 0.0, true, 1.0)?;
         if !common.params.is_empty() {
             return Err(InputError::config(

@@ -84,6 +84,9 @@ struct ParamToml {
     bias: bool,
 }
 
+/// The head attribute names the DeepSpeed test parametrizes.
+const HEADS: &[&str] = &["lm_head", "embed_out"];
+
 fn lm_head() -> String {
     "lm_head".into()
 }
@@ -152,13 +155,7 @@ impl RowParallel {
         in_range(&file, "model.tp_grain", m.tp_grain, 1, 1 << 20)?;
         in_range(&file, "model.steps", m.steps, 1, 1000)?;
         in_range(&file, "model.accum", m.accum, 1, 64)?;
-        if !(m.lr.is_finite() && m.lr > 0.0) {
-            return Err(InputError::config(
-                &file,
-                "model.lr",
-                format!("{} is not allowed; lr must be a finite number > 0", m.lr),
-            ));
-        }
+        crate::config::lr_in_range(&file, "model.lr", m.lr)?;
         if common.params.is_empty() {
             return Err(InputError::config(
                 &file,
@@ -179,6 +176,13 @@ impl RowParallel {
                 ));
             }
             in_range(&file, &format!("{key}.hidden"), p.hidden, 1, 1 << 16)?;
+            if !HEADS.contains(&p.head.as_str()) {
+                return Err(InputError::config(
+                    &file,
+                    format!("{key}.head"),
+                    format!("`{}` is not allowed; allowed: {}", p.head, HEADS.join(", ")),
+                ));
+            }
             if p.input_shape.is_empty() || p.input_shape.contains(&0) || p.input_shape.len() > 4 {
                 return Err(InputError::config(
                     &file,

@@ -131,13 +131,7 @@ impl TiedRowParallel {
         in_range(&file, "model.tp", m.tp, 1, 64)?;
         in_range(&file, "model.tp_grain", m.tp_grain, 1, 1 << 20)?;
         in_range(&file, "model.steps", m.steps, 1, 1000)?;
-        if !(m.lr.is_finite() && m.lr > 0.0) {
-            return Err(InputError::config(
-                &file,
-                "model.lr",
-                format!("{} is not allowed; lr must be a finite number > 0", m.lr),
-            ));
-        }
+        crate::config::lr_in_range(&file, "model.lr", m.lr)?;
         if common.params.is_empty() {
             return Err(InputError::config(
                 &file,
@@ -159,6 +153,16 @@ impl TiedRowParallel {
                 ));
             }
             in_range(&file, &format!("{key}.hidden"), p.hidden, 1, 1 << 16)?;
+            if p.zero_stage > 3 {
+                return Err(InputError::config(
+                    &file,
+                    format!("{key}.zero_stage"),
+                    format!(
+                        "{} is not allowed; allowed: 0, 1, 2, 3 (DeepSpeed ZeRO stages)",
+                        p.zero_stage
+                    ),
+                ));
+            }
             if let Some(pad) = p.padding_idx {
                 if pad < 0 || pad as usize >= m.vocab {
                     return Err(InputError::config(

@@ -10,6 +10,8 @@ const PER_DECADE: usize = 1000;
 const LO_EXP: i32 = -15;
 const HI_EXP: i32 = 15;
 const BINS: usize = (HI_EXP - LO_EXP) as usize * PER_DECADE;
+/// Heap bytes of one histogram (its bin counts), for memory estimates.
+pub const BYTES: usize = BINS * 8;
 
 /// Counts per bin.
 #[derive(Debug, Clone)]
