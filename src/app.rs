@@ -135,23 +135,36 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         .map(|(m, (_, r))| GroupAgg::new(m, o.summary_only, (r.end - r.start) as usize))
         .collect();
     let mut skip = 0u64;
-    let lock = if o.resume {
-        let old = if o.out.is_dir() {
-            Fingerprint::read(&o.out)?
-        } else {
-            None
-        };
-        let Some(old) = old else {
+    let old = if o.resume && o.out.is_dir() {
+        Fingerprint::read(&o.out)?
+    } else {
+        None
+    };
+    if o.resume && old.is_none() {
+        if let Some(f) = crate::folder::FILES
+            .iter()
+            .find(|f| crate::folder::has(&o.out, f.name))
+        {
             return Err(InputError::flag(
                 "--resume",
                 format!(
-                    "{} holds no sweep (no {}): nothing to resume; drop --resume",
+                    "{} holds {} but no {}: not a sweep this seedsweep can continue; drop \
+                     --resume to start over",
                     o.out.display(),
+                    f.name,
                     crate::fingerprint::FILE
                 ),
             )
             .into());
-        };
+        }
+        // Killed before it wrote anything: --resume starts it, so that the same command
+        // can always be rerun after a kill.
+        eprintln!(
+            "note: {} holds no sweep yet; --resume starts it",
+            o.out.display()
+        );
+    }
+    let lock = if let Some(old) = old {
         let lock = crate::folder::open_existing(&o.out, "--resume")?;
         let diff = fingerprint.diff(&old, "now", "in the folder", &[], 12);
         if !diff.is_empty() {
@@ -655,6 +668,10 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
 pub fn repro(o: &ReproOptions) -> anyhow::Result<i32> {
     let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
+    crate::limits::check_memory(
+        &[seed_runs_memory(&catalog, &groups, Some(1), 1)],
+        o.common.max_memory,
+    )?;
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
     }
@@ -1134,7 +1151,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
         write_atomic(path, report.markdown.as_bytes())?;
     }
     emit(&report.text);
-    if let Some(path) = &o.markdown {
+    if let Some(path) = o.markdown.as_ref().filter(|p| p.as_os_str() != "-") {
         emitln(&format!("wrote {}", path.display()));
     }
     if report.missed > 0 {

@@ -99,7 +99,9 @@ pub fn prepare_new(dir: &Path, flag: &str) -> anyhow::Result<Lock> {
     for f in FILES {
         check_regular(dir, f.name, flag)?;
     }
-    for f in FILES {
+    // In reverse order, the fingerprint last: a kill in between leaves a folder whose
+    // fingerprint still describes what is left (which `--resume` either continues or refuses).
+    for f in FILES.iter().rev() {
         let p = dir.join(f.name);
         match std::fs::remove_file(&p) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -23,12 +23,18 @@ fn run() -> anyhow::Result<i32> {
         seedsweep::cli::Action::Size(o) => seedsweep::app::size(&o),
         seedsweep::cli::Action::Report(dir, out) => {
             let stats = seedsweep::export::html::write_report(&dir, &out)?;
-            seedsweep::app::emitln(&format!(
+            let msg = format!(
                 "wrote {} ({} charts, {} checks)",
                 out.display(),
                 stats.charts,
                 stats.checks
-            ));
+            );
+            if out.as_os_str() == "-" {
+                // The report itself went to stdout.
+                eprintln!("{msg}");
+            } else {
+                seedsweep::app::emitln(&msg);
+            }
             Ok(0)
         }
         seedsweep::cli::Action::Bench(o) => {
