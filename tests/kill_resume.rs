@@ -1,8 +1,8 @@
-//! `kill -9` at random moments of a sweep, each followed by `--resume` (itself killed again),
-//! then a last `--resume` to completion: the folder must be byte-identical to an uninterrupted
-//! run's, with nothing left over.
+//! `kill -9` at random moments of a sweep, each followed by `--resume` (every other trial also
+//! kills that `--resume` once), then `--resume` to completion: the folder must be
+//! byte-identical to an uninterrupted run's, with nothing left over.
 //!
-//! Fast by default (9,000 seeds = 3 checkpoint chunks, 3 kills). The full check of the issue:
+//! Fast by default (5,000 seeds = 2 checkpoint chunks, 2 trials). The full check of the issue:
 //! `SEEDSWEEP_KILL_SEEDS=20000 SEEDSWEEP_KILL_TRIALS=20 cargo test --release --test kill_resume -- --nocapture`.
 
 use std::path::Path;
@@ -58,40 +58,54 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn kill_9_at_random_moments_then_resume_is_byte_identical() {
-    let seeds = env_u64("SEEDSWEEP_KILL_SEEDS", 9000);
-    let trials = env_u64("SEEDSWEEP_KILL_TRIALS", 3);
+    let seeds = env_u64("SEEDSWEEP_KILL_SEEDS", 5000);
+    let trials = env_u64("SEEDSWEEP_KILL_TRIALS", 2);
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     let t0 = Instant::now();
     assert!(sweep(&full, seeds, false).status().unwrap().success());
-    let t_full = t0.elapsed();
-    let cut = tmp.path().join("cut");
+    let t_full = t0.elapsed().as_micros() as u64;
     let mut rng = 0x5eed_0009u64;
-    let mut killed = 0;
-    for i in 0..trials {
-        let mut child = sweep(&cut, seeds, i > 0).spawn().unwrap();
-        let wait = Duration::from_micros(next(&mut rng) % (t_full.as_micros() as u64).max(1));
-        std::thread::sleep(wait);
-        if child.try_wait().unwrap().is_none() {
+    let (mut kills, mut missed) = (0, 0);
+    // Kills `cmd` after a random wait below `max_us`; whether it was still running.
+    let mut kill_at = |mut cmd: Command, max_us: u64| -> bool {
+        let mut child = cmd.spawn().unwrap();
+        std::thread::sleep(Duration::from_micros(next(&mut rng) % max_us.max(1)));
+        let running = child.try_wait().unwrap().is_none();
+        if running {
             child.kill().unwrap(); // SIGKILL
-            killed += 1;
         }
         let status = child.wait().unwrap();
-        assert!(
-            status.code() != Some(101),
-            "trial {i}: the sweep panicked before the kill"
-        );
+        assert!(status.code() != Some(101), "a sweep panicked");
+        running
+    };
+    for i in 0..trials {
+        // Each trial: a fresh sweep killed at a random moment of its run; every other trial
+        // also kills the first --resume; then --resume to completion.
+        let cut = tmp.path().join(format!("cut{i}"));
+        let mut phases = vec![(sweep(&cut, seeds, false), t_full * 9 / 10)];
+        if i % 2 == 1 {
+            phases.push((sweep(&cut, seeds, true), t_full / 2));
+        }
+        for (cmd, max_us) in phases {
+            if kill_at(cmd, max_us) {
+                kills += 1;
+            } else {
+                missed += 1;
+            }
+        }
+        assert!(sweep(&cut, seeds, true).status().unwrap().success());
+        for f in ["fingerprint.txt", "plan.csv", "seeds.csv", "summary.csv"] {
+            assert!(
+                std::fs::read(full.join(f)).unwrap() == std::fs::read(cut.join(f)).unwrap(),
+                "trial {i}: {f} differs after kills and --resume"
+            );
+        }
+        assert_eq!(listing(&full), listing(&cut), "trial {i}: left-over files");
     }
-    assert!(sweep(&cut, seeds, true).status().unwrap().success());
     eprintln!(
-        "{seeds} seeds, {trials} trials, {killed} runs killed mid-way (uninterrupted run {:.1} s)",
-        t_full.as_secs_f64()
+        "{seeds} seeds, {trials} trials: {kills} kill -9 mid-run, {missed} runs finished before \
+         their kill; uninterrupted run {:.1} s; every trial byte-identical after --resume",
+        t_full as f64 / 1e6
     );
-    for f in ["fingerprint.txt", "plan.csv", "seeds.csv", "summary.csv"] {
-        assert!(
-            std::fs::read(full.join(f)).unwrap() == std::fs::read(cut.join(f)).unwrap(),
-            "{f} differs after kills and --resume"
-        );
-    }
-    assert_eq!(listing(&full), listing(&cut), "left-over files");
 }
