@@ -410,7 +410,16 @@ fn no_command_line_or_config_mutation_panics_or_aborts() {
     {
         std::os::unix::fs::symlink("file.txt", dir.join("link")).unwrap();
         let _ = Command::new("mkfifo").arg(dir.join("fifo")).status();
+        // One reader drains the FIFO for the whole test (never joined), so that a command
+        // writing into it does not block.
+        let p = dir.join("fifo");
+        std::thread::spawn(move || loop {
+            if std::fs::read(&p).is_err() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
     }
+    let mut last_report = Instant::now();
     let configs_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs");
     let bases: Vec<String> = [
         "deepspeed_tied_row_parallel.toml",
@@ -442,23 +451,6 @@ fn no_command_line_or_config_mutation_panics_or_aborts() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // A reader for the FIFO, so that a command writing into it does not block forever.
-        #[cfg(unix)]
-        let fifo_reader = {
-            let p = dir.join("fifo");
-            std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    // Opening for reading blocks until a writer opens it; a dummy writer
-                    // below unblocks us at the end.
-                    if let Ok(s) = std::fs::read(&p) {
-                        if s == b"stop" {
-                            return;
-                        }
-                    }
-                }
-            })
-        };
         let stderr = child.stderr.take().unwrap();
         let err_thread = std::thread::spawn(move || {
             use std::io::Read;
@@ -481,19 +473,6 @@ fn no_command_line_or_config_mutation_panics_or_aborts() {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        #[cfg(unix)]
-        {
-            // Unblock and end the FIFO reader.
-            let p = dir.join("fifo");
-            let _ = std::thread::spawn(move || {
-                if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&p) {
-                    use std::io::Write;
-                    let _ = f.write_all(b"stop");
-                }
-            })
-            .join();
-            let _ = fifo_reader.join();
-        }
         let stderr = err_thread.join().unwrap_or_default();
         c.runs += 1;
         let shown: Vec<String> = args
@@ -516,6 +495,13 @@ fn no_command_line_or_config_mutation_panics_or_aborts() {
                     failures.push(format!("signal: {shown:?} {s:?}\n{stderr}"));
                 }
             },
+        }
+        if last_report.elapsed() > Duration::from_secs(60) {
+            eprintln!(
+                "fuzz seed {seed}, {:.0} s so far: {c:?}",
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
         }
         if stderr.contains("panicked at") && status.and_then(|s| s.code()) != Some(101) {
             c.panics += 1;
