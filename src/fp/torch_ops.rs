@@ -399,7 +399,7 @@ pub fn tanh_cr_f32(x: f32) -> f32 {
 /// see `docs/torch-cpu-transcendentals.md` for its size and the conditions it holds under.
 static MKL_TANH_TABLE: &[u8] = include_bytes!("data/mkl_tanh_f32.bin");
 
-/// Number of entries in [`MKL_TANH_TABLE`].
+/// Number of entries in the embedded exception table (`MKL_TANH_TABLE`).
 pub fn mkl_tanh_table_len() -> usize {
     MKL_TANH_TABLE.len() / 8
 }
@@ -435,16 +435,14 @@ fn mkl_tanh_exception(bits: u32) -> Option<u32> {
 /// VML_ERRMODE_IGNORE)` (`aten/src/ATen/cpu/vml.h`). MKL's algorithm is closed, so this
 /// kernel is the correctly rounded tanh ([`tanh_cr_f32`]) corrected by a measured exception
 /// table: every f32 input where MKL's result differs from the correctly rounded one, with
-/// MKL's bits ([`MKL_TANH_TABLE`], from all 2^32 inputs). Order: NaN → the input quieted;
-/// otherwise the table entry for the input's bits if there is one, else the correctly
-/// rounded value.
+/// MKL's bits (`MKL_TANH_TABLE`, from all 2^32 inputs).
 ///
-/// The table is only searched where it can hold the input: every measured exception has its
-/// exact tanh within 0.0131 ulp of the midpoint between the two nearest floats (MKL's error
-/// crosses a rounding boundary only there), so the search runs only where the f64 tanh lies
-/// within [`MKL_TANH_WINDOW`] = 0.02 ulp of a midpoint (about 4 % of inputs);
-/// elsewhere the correctly rounded value is MKL's. The exhaustive check below covers this
-/// filter too.
+/// Order: NaN → the input quieted. Otherwise `t = libm::tanh(x as f64)`, `r = t as f32`; if
+/// `t` lies within `MKL_TANH_WINDOW` = 0.02 ulp of the rounding midpoint next to `r` and the
+/// table holds `x`'s bits, the table's bits; else `r`. The window is a shortcut, not an
+/// approximation: every measured exception has its exact tanh within 0.0131 ulp of a midpoint
+/// (only there does MKL's error cross a rounding boundary), so outside the window (about 96 %
+/// of inputs) the table cannot hold `x`. The exhaustive check covers the window too.
 ///
 /// Verified bit for bit against torch 2.15 on all 2^32 inputs (digests in
 /// `tests/data/mkl_tanh_digests.txt`) under: torch 2.15.0 x86-64 wheel, MKL 2024.2, this
