@@ -450,7 +450,7 @@ fn mkl_tanh_exception(bits: u32) -> Option<u32> {
 /// storage offset and stride did not change a bit on the checked sample (see
 /// `docs/torch-cpu-transcendentals.md`). MKL dispatches by CPU internally, so another CPU
 /// family may give other bits: `scripts/mkl_tanh_table.py --check-conditions` checks a
-/// machine in a minute.
+/// machine in a minute or two.
 #[inline]
 pub fn tanh_mkl_f32(x: f32) -> f32 {
     if x.is_nan() {
