@@ -10,7 +10,9 @@ use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
     matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
 };
-use crate::fp::torch_ops::{log_softmax_cross_entropy_f32_isa, TorchIsa};
+use crate::fp::torch_ops::{
+    log_softmax_cross_entropy_f32_isa, tanh_slice_with, TanhKernel, TorchIsa,
+};
 use crate::profile::Profile;
 use crate::real::Real;
 
@@ -63,6 +65,11 @@ pub trait Backend {
         dlogits: &mut [Self::R],
     ) -> Self::R {
         <Self::R as Real>::cross_entropy(logits, labels, n, scale, dlogits)
+    }
+    /// `x = tanh(x)` as the mirrored framework computes it
+    /// ([`crate::model::layers::tanh_torch`]): the scalar type's tanh by default.
+    fn tanh(&mut self, x: &mut [Self::R]) {
+        <Self::R as Real>::tanh_slice(x)
     }
 }
 
@@ -126,6 +133,8 @@ pub struct F32Backend<'a> {
     pub transposed: Vec<f32>,
     /// The torch CPU kernel build the cross-entropy mirrors.
     pub torch_isa: TorchIsa,
+    /// The f32 tanh of the torch scenarios.
+    pub tanh: TanhKernel,
 }
 
 impl<'a> F32Backend<'a> {
@@ -139,6 +148,7 @@ impl<'a> F32Backend<'a> {
             kernels: Kernels::Fast,
             transposed: Vec::new(),
             torch_isa: profile.torch_isa,
+            tanh: profile.tanh,
         }
     }
 
@@ -223,6 +233,11 @@ impl Backend for F32Backend<'_> {
         dlogits: &mut [f32],
     ) -> f32 {
         log_softmax_cross_entropy_f32_isa(logits, labels, n, scale, dlogits, self.torch_isa)
+    }
+    /// The profile's f32 tanh ([`tanh_slice_with`]): MKL's `vmsTanh` bit for bit, or the
+    /// correctly rounded tanh.
+    fn tanh(&mut self, x: &mut [f32]) {
+        tanh_slice_with(x, self.tanh);
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

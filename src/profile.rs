@@ -13,7 +13,7 @@ use crate::error::{unknown_name, InputError};
 use crate::fp::allreduce::{AllReduceAlgo, Wire};
 use crate::fp::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::fp::round::Tf32Mode;
-use crate::fp::torch_ops::TorchIsa;
+use crate::fp::torch_ops::{TanhKernel, TorchIsa};
 
 /// A resolved numerics profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +30,8 @@ pub struct Profile {
     pub wire: Wire,
     /// Which torch CPU kernel build the elementwise and reduction kernels mirror.
     pub torch_isa: TorchIsa,
+    /// The f32 tanh of the torch scenarios (MKL's `vmsTanh` or correctly rounded).
+    pub tanh: TanhKernel,
 }
 
 /// A profile or modifier table as written in TOML. Every part is optional in a modifier and
@@ -55,6 +57,8 @@ pub struct ProfileToml {
     /// modifier of the same name, which then changes for every scenario.
     #[serde(default, rename = "override")]
     pub overrides: bool,
+    /// `mkl` (torch's CPU `torch.tanh`, MKL `vmsTanh`) or `cr` (correctly rounded, default).
+    pub tanh: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -196,6 +200,19 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.tanh {
+        p.tanh = match s.as_str() {
+            "mkl" => TanhKernel::Mkl,
+            "cr" => TanhKernel::CorrectlyRounded,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.tanh"),
+                    format!("`{s}` is not a tanh kernel; allowed: mkl, cr"),
+                ))
+            }
+        };
+    }
     Ok(())
 }
 
@@ -272,6 +289,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                tanh: TanhKernel::CorrectlyRounded,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -291,6 +309,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                tanh: TanhKernel::CorrectlyRounded,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers
@@ -428,6 +447,31 @@ mod tests {
         ] {
             r.resolve(name, "--profile").unwrap();
         }
+    }
+
+    #[test]
+    fn torch_cpu_profiles_use_mkl_tanh_and_tanh_cr_overrides_it() {
+        let r = ProfileRegistry::builtin().unwrap();
+        for name in ["cpu-fma", "cpu-fma-avx512"] {
+            assert_eq!(r.resolve(name, "--profile").unwrap().tanh, TanhKernel::Mkl);
+            let p = r.resolve(&format!("{name}+tanh-cr"), "--profile").unwrap();
+            assert_eq!(p.tanh, TanhKernel::CorrectlyRounded);
+            assert_eq!(p.matmul.split, KSplit::Mkl, "only the tanh changes");
+        }
+        for name in ["f32", "cpu-nofma", "tpu-bf16", "gpu-tf32"] {
+            let p = r.resolve(name, "--profile").unwrap();
+            assert_eq!(p.tanh, TanhKernel::CorrectlyRounded, "{name}");
+            let p = r.resolve(&format!("{name}+tanh-mkl"), "--profile").unwrap();
+            assert_eq!(p.tanh, TanhKernel::Mkl, "{name}");
+        }
+        let e = ProfileRegistry::default()
+            .add_toml("my.toml", "[modifiers.t]\ntanh='sleef'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("my.toml") && e.contains("modifiers.t.tanh") && e.contains("mkl, cr"),
+            "{e}"
+        );
     }
 
     #[test]

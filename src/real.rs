@@ -5,8 +5,9 @@
 //! which come from the pure-Rust `libm` crate so that results are identical on every
 //! machine (numerics.md, "Transcendentals"). The slice-level hooks (`tanh_slice`,
 //! `cross_entropy`, `tanh_backward`, `column_sums`) follow torch's CPU kernels for `f32`
-//! (`fp::torch_ops`, verified bit for bit against torch 2.15 except tanh, which is correctly
-//! rounded) and the plain written order for `f64`. Rust never contracts `a * b + c` into an FMA
+//! (`fp::torch_ops`, verified bit for bit against torch 2.15; `tanh_slice` is the correctly
+//! rounded tanh, and the torch scenarios take the profile's tanh from the backend instead) and
+//! the plain written order for `f64`. Rust never contracts `a * b + c` into an FMA
 //! on its own, so an expression written with `*` and `+` rounds twice, and only
 //! [`Real::fma`] fuses.
 
@@ -138,8 +139,9 @@ impl Real for f32 {
     fn ln(self) -> Self {
         libm::logf(self)
     }
-    /// torch's CPU `tanh` as closely as a portable implementation can: the correctly
-    /// rounded tanh ([`torch_ops::tanh_slice`]; torch calls MKL's closed `vmsTanh`).
+    /// The correctly rounded tanh ([`torch_ops::tanh_slice`]). The torch scenarios do not
+    /// use this: they call [`crate::backend::Backend::tanh`], which runs the profile's tanh
+    /// (MKL's `vmsTanh` for the torch CPU profiles).
     fn tanh_slice(x: &mut [f32]) {
         torch_ops::tanh_slice(x);
     }

@@ -66,9 +66,16 @@ pub fn add_row_bias<R: Real>(y: &mut [R], b: &[R], n: usize) {
     }
 }
 
-/// `x = tanh(x)` elementwise ([`Real::tanh_slice`]: torch's kernel for f32, `libm` for f64).
+/// `x = tanh(x)` elementwise ([`Real::tanh_slice`]: the correctly rounded tanh for f32,
+/// `libm` for f64).
 pub fn tanh_inplace<R: Real>(x: &mut [R]) {
     R::tanh_slice(x);
+}
+
+/// `x = torch.tanh(x)` elementwise, as the backend's profile says torch computes it
+/// ([`Backend::tanh`]: MKL's `vmsTanh` or the correctly rounded tanh for f32, `libm` for f64).
+pub fn tanh_torch<B: Backend>(be: &mut B, x: &mut [B::R]) {
+    be.tanh(x);
 }
 
 /// tanh backward ([`Real::tanh_backward`]: torch's `grad·fma(-y, y, 1)` for f32,

@@ -27,7 +27,7 @@ use crate::config::{in_range, resolve_policies, section, CommonConfig, Policy, R
 use crate::error::InputError;
 use crate::model::layers::{
     accumulate, add_row_bias, column_sums, cross_entropy, linear, sgd, sgd_unfused, tanh_backward,
-    tanh_inplace,
+    tanh_torch,
 };
 use crate::model::tp::{
     row_parallel_backward, row_parallel_forward, shard_ranges, RowParallelBuffers,
@@ -447,7 +447,7 @@ impl RowParallel {
                 let first = mi == 0;
                 load(&mut bf.x, &micro.x);
                 linear(be, &bf.x, &bf.p, Some(&bf.pb), &mut bf.h, t, h, h);
-                tanh_inplace(&mut bf.h);
+                tanh_torch(be, &mut bf.h);
                 row_parallel_forward(
                     be,
                     &bf.h,

@@ -29,7 +29,7 @@ use crate::config::{in_range, resolve_policies, section, CommonConfig, Policy, R
 use crate::error::InputError;
 use crate::model::layers::{
     column_sums, cross_entropy, embedding_backward, embedding_lookup, linear, sgd, tanh_backward,
-    tanh_inplace,
+    tanh_torch,
 };
 use crate::model::tp::{
     row_parallel_backward, row_parallel_forward, shard_ranges, RowParallelBuffers,
@@ -407,7 +407,7 @@ impl TiedRowParallel {
             let table = if drift { &bf.w_emb } else { &bf.w };
             embedding_lookup(table, h, ids, &mut bf.x);
             linear(be, &bf.x, &bf.p, Some(&bf.b), &mut bf.h, t, h, h);
-            tanh_inplace(&mut bf.h);
+            tanh_torch(be, &mut bf.h);
             row_parallel_forward(
                 be,
                 &bf.h,
