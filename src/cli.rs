@@ -61,13 +61,17 @@ pub struct ReportArgs {
 /// `size` flags.
 #[derive(Debug, Args)]
 pub struct SizeArgs {
+    /// A finished sweep directory: size from its frontiers.bin without re-running (the
+    /// selection flags then filter its groups). Without DIR, `size` sweeps in-process.
+    #[arg(value_name = "DIR")]
+    dir: Option<PathBuf>,
     #[command(flatten)]
     select: SelectArgs,
     #[command(flatten)]
     filter: Filter,
-    /// Seeds per (parametrization, profile).
-    #[arg(long, default_value_t = 1000)]
-    seeds: u64,
+    /// Seeds per (parametrization, profile) when sweeping in-process [default: 1000].
+    #[arg(long)]
+    seeds: Option<u64>,
     /// First seed (default: each scenario's own).
     #[arg(long, value_name = "S")]
     first_seed: Option<u64>,
@@ -83,6 +87,14 @@ pub struct SizeArgs {
     /// Also write the Evidence section as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// Where recommendations.csv goes (default: DIR/recommendations.csv; without DIR, only
+    /// when given).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Sweep N fresh seeds after the sized range under the recommended tolerances and report
+    /// the observed flake rate and quantile next to the predicted ones.
+    #[arg(long, value_name = "N")]
+    validate: Option<u64>,
 }
 
 /// `scale` flags.
@@ -507,12 +519,15 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             }
             Action::Size(crate::app::SizeOptions {
                 common,
+                dir: a.dir,
                 seeds: a.seeds,
                 first_seed: a.first_seed,
                 flake_rate: a.flake_rate,
                 target: a.target,
                 threads: a.threads,
                 markdown: a.markdown,
+                out: a.out,
+                validate: a.validate,
             })
         }
         Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {

@@ -97,7 +97,7 @@ fn nominal_95_percent_intervals_cover_at_least_93_percent() {
     let rows: [(usize, f64, usize); 3] = if long {
         [(300, 1e-3, 1000), (1000, 1e-4, 1000), (10000, 1e-4, 1000)]
     } else {
-        [(300, 1e-3, 120), (1000, 1e-4, 80), (10000, 1e-4, 20)]
+        [(300, 1e-3, 100), (1000, 1e-4, 50), (10000, 1e-4, 10)]
     };
     let xis = [-0.3, -0.1, 0.0, 0.2, 0.35, 0.5];
     let mut failures = Vec::new();

@@ -77,12 +77,14 @@ pub fn exceedance_count(n: usize) -> usize {
 /// The exceedance counts tried, lowest threshold first: k₀ = [`exceedance_count`]`(n)`, then
 /// halving, k_{j+1} = max(30, ⌊k_j/2⌋), ending at 30. Empty for n < [`MIN_GPD_SAMPLES`].
 ///
-/// Threshold choice (Choulakian & Stephens 2001, §5: fit to successively higher thresholds
-/// until the Anderson–Darling test accepts): the first candidate whose GPD fit exists and is
-/// not rejected at 5 % is used. Lower thresholds use more data (smaller variance); a
-/// rejection means the GPD does not yet describe the excesses there (bias), so the next,
-/// higher threshold is tried. On an exact GPD sample the first candidate is accepted ≈ 95 %
-/// of the time (the test's size).
+/// Threshold choice (after Choulakian & Stephens 2001, §5: fit to successively higher
+/// thresholds until the Anderson–Darling test accepts): every candidate is fitted and
+/// tested at 5 %. The point estimate comes from the lowest accepted threshold (most data,
+/// smallest variance; a rejection means the GPD does not yet describe the excesses there);
+/// the interval is the union of the intervals of all accepted thresholds, since the data
+/// cannot tell which accepted threshold is right and the extrapolation is sensitive to it
+/// (Coles 2001 §4.3.4 on threshold stability). On an exact GPD sample the first candidate is
+/// accepted ≈ 95 % of the time (the test's size).
 pub fn threshold_candidates(n: usize) -> Vec<usize> {
     let mut out = Vec::new();
     if n < MIN_GPD_SAMPLES {
@@ -137,9 +139,10 @@ pub fn seeds_needed_gpd(p: f64) -> usize {
 ///    threshold (Davison & Smith 1990; Coles 2001 §4.3). With k exceedances over the
 ///    threshold u = `quantile_sorted(sorted, 1 − k/n)` (k from [`threshold_candidates`]),
 ///    the GPD fitted by [`gpd::fit_mle`] to the excesses of the k largest values, q = p·n/k
-///    (the conditional exceedance probability above u): value = u + `Gpd::isf(q)`, and the
-///    95 % profile-likelihood interval of that quantile
-///    ([`crate::stats::profile::quantile_interval`]), shifted by u. The threshold's own
+///    (the conditional exceedance probability above u): value = u + `Gpd::isf(q)` at the
+///    lowest accepted threshold, and the 95 % profile-likelihood interval of that quantile
+///    ([`crate::stats::profile::quantile_interval`]), shifted by u, united over every
+///    accepted threshold. The threshold's own
 ///    sampling variability is not propagated (k/n is treated as the exceedance rate), as is
 ///    usual for POT intervals; the coverage simulation (`tests/tail_coverage.rs`) measures
 ///    the resulting coverage.
@@ -174,7 +177,8 @@ pub fn tail_estimate(samples: &[f64], probs: &[f64]) -> TailEstimate {
     };
     let mut fit = None;
     let mut ad_rejected = false;
-    let mut use_gpd = false;
+    // Every accepted (k, u, fit), lowest threshold first.
+    let mut accepted: Vec<(usize, f64, gpd::GpdFit)> = Vec::new();
     if !any_infinite {
         for &kc in &candidates {
             let uc = quantile_sorted(&sorted, 1.0 - kc as f64 / n as f64);
@@ -184,19 +188,19 @@ pub fn tail_estimate(samples: &[f64], probs: &[f64]) -> TailEstimate {
             };
             let a2 = gpd::anderson_darling_sorted_shifted(tail, uc, &f.gpd);
             let rejected = gpd::ad_rejected_5pct(a2, f.gpd.shape);
-            if fit.is_none() || !rejected {
-                // Keep the first fit for reporting; replace it by the accepted one.
+            if fit.is_none() || (!rejected && accepted.is_empty()) {
+                // Report the first fit, or the first accepted one.
                 fit = Some(f);
                 k = kc;
                 u = uc;
                 ad_rejected = rejected;
             }
             if !rejected {
-                use_gpd = true;
-                break;
+                accepted.push((kc, uc, f));
             }
         }
     }
+    let use_gpd = !accepted.is_empty();
     let method = if use_gpd {
         TailMethod::Gpd
     } else {
@@ -218,12 +222,22 @@ pub fn tail_estimate(samples: &[f64], probs: &[f64]) -> TailEstimate {
             if n >= seeds_needed_empirical(p) {
                 return empirical_point(&sorted, p);
             }
-            match &fit {
-                Some(f) if use_gpd && n >= seeds_needed_gpd(p) => {
-                    gpd_point(f, &sorted[n - k..], u, p, n, k)
-                }
-                _ => none,
+            if !use_gpd || n < seeds_needed_gpd(p) {
+                return none;
             }
+            // The point from the lowest accepted threshold; the interval is the union of
+            // the intervals at every accepted threshold.
+            let mut pt = none;
+            for (j, &(kc, uc, ref f)) in accepted.iter().enumerate() {
+                let q = gpd_point(f, &sorted[n - kc..], uc, p, n, kc);
+                if j == 0 {
+                    pt = q;
+                } else {
+                    pt.lo = pt.lo.min(q.lo);
+                    pt.hi = pt.hi.max(q.hi);
+                }
+            }
+            pt
         })
         .collect();
 
