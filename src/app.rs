@@ -497,7 +497,8 @@ fn merge_frontiers(
         ));
         return Ok(None);
     }
-    let mut recs: Vec<Vec<(u64, Vec<Vec<(f64, f64)>>)>> = vec![Vec::new(); metas.len()];
+    let mut recs: Vec<Vec<(u64, crate::export::frontiers::SeedFrontiers)>> =
+        vec![Vec::new(); metas.len()];
     for d in &o.dirs {
         for r in read_frontiers(&d.join(FILE), metas, false)? {
             recs[r.group].push((r.seed, r.frontiers));

@@ -260,8 +260,8 @@ pub struct SweepArgs {
     /// Number of shards for a Kubernetes indexed job (JOB_COMPLETION_INDEX).
     #[arg(long, value_name = "N")]
     shard_count: Option<u64>,
-    /// Write only summary.csv: memory stays bounded for millions of seeds (p50/p95 from
-    /// 0.23 % log-bins instead of exact).
+    /// Write only summary.csv (and frontiers.bin, streamed, for `size DIR`): memory stays
+    /// bounded for millions of seeds (p50/p95 from 0.23 % log-bins instead of exact).
     #[arg(long)]
     summary_only: bool,
     /// Continue an interrupted sweep in --out (same command and flags).

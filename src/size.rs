@@ -412,7 +412,7 @@ pub struct RecRow {
     pub predicted_pct: Option<f64>,
     /// Upper end of its 95 % interval, percent (≤ target).
     pub predicted_upper_pct: Option<f64>,
-    /// `empirical`, `gpd`, `conservative-xi-0.5` or `not-estimable`.
+    /// `empirical`, `gpd`, `conservative` or `not-estimable`.
     pub tail_method: &'static str,
     /// Seeds the estimate used.
     pub seeds: usize,
@@ -427,6 +427,9 @@ pub struct RecRow {
     /// Why a pair is empty, or how it was made conservative.
     pub note: String,
 }
+
+/// (scenario, param, the recommended balanced pair of each check by name).
+pub type ValidatePairs = (String, String, Vec<(String, Tolerance)>);
 
 /// A sized (scenario, param): per profile and the combination.
 struct Sized {
@@ -450,7 +453,7 @@ pub struct SizeReport {
     pub rows: Vec<RecRow>,
     /// Per (scenario, param): the recommended per-check balanced pairs for every profile
     /// (what `--validate` sweeps): (scenario, param, pairs by check name).
-    pub validate: Vec<(String, String, Vec<(String, Tolerance)>)>,
+    pub validate: Vec<ValidatePairs>,
 }
 
 fn fmt_tol(x: f64) -> String {
@@ -670,7 +673,7 @@ fn report_key(
         }
         if n < need_gpd {
             warnings.push(format!(
-                "warning: {scenario} [{param}] {}: {n} seeds are too few for a flake rate of {}: a GPD extrapolation needs at least {need_gpd} seeds and a distribution-free bound {need_df}; the recommendation is conservative (GPD tail with the shape fixed at ξ = 0.5, which assumes no heavier tail)",
+                "warning: {scenario} [{param}] {}: {n} seeds are too few for a flake rate of {}: a GPD extrapolation needs at least {need_gpd} seeds and a distribution-free bound {need_df}; the recommendation is conservative (a GPD tail with its shape fixed at ξ = 0.5, or at a rejected fit's when heavier; valid if the true tail is no heavier)",
                 d.meta.profile,
                 py_repr(flake)
             ));
@@ -681,7 +684,7 @@ fn report_key(
                 .collect();
             if !fallback.is_empty() {
                 warnings.push(format!(
-                    "warning: {scenario} [{param}] {}: no GPD fit was accepted for {} at any threshold; the recommendation is conservative (shape fixed at ξ = 0.5)",
+                    "warning: {scenario} [{param}] {}: no GPD fit was accepted for {} at any threshold; the recommendation is conservative (a GPD with its shape fixed at ξ = 0.5, or at the rejected fit's when heavier)",
                     d.meta.profile,
                     fallback.join(", ")
                 ));

@@ -505,7 +505,7 @@ pub fn run(
     while pending.peek().is_some() {
         chunk.clear();
         chunk.extend(pending.by_ref().take(CHUNK));
-        let results: Vec<(Vec<SeedCheck>, Vec<Vec<(f64, f64)>>)> = chunk
+        let results: Vec<(Vec<SeedCheck>, crate::export::frontiers::SeedFrontiers)> = chunk
             .par_iter()
             .map_init(
                 || (Workspace::default(), Vec::new()),

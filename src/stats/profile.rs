@@ -200,12 +200,12 @@ pub struct FixedShapeFit {
     pub loglik: f64,
 }
 
-/// The MLE of σ with ξ = `xi` > 0 fixed, for the excesses `values[i] − shift` (all finite,
+/// The MLE of σ with ξ = `xi` ≥ 0 fixed, for the excesses `values[i] − shift` (all finite,
 /// ≥ 0, not all 0): golden section on ln σ over [ln y_max − 40, ln y_max + 10] to 1e-10
 /// (the score −k/σ + (1 + ξ)/σ·Σ y/(σ + ξy) has a single root, so ℓ is unimodal in σ).
 /// None for an empty or all-zero sample or a non-finite excess.
 pub fn fit_fixed_shape(values: &[f64], shift: f64, xi: f64) -> Option<FixedShapeFit> {
-    assert!(xi > 0.0, "fixed shape {xi}");
+    assert!(xi >= 0.0, "fixed shape {xi}");
     let mut ymax: f64 = 0.0;
     for &v in values {
         let y = v - shift;

@@ -286,7 +286,7 @@ impl SizingMethod {
         match self {
             SizingMethod::Empirical => "empirical",
             SizingMethod::Gpd => "gpd",
-            SizingMethod::Conservative => "conservative-xi-0.5",
+            SizingMethod::Conservative => "conservative",
             SizingMethod::NotEstimable => "not-estimable",
         }
     }
@@ -304,11 +304,18 @@ pub struct SizingBound {
 }
 
 /// The sizing bound of `samples` at p: the [`tail_estimate`] point when it exists (empirical
-/// or GPD), otherwise the conservative fallback: k = [`exceedance_count`]`(n)` (all n when
+/// or GPD). For a GPD point whose fitted shape is negative (a bounded tail), the upper end is
+/// the larger of the interval's and that of the exponential (ξ = 0) tail fitted at the same
+/// threshold: a usage is the largest of many error terms, each close to a sum of many
+/// roundings, so its maximum lies in the Gumbel domain (ξ = 0), and a negative ξ̂ at finite
+/// thresholds is the slow, light-looking approach of Gaussian-like maxima to that limit
+/// (Fisher & Tippett 1928; Hall 1979), not evidence of a bound; extrapolating it would
+/// understate the far tail. Otherwise the conservative fallback: k = [`exceedance_count`]`(n)` (all n when
 /// n < 30), threshold u = `quantile_sorted(sorted, 1 − k/n)`, σ fitted with ξ fixed at
-/// [`CONSERVATIVE_XI`] ([`profile::fit_fixed_shape`]), q = p·n/k, value u + isf(q) and hi the
-/// upper end of its 95 % likelihood interval. Valid as an upper bound when the true tail is
-/// no heavier than ξ = 0.5. All-zero samples give 0 (nothing to size).
+/// [`CONSERVATIVE_XI`] — or at the shape of a (rejected) fit of the tail when that is larger
+/// ([`profile::fit_fixed_shape`]) — q = p·n/k, value u + isf(q) and hi the upper end of its
+/// 95 % likelihood interval. Valid as an upper bound when the true tail is no heavier than
+/// that shape. All-zero samples give 0 (nothing to size).
 pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
     let n = samples.len();
     let not = SizingBound {
@@ -329,15 +336,30 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
     let est = tail_estimate(samples, &[p]);
     let pt = est.points[0];
     if !pt.value.is_nan() {
-        let method = if n >= seeds_needed_empirical(p) {
-            SizingMethod::Empirical
-        } else {
-            SizingMethod::Gpd
-        };
+        if n >= seeds_needed_empirical(p) {
+            return SizingBound {
+                value: pt.value,
+                hi: pt.hi,
+                method: SizingMethod::Empirical,
+            };
+        }
+        let mut hi = pt.hi;
+        // A negative fitted shape is not trusted for extrapolation: see the doc above.
+        if est.gpd.is_some_and(|g| g.shape < 0.0) {
+            let mut sorted: Vec<f64> = samples.to_vec();
+            sorted.sort_by(f64::total_cmp);
+            let (k, u) = (est.exceedances, est.threshold);
+            let tail = &sorted[n - k..];
+            if let Some(fit) = profile::fit_fixed_shape(tail, u, 0.0) {
+                let q = p * n as f64 / k as f64;
+                let (_, h0) = profile::fixed_shape_interval(tail, u, &fit, q);
+                hi = hi.max(u + h0);
+            }
+        }
         return SizingBound {
             value: pt.value,
-            hi: pt.hi,
-            method,
+            hi,
+            method: SizingMethod::Gpd,
         };
     }
     if n < gpd::MIN_FIT_POINTS {
@@ -354,7 +376,11 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
     let k = exceedance_count(n);
     let u = quantile_sorted(&sorted, 1.0 - k as f64 / n as f64);
     let tail = &sorted[n - k..];
-    let Some(fit) = profile::fit_fixed_shape(tail, u, CONSERVATIVE_XI) else {
+    // A rejected fit that wants a heavier tail than ξ = 0.5 gets its own shape.
+    let xi = est
+        .gpd
+        .map_or(CONSERVATIVE_XI, |g| g.shape.max(CONSERVATIVE_XI));
+    let Some(fit) = profile::fit_fixed_shape(tail, u, xi) else {
         return not;
     };
     let q = p * n as f64 / k as f64;
