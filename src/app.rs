@@ -1096,22 +1096,8 @@ fn validate(
                 } else {
                     "n/a".to_string()
                 };
-                let pred = report
-                    .rows
-                    .iter()
-                    .find(|r| {
-                        &r.scenario == scenario
-                            && &r.param == param
-                            && r.profile == d.meta.profile
-                            && &r.check == check
-                            && r.shape == "balanced"
-                    })
-                    .map(|r| {
-                        let b = crate::stats::tail::sizing_bound(&usages(&d.fr[c], *tol), flake);
-                        let _ = r;
-                        format!("{} [{}]", pct(b.value / 100.0), pct(b.hi / 100.0))
-                    })
-                    .unwrap_or_else(|| "-".into());
+                let b = crate::stats::tail::sizing_bound(&usages(&d.fr[c], *tol), flake);
+                let pred = format!("{} [{}]", pct(b.value / 100.0), pct(b.hi / 100.0));
                 add(
                     check,
                     py_repr(tol.atol),

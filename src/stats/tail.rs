@@ -12,7 +12,8 @@ pub enum TailMethod {
     /// A GPD fit was accepted: points without enough seeds for an empirical quantile are
     /// GPD extrapolations (those with enough are still empirical).
     Gpd,
-    /// No GPD fit was accepted: only points with enough seeds for a distribution-free
+    /// No GPD fit was accepted (or none was needed: every requested point had enough seeds
+    /// for an empirical quantile): only points with enough seeds for a distribution-free
     /// empirical quantile have values; the others are NaN (not estimable).
     Empirical,
 }
@@ -179,7 +180,11 @@ pub fn tail_estimate(samples: &[f64], probs: &[f64]) -> TailEstimate {
     let mut ad_rejected = false;
     // Every accepted (k, u, fit), lowest threshold first.
     let mut accepted: Vec<(usize, f64, gpd::GpdFit)> = Vec::new();
-    if !any_infinite {
+    // No fit when every point has enough seeds for an empirical quantile.
+    let need_fit = probs
+        .iter()
+        .any(|&p| p > 0.0 && p < 1.0 && n < seeds_needed_empirical(p));
+    if !any_infinite && need_fit {
         for &kc in &candidates {
             let uc = quantile_sorted(&sorted, 1.0 - kc as f64 / n as f64);
             let tail = &sorted[n - kc..];
