@@ -888,6 +888,20 @@ fn report_key(
     for d in data.iter().filter(|d| {
         !d.meta.mutant.is_empty() && &d.meta.scenario == scenario && &d.meta.param == param
     }) {
+        if tols.iter().all(|t| t.atol.is_nan()) {
+            // No recommendation to check the bug against.
+            mrows.push(vec![
+                d.meta.mutant.clone(),
+                d.meta.profile.clone(),
+                "no recommendation".into(),
+            ]);
+            let _ = writeln!(
+                md,
+                "| `{}` | `{}` | no recommendation |",
+                d.meta.mutant, d.meta.profile
+            );
+            continue;
+        }
         let (n, total) = caught(&d.fr, &tols);
         if n < total {
             *missed += 1;
