@@ -141,32 +141,89 @@ pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f6
 /// coordinates and below their chord by the hull margin (the module doc's mediant argument).
 /// Any infinite d: nothing is dropped ([`frontier`] keeps a single infinite point anyway).
 pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
-    pts.retain(|p| p.0 > 0.0);
-    if pts.is_empty() || pts.iter().any(|p| p.0.is_infinite()) {
+    let Some(anchors) = Anchors::of(pts.iter().copied()) else {
+        pts.retain(|p| p.0 > 0.0);
         return;
-    }
-    let mut ps = pts[0];
-    let mut p0 = pts[0];
-    let mut zero_e = false;
-    for &q in pts.iter() {
-        if q.0 > ps.0 || (q.0 == ps.0 && q.1 < ps.1) {
-            ps = q;
+    };
+    pts.retain(|&q| anchors.keep(q));
+}
+
+/// [`Anchors::of`] one point at a time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AnchorScan {
+    a: Option<Anchors>,
+    infinite: bool,
+}
+
+impl AnchorScan {
+    /// Offers a point.
+    pub fn add(&mut self, q: (f64, f64)) {
+        if self.infinite || q.0.is_nan() || q.0 <= 0.0 {
+            return;
+        }
+        if q.0.is_infinite() {
+            self.infinite = true;
+            return;
+        }
+        let st = self.a.get_or_insert(Anchors {
+            ps: q,
+            p0: q,
+            zero_e: false,
+        });
+        if q.0 > st.ps.0 || (q.0 == st.ps.0 && q.1 < st.ps.1) {
+            st.ps = q;
         }
         if q.1 == 0.0 {
-            zero_e = true;
-        } else if p0.1 == 0.0 || q.0 / q.1 > p0.0 / p0.1 {
-            p0 = q;
+            st.zero_e = true;
+        } else if st.p0.1 == 0.0 || q.0 / q.1 > st.p0.0 / st.p0.1 {
+            st.p0 = q;
         }
     }
-    let keep_m = 1.0 - HULL_MARGIN;
-    pts.retain(|&q| {
+
+    /// The anchors (None: no point with d > 0, or an infinite d).
+    pub fn finish(self) -> Option<Anchors> {
+        if self.infinite {
+            None
+        } else {
+            self.a
+        }
+    }
+}
+
+/// The two anchors of [`prefilter`], found in one pass; `keep` is its test. Splitting the
+/// two lets a caller stream the points twice instead of storing them all.
+#[derive(Debug, Clone, Copy)]
+pub struct Anchors {
+    ps: (f64, f64),
+    p0: (f64, f64),
+    zero_e: bool,
+}
+
+impl Anchors {
+    /// The anchors of the points with d > 0; None when there is none, or when some d is
+    /// infinite (then only d > 0 filters).
+    pub fn of(points: impl Iterator<Item = (f64, f64)>) -> Option<Self> {
+        let mut scan = AnchorScan::default();
+        for q in points {
+            scan.add(q);
+        }
+        scan.finish()
+    }
+
+    /// Whether [`prefilter`] keeps `q`.
+    pub fn keep(&self, q: (f64, f64)) -> bool {
+        let (ps, p0) = (self.ps, self.p0);
+        if q.0.is_nan() || q.0 <= 0.0 {
+            return false;
+        }
         if q == ps || q == p0 {
             return true;
         }
         if q.1 >= ps.1 && q.0 <= ps.0 {
             return false;
         }
-        if !zero_e {
+        if !self.zero_e {
+            let keep_m = 1.0 - HULL_MARGIN;
             if q.0 <= keep_m * p0.0 && q.0 * p0.1 <= keep_m * (p0.0 * q.1) {
                 return false;
             }
@@ -175,7 +232,7 @@ pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
             }
         }
         true
-    });
+    }
 }
 
 /// Usage of a frontier (or of any list of (d, e) points) under (atol, rtol):
