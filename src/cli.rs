@@ -61,13 +61,17 @@ pub struct ReportArgs {
 /// `size` flags.
 #[derive(Debug, Args)]
 pub struct SizeArgs {
+    /// A finished sweep directory: size from its frontiers.bin without re-running (the
+    /// selection flags then filter its groups). Without DIR, `size` sweeps in-process.
+    #[arg(value_name = "DIR")]
+    dir: Option<PathBuf>,
     #[command(flatten)]
     select: SelectArgs,
     #[command(flatten)]
     filter: Filter,
-    /// Seeds per (parametrization, profile).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1000)]
-    seeds: u64,
+    /// Seeds per (parametrization, profile) when sweeping in-process [default: 1000].
+    #[arg(long, allow_negative_numbers = true)]
+    seeds: Option<u64>,
     /// First seed (default: each scenario's own).
     #[arg(long, allow_negative_numbers = true, value_name = "S")]
     first_seed: Option<u64>,
@@ -93,6 +97,14 @@ pub struct SizeArgs {
     /// Also write the Evidence section as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// Where recommendations.csv goes (default: DIR/recommendations.csv; without DIR, only
+    /// when given).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Sweep N fresh seeds after the sized range under the recommended tolerances and report
+    /// the observed flake rate and quantile next to the predicted ones.
+    #[arg(long, value_name = "N")]
+    validate: Option<u64>,
 }
 
 /// `scale` flags.
@@ -274,8 +286,8 @@ pub struct SweepArgs {
     /// Number of shards for a Kubernetes indexed job (JOB_COMPLETION_INDEX).
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     shard_count: Option<u64>,
-    /// Write only summary.csv: memory stays bounded for millions of seeds (p50/p95 from
-    /// 0.23 % log-bins instead of exact).
+    /// Write only summary.csv (and frontiers.bin, streamed, for `size DIR`): memory stays
+    /// bounded for millions of seeds (p50/p95 from 0.23 % log-bins instead of exact).
     #[arg(long)]
     summary_only: bool,
     /// Continue an interrupted sweep in --out (same command and flags).
@@ -559,12 +571,15 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             }
             Action::Size(crate::app::SizeOptions {
                 common,
+                dir: a.dir,
                 seeds: a.seeds,
                 first_seed: a.first_seed,
                 flake_rate: a.flake_rate,
                 target: a.target,
                 threads: a.threads,
                 markdown: a.markdown,
+                out: a.out,
+                validate: a.validate,
             })
         }
         Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {

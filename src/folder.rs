@@ -43,6 +43,14 @@ pub const FILES: &[Owned] = &[
         what: "the last checkpoint of seeds.csv.partial",
     },
     Owned {
+        name: crate::export::frontiers::PARTIAL,
+        what: "per-seed frontiers of an unfinished sweep",
+    },
+    Owned {
+        name: crate::export::frontiers::FILE,
+        what: "per-seed frontiers for `size DIR`",
+    },
+    Owned {
         name: "mutants.csv",
         what: "mutant detection summary",
     },
@@ -53,6 +61,10 @@ pub const FILES: &[Owned] = &[
     Owned {
         name: "seeds.csv",
         what: "per-seed rows",
+    },
+    Owned {
+        name: "recommendations.csv",
+        what: "the `size DIR` recommendations of the previous sweep",
     },
     Owned {
         name: "report.html",

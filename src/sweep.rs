@@ -467,6 +467,16 @@ pub trait UnitSink {
     fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
+    /// One unit's tolerance frontiers in the asserted comparison, `[check]` (after
+    /// [`UnitSink::unit`] for the same unit). Default: discarded.
+    fn frontiers(
+        &mut self,
+        _group: usize,
+        _seed: u64,
+        _frontiers: &[Vec<(f64, f64)>],
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Runs every unit after the first `skip` (already fed by a resume) on the current rayon
@@ -496,21 +506,32 @@ pub fn run(
     while pending.peek().is_some() {
         chunk.clear();
         chunk.extend(pending.by_ref().take(CHUNK));
-        let results: Vec<Vec<SeedCheck>> = chunk
+        let results: Vec<(Vec<SeedCheck>, crate::export::frontiers::SeedFrontiers)> = chunk
             .par_iter()
-            .map_init(Workspace::default, |ws, &(gi, seed)| {
-                let mut out = Vec::new();
-                run_unit(catalog, &groups[gi], seed, ws, &mut out);
-                pb.inc(1);
-                out
-            })
+            .map_init(
+                || (Workspace::default(), Vec::new()),
+                |(ws, pts), &(gi, seed)| {
+                    let mut out = Vec::new();
+                    run_unit(catalog, &groups[gi], seed, ws, &mut out);
+                    let g = &groups[gi];
+                    let fr = crate::size::unit_frontiers(
+                        catalog.scenarios[g.scenario].as_ref(),
+                        g.param,
+                        ws,
+                        pts,
+                    );
+                    pb.inc(1);
+                    (out, fr)
+                },
+            )
             .collect();
         let mut values = Vec::new();
-        for (&(gi, seed), res) in chunk.iter().zip(&results) {
+        for (&(gi, seed), (res, fr)) in chunk.iter().zip(&results) {
             values.clear();
             values.extend(res.iter().map(SeedValues::from));
             aggs[gi].feed(&metas[gi], seed, &values);
             sink.unit(gi, seed, &values)?;
+            sink.frontiers(gi, seed, fr)?;
         }
         so_far += chunk.len() as u64;
         sink.chunk_done(so_far)?;

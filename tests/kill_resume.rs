@@ -95,7 +95,13 @@ fn kill_9_at_random_moments_then_resume_is_byte_identical() {
             }
         }
         assert!(sweep(&cut, seeds, true).status().unwrap().success());
-        for f in ["fingerprint.txt", "plan.csv", "seeds.csv", "summary.csv"] {
+        for f in [
+            "fingerprint.txt",
+            "plan.csv",
+            "seeds.csv",
+            "summary.csv",
+            "frontiers.bin",
+        ] {
             assert!(
                 std::fs::read(full.join(f)).unwrap() == std::fs::read(cut.join(f)).unwrap(),
                 "trial {i}: {f} differs after kills and --resume"

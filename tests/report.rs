@@ -137,10 +137,12 @@ fn report_of_a_full_sweep() {
     for c in &checks {
         assert!(html.contains(&format!("<h4>{c}</h4>")), "check {c}");
     }
-    // Mutant margins and tail markers (30 seeds >= the tail minimum) are present.
+    // Mutant margins are present. Tail markers are not: 30 seeds support no tail point
+    // (an empirical one at 1e-2 needs 368 seeds, a GPD at least 100), and the report never
+    // draws an empirical quantile beyond the data.
     assert!(html.contains("class=\"mutants\""));
     assert!(html.contains("td class=\"caught\""));
-    assert!(html.contains("exceeded with probability 1e-3"));
+    assert!(!html.contains("exceeded with probability 1e-3"));
 
     // Deterministic: a second write gives the same bytes.
     let out2 = tmp.path().join("report2.html");

@@ -254,11 +254,17 @@ fn a_kill_during_the_final_write_resumes_to_identical_files() {
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     sweep_into(&full, "5", &["--mutants", "all"]).success();
-    // State 1: killed after summary.csv was written but before seeds.csv was renamed into
-    // place, with a temporary file of an interrupted atomic write.
+    // State 1: killed after frontiers.bin was renamed and summary.csv was written but before
+    // seeds.csv was renamed into place, with a temporary file of an interrupted atomic write.
     let cut = tmp.path().join("cut");
     std::fs::create_dir_all(&cut).unwrap();
-    for f in ["fingerprint.txt", "plan.csv", "summary.csv", "mutants.csv"] {
+    for f in [
+        "fingerprint.txt",
+        "plan.csv",
+        "summary.csv",
+        "mutants.csv",
+        "frontiers.bin",
+    ] {
         std::fs::copy(full.join(f), cut.join(f)).unwrap();
     }
     let seeds = read(&full.join("seeds.csv"));
@@ -274,10 +280,16 @@ fn a_kill_during_the_final_write_resumes_to_identical_files() {
         "mutants.csv",
         "plan.csv",
         "fingerprint.txt",
+        "frontiers.bin",
     ] {
         assert!(read(&full.join(f)) == read(&cut.join(f)), "{f} differs");
     }
-    for gone in [".summary.csv.tmp-999999", "seeds.csv.partial", ".progress"] {
+    for gone in [
+        ".summary.csv.tmp-999999",
+        "seeds.csv.partial",
+        "frontiers.bin.partial",
+        ".progress",
+    ] {
         assert!(!cut.join(gone).exists(), "{gone} left behind");
     }
     // State 2: killed after the rename, before .progress was removed: finished.

@@ -57,7 +57,13 @@ fn merging_four_shards_reproduces_the_single_run_byte_for_byte() {
         .arg(&merged)
         .assert()
         .success();
-    for f in ["seeds.csv", "summary.csv", "mutants.csv", "plan.csv"] {
+    for f in [
+        "seeds.csv",
+        "summary.csv",
+        "mutants.csv",
+        "plan.csv",
+        "frontiers.bin",
+    ] {
         assert!(
             read(&single.join(f)) == read(&merged.join(f)),
             "{f} differs after merge"
@@ -182,6 +188,19 @@ fn resume_continues_an_interrupted_sweep_to_identical_files() {
     partial.extend_from_slice(&seeds[keep..keep + 40]);
     std::fs::write(cut.join("seeds.csv.partial"), &partial).unwrap();
     std::fs::write(cut.join(".progress"), format!("5 {keep}\n")).unwrap();
+    // frontiers.bin.partial: the header, the same 5 records and a torn 6th, as the sweep
+    // leaves it (it is flushed before each checkpoint, so it never holds fewer units).
+    let fr = read(&full.join("frontiers.bin"));
+    let mut pos = 8;
+    for _ in 0..6 {
+        let checks = u32::from_le_bytes(fr[pos + 12..pos + 16].try_into().unwrap()) as usize;
+        pos += 16;
+        for _ in 0..checks {
+            let m = u32::from_le_bytes(fr[pos..pos + 4].try_into().unwrap()) as usize;
+            pos += 4 + 16 * m;
+        }
+    }
+    std::fs::write(cut.join("frontiers.bin.partial"), &fr[..pos - 7]).unwrap();
     seedsweep()
         .args(args)
         .arg("--out")
@@ -189,13 +208,14 @@ fn resume_continues_an_interrupted_sweep_to_identical_files() {
         .arg("--resume")
         .assert()
         .success();
-    for f in ["seeds.csv", "summary.csv", "plan.csv"] {
+    for f in ["seeds.csv", "summary.csv", "plan.csv", "frontiers.bin"] {
         assert!(
             read(&full.join(f)) == read(&cut.join(f)),
             "{f} differs after resume"
         );
     }
     assert!(!cut.join("seeds.csv.partial").exists());
+    assert!(!cut.join("frontiers.bin.partial").exists());
     // A different command cannot resume it.
     seedsweep()
         .args([
@@ -258,6 +278,8 @@ fn summary_only_writes_no_per_seed_file_and_flags_its_quantiles() {
         .assert()
         .success();
     let exact = String::from_utf8(read(&full.path().join("summary.csv"))).unwrap();
+    // The frontiers `size DIR` reads are written in both modes, identically.
+    assert!(read(&tmp.path().join("frontiers.bin")) == read(&full.path().join("frontiers.bin")));
     for (a, b) in summary.lines().zip(exact.lines()).skip(1) {
         let fa: Vec<&str> = a.split(',').collect();
         let fb: Vec<&str> = b.split(',').collect();

@@ -2,6 +2,7 @@
 
 pub mod csv;
 pub mod dump;
+pub mod frontiers;
 pub mod html;
 pub mod output;
 pub mod svg;

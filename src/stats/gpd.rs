@@ -20,7 +20,7 @@ const SERIES_CUTOFF: f64 = 1e-4;
 
 /// `ln(1 + x)/x`, continuous at 0 (value 1). For |x| < 1e-4 the series
 /// 1 − x/2 + x²/3 − x³/4 + x⁴/5 (Horner), otherwise `log1p(x)/x`. Requires x > −1.
-fn ln1p_div(x: f64) -> f64 {
+pub(crate) fn ln1p_div(x: f64) -> f64 {
     if x.abs() < SERIES_CUTOFF {
         1.0 + x * (-0.5 + x * (1.0 / 3.0 + x * (-0.25 + x * 0.2)))
     } else {
@@ -30,23 +30,11 @@ fn ln1p_div(x: f64) -> f64 {
 
 /// `expm1(x)/x`, continuous at 0 (value 1). For |x| < 1e-4 the series
 /// 1 + x/2 + x²/6 + x³/24 + x⁴/120 (Horner; omitted term < x⁵/720), otherwise `expm1(x)/x`.
-fn expm1_div(x: f64) -> f64 {
+pub(crate) fn expm1_div(x: f64) -> f64 {
     if x.abs() < SERIES_CUTOFF {
         1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x / 120.0)))
     } else {
         libm::expm1(x) / x
-    }
-}
-
-/// d/dx [expm1(x)/x] = (x·eˣ − expm1(x))/x², continuous at 0 (value 1/2). For |x| < 1e-2 the
-/// series Σ_{j≥2} (j−1)/j!·x^(j−2) = 1/2 + x/3 + x²/8 + x³/30 + x⁴/144 (omitted term
-/// 6x⁵/7! < 1.2e-13 relative); otherwise the closed form, whose cancellation costs at most
-/// ~2u/|x| ≤ 2.2e-14 relative at |x| = 1e-2.
-pub(crate) fn expm1_div_derivative(x: f64) -> f64 {
-    if x.abs() < 1e-2 {
-        0.5 + x * (1.0 / 3.0 + x * (0.125 + x * (1.0 / 30.0 + x / 144.0)))
-    } else {
-        (x * libm::exp(x) - libm::expm1(x)) / (x * x)
     }
 }
 
@@ -146,7 +134,7 @@ impl Gpd {
     }
 
     /// Log-likelihood of `values[i] − shift`, summed in slice order.
-    fn log_likelihood_shifted(&self, values: &[f64], shift: f64) -> f64 {
+    pub(crate) fn log_likelihood_shifted(&self, values: &[f64], shift: f64) -> f64 {
         values.iter().map(|&v| self.log_pdf(v - shift)).sum()
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod frontier;
 pub mod gpd;
+pub mod profile;
 pub mod tail;
 
 pub mod histogram;
