@@ -30,6 +30,32 @@ pub struct Profile {
     pub wire: Wire,
     /// Which torch CPU kernel build the elementwise and reduction kernels mirror.
     pub torch_isa: TorchIsa,
+    /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
+    /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
+    pub xla: Option<XlaMode>,
+}
+
+/// How JAX executes a program, which decides where XLA's CPU backend contracts a multiply
+/// and an add into one FMA (measured with JAX 0.10.2, `scripts/crosscheck_jax.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XlaMode {
+    /// Op by op (`diloco_train_step` called directly, as MaxText's test does): every
+    /// elementwise op is its own XLA executable and rounds separately. Code that JAX compiles
+    /// even then (the sync inside `jax.lax.cond`) contracts as under `Jit`.
+    Eager,
+    /// `jax.jit` of the whole step: one executable per step, in which XLA's CPU backend
+    /// contracts a product feeding an add into one FMA (the scenario's doc lists where).
+    Jit,
+}
+
+impl XlaMode {
+    /// The name used in profile files (`eager`, `jit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Eager => "eager",
+            Self::Jit => "jit",
+        }
+    }
 }
 
 /// A profile or modifier table as written in TOML. Every part is optional in a modifier and
@@ -51,6 +77,8 @@ pub struct ProfileToml {
     pub wire: Option<String>,
     /// `avx2` (default) or `avx512`: the vector width of torch's CPU kernels.
     pub torch_isa: Option<String>,
+    /// `eager` or `jit`: how a JAX scenario's program executes (default: the scenario's).
+    pub xla: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -188,6 +216,19 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.xla {
+        p.xla = Some(match s.as_str() {
+            "eager" => XlaMode::Eager,
+            "jit" => XlaMode::Jit,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.xla"),
+                    format!("`{s}` is not allowed; allowed: eager, jit"),
+                ))
+            }
+        });
+    }
     Ok(())
 }
 
@@ -236,6 +277,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                xla: None,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -255,6 +297,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                xla: None,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers
@@ -377,6 +420,28 @@ mod tests {
         let e = r.resolve("cpu-fmaa", "--profile").unwrap_err().to_string();
         assert!(e.contains("--profile"), "{e}");
         assert!(e.contains("cpu-fmaa") && e.contains("cpu-nofma"), "{e}");
+    }
+
+    #[test]
+    fn xla_mode_is_optional_and_set_by_the_modifiers() {
+        let r = ProfileRegistry::builtin().unwrap();
+        assert_eq!(r.resolve("f32", "--profile").unwrap().xla, None);
+        let e = r.resolve("tpu-bf16+xla-eager", "--profile").unwrap();
+        assert_eq!(
+            (e.xla, e.matmul.passes),
+            (Some(XlaMode::Eager), Passes::Bf16x1)
+        );
+        let j = r.resolve("f32+xla-eager+xla-jit", "--profile").unwrap();
+        assert_eq!(j.xla, Some(XlaMode::Jit));
+        let mut r = ProfileRegistry::default();
+        let e = r
+            .add_toml("my.toml", "[modifiers.m]\nxla = 'lazy'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("my.toml") && e.contains("modifiers.m.xla") && e.contains("eager, jit"),
+            "{e}"
+        );
     }
 
     #[test]
