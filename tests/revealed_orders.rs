@@ -1,0 +1,138 @@
+//! Revealed MKL orders against torch: `configs/revealed/mkl-threads-{1,2}.toml` (revealed by
+//! `scripts/reveal_order.py` with torch 2.15.0 (MKL), AVX512 capability, x86-64, at
+//! `torch.set_num_threads(1)` and `(2)`) executed by `seedsweep::fp::revealed` must reproduce
+//! torch's outputs on the SplitMix64 inputs recorded in `tests/data/mkl_threads_*_validation.toml`
+//! (one input set per role and shape of the built-in T1/T2 scenarios: 63 matmuls, 42,205
+//! elements per thread count) bit for bit. The one-thread FMA chain of `cpu-fma` is checked
+//! against both, so the test also shows what the thread count changes.
+
+use seedsweep::fp::matmul::MatmulScratch;
+use seedsweep::fp::revealed::Role;
+use seedsweep::profile::ProfileRegistry;
+use seedsweep::revealed::RevealedOrders;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Validation {
+    threads: u32,
+    case: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    role: String,
+    rows: usize,
+    red: usize,
+    cols: usize,
+    seed: u64,
+    out: String,
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014), as `scripts/reveal_order.py` draws its inputs.
+fn draw(seed: u64, count: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            let (u, e) = ((z >> 40) as f64, ((z >> 8) & 7) as i32);
+            // Exact: a 24-bit integer times a power of two.
+            ((u - 8_388_608.0) * 2f64.powi(e - 26)) as f32
+        })
+        .collect()
+}
+
+fn load(threads: u32) -> (RevealedOrders, Validation) {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let rev_path = format!("{dir}/configs/revealed/mkl-threads-{threads}.toml");
+    let val_path = format!("{dir}/tests/data/mkl_threads_{threads}_validation.toml");
+    let orders =
+        RevealedOrders::parse(&rev_path, &std::fs::read_to_string(&rev_path).unwrap()).unwrap();
+    let val: Validation = toml::from_str(&std::fs::read_to_string(&val_path).unwrap()).unwrap();
+    assert_eq!((orders.meta.threads, val.threads), (threads, threads));
+    (orders, val)
+}
+
+/// The operands of a case as the role stores them, and torch's output bits.
+fn operands(c: &Case) -> (Role, Vec<f32>, Vec<f32>, Vec<u32>) {
+    let role = Role::parse(&c.role).unwrap();
+    let a = draw(c.seed, c.rows * c.red);
+    let b = draw(c.seed + (1 << 32), c.red * c.cols);
+    let transpose = |x: &[f32], r: usize, k: usize| -> Vec<f32> {
+        (0..r * k).map(|i| x[(i % r) * k + i / r]).collect()
+    };
+    let (a, b) = match role {
+        Role::Forward => (a, transpose(&b, c.red, c.cols)),
+        Role::GradInput => (a, b),
+        Role::GradWeight => (transpose(&a, c.rows, c.red), b),
+    };
+    let out = (0..c.rows * c.cols)
+        .map(|i| u32::from_str_radix(&c.out[8 * i..8 * i + 8], 16).unwrap())
+        .collect();
+    (role, a, b, out)
+}
+
+/// (matching elements, elements) of the revealed programs and of cpu-fma's kernels.
+fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
+    let (orders, val) = load(threads);
+    let fma = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "--profile")
+        .unwrap()
+        .matmul;
+    let mut scratch = MatmulScratch::default();
+    let (mut rev_ok, mut fma_ok, mut total) = (0, 0, 0);
+    let mut misses = Vec::new();
+    let mut stack = Vec::new();
+    for c in &val.case {
+        let (role, a, b, want) = operands(c);
+        let m = orders
+            .get(role, c.rows, c.red, c.cols)
+            .unwrap_or_else(|| panic!("{} {}x{}x{} not revealed", c.role, c.rows, c.red, c.cols));
+        let mut got = vec![0.0f32; c.rows * c.cols];
+        m.run(role, &a, &b, &mut got, &mut stack);
+        let mut base = vec![0.0f32; c.rows * c.cols];
+        match role {
+            Role::Forward => fma.matmul_nt(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
+            Role::GradInput => fma.matmul(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
+            Role::GradWeight => {
+                fma.matmul_tn(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch)
+            }
+        }
+        for (i, &w) in want.iter().enumerate() {
+            total += 1;
+            if got[i].to_bits() == w {
+                rev_ok += 1;
+            } else if misses.len() < 5 {
+                misses.push(format!(
+                    "{} {}x{}x{} element {i}",
+                    c.role, c.rows, c.red, c.cols
+                ));
+            }
+            fma_ok += usize::from(base[i].to_bits() == w);
+        }
+    }
+    ((rev_ok, total), (fma_ok, total), misses)
+}
+
+#[test]
+fn revealed_one_thread_orders_reproduce_torch_bit_for_bit() {
+    let ((ok, n), (fma_ok, _), misses) = rates(1);
+    eprintln!("1 thread: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
+    assert_eq!(ok, n, "{misses:?}");
+    // At one thread MKL's order on these shapes is the FMA chain cpu-fma computes.
+    assert_eq!(fma_ok, n);
+}
+
+#[test]
+fn revealed_two_thread_orders_reproduce_torch_bit_for_bit() {
+    let ((ok, n), (fma_ok, _), misses) = rates(2);
+    eprintln!("2 threads: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
+    assert_eq!(ok, n, "{misses:?}");
+    // Two threads change the bits of some elements, so the one-thread rule must miss some:
+    // the check can fail.
+    assert!(fma_ok < n, "cpu-fma matched all {n}");
+}
