@@ -13,6 +13,9 @@ an AVX512 machine without it for `cpu-fma-avx512`.
     cargo run --release -- repro --seed 8199 --param 35-3-False-0 --dump /tmp/dump
     python3 scripts/crosscheck_torch.py --seed 8199 --param 35-3-False-0 \
         --dump /tmp/dump/deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv
+
+With `--threads 2`, compare a dump of `--profile cpu-fma+mkl-threads-2` (MKL's two-thread
+matmul orders) instead.
 """
 import argparse
 import csv
@@ -141,8 +144,12 @@ def main():
     ap.add_argument("--param", required=True, choices=sorted(PARAMS) + sorted(PARAMS_T2))
     ap.add_argument("--dump", help="CSV written by seedsweep repro --dump")
     ap.add_argument("--emit-fixture", metavar="JSON", help="write torch's logits and final head weight as u32 bits")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads (default 1, as cpu-fma; 2 for cpu-fma+mkl-threads-2)")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    if a.threads < 1:
+        ap.error("--threads must be >= 1")
+    torch.set_num_threads(a.threads)
     if a.param in PARAMS_T2:
         hidden, shape, bias = PARAMS_T2[a.param]
         runner = lambda sharded: run_t2(a.seed, hidden, shape, bias, sharded)  # noqa: E731

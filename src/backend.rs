@@ -10,8 +10,17 @@ use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
     matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
 };
+use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{log_softmax_cross_entropy_f32_isa, TorchIsa};
 use crate::profile::Profile;
+use crate::revealed::RevealedOrders;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Matmul calls of a profile with revealed orders whose role and shape the orders do not
+/// reveal, so that the profile's `matmul` model computed them (process-wide, for tests and
+/// diagnostics).
+pub static UNREVEALED_MATMULS: AtomicU64 = AtomicU64::new(0);
 use crate::real::Real;
 
 /// The matmul and collective arithmetic of one computation.
@@ -126,6 +135,10 @@ pub struct F32Backend<'a> {
     pub transposed: Vec<f32>,
     /// The torch CPU kernel build the cross-entropy mirrors.
     pub torch_isa: TorchIsa,
+    /// Revealed per-element orders; a matmul whose role and shape they hold runs by them.
+    pub orders: Option<Arc<RevealedOrders>>,
+    /// Evaluation stack of the revealed programs, reused.
+    stack: Vec<f32>,
 }
 
 impl<'a> F32Backend<'a> {
@@ -139,6 +152,37 @@ impl<'a> F32Backend<'a> {
             kernels: Kernels::Fast,
             transposed: Vec::new(),
             torch_isa: profile.torch_isa,
+            orders: profile.orders.clone(),
+            stack: Vec::new(),
+        }
+    }
+
+    /// Runs `role` by its revealed programs when the profile has orders for this shape;
+    /// returns false (nothing written) otherwise, counting the miss in
+    /// [`UNREVEALED_MATMULS`].
+    #[allow(clippy::too_many_arguments)]
+    fn revealed(
+        &mut self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        let Some(orders) = &self.orders else {
+            return false;
+        };
+        match orders.get(role, m, k, n) {
+            Some(r) => {
+                r.run(role, a, b, c, &mut self.stack);
+                true
+            }
+            None => {
+                UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 
@@ -183,6 +227,9 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut Vec<f32>) {
 impl Backend for F32Backend<'_> {
     type R = f32;
     fn matmul(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::GradInput, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             let mut bt = std::mem::take(&mut self.transposed);
             transpose_into(b, k, n, &mut bt);
@@ -193,6 +240,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_nt(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::Forward, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             self.scalar_nt(a, b, c, m, k, n);
         } else {
@@ -200,6 +250,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_tn(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::GradWeight, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             // aᵀ (m×k) as rows, b's columns as rows of bᵀ (n×k).
             let mut at = std::mem::take(&mut self.transposed);

@@ -14,6 +14,8 @@ use crate::fp::allreduce::{AllReduceAlgo, Wire};
 use crate::fp::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::fp::round::Tf32Mode;
 use crate::fp::torch_ops::TorchIsa;
+use crate::revealed::RevealedOrders;
+use std::sync::Arc;
 
 /// A resolved numerics profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +35,9 @@ pub struct Profile {
     /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
     /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
     pub xla: Option<XlaMode>,
+    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 2 threads): every
+    /// matmul whose role and shape they reveal runs by them; other shapes use `matmul`.
+    pub orders: Option<Arc<RevealedOrders>>,
 }
 
 /// How JAX executes a program, which decides where XLA's CPU backend contracts a multiply
@@ -79,6 +84,9 @@ pub struct ProfileToml {
     pub torch_isa: Option<String>,
     /// `eager` or `jit`: how a JAX scenario's program executes (default: the scenario's).
     pub xla: Option<String>,
+    /// `none` or a built-in revealed-order file (`mkl-threads-2`, `mkl-threads-4`,
+    /// `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
+    pub matmul_orders: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -216,6 +224,26 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.matmul_orders {
+        p.orders = match s.as_str() {
+            "none" => None,
+            name => match RevealedOrders::builtin(name) {
+                Some(r) => Some(Arc::new(r?)),
+                None => {
+                    let names: Vec<&str> =
+                        crate::revealed::BUILTIN.iter().map(|(n, _)| *n).collect();
+                    return Err(InputError::config(
+                        file,
+                        format!("{prefix}.matmul_orders"),
+                        format!(
+                            "`{s}` is not a revealed-order file; allowed: none, {}",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            },
+        };
+    }
     if let Some(s) = &t.xla {
         p.xla = Some(match s.as_str() {
             "eager" => XlaMode::Eager,
@@ -278,6 +306,7 @@ impl ProfileRegistry {
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
                 xla: None,
+                orders: None,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -298,12 +327,42 @@ impl ProfileRegistry {
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
                 xla: None,
+                orders: None,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers
                 .insert(name.clone(), (file.to_string(), t.clone()));
         }
         Ok(())
+    }
+
+    /// Adds the profile a revealed-order file defines (its `[revealed]` `name` and `base`):
+    /// the base profile with every revealed matmul executed by its programs.
+    pub fn add_revealed(&mut self, orders: RevealedOrders) -> Result<String, InputError> {
+        let file = orders.source.clone();
+        let (Some(name), Some(base)) = (orders.meta.name.clone(), orders.meta.base.clone()) else {
+            return Err(InputError::config(
+                &file,
+                "revealed",
+                "a revealed-order file passed with --config needs `name` and `base` (the profile it defines and the profile it starts from)",
+            ));
+        };
+        validate_name(&file, "revealed.name", &name)?;
+        let mut p = self.profiles.get(&base).cloned().ok_or_else(|| {
+            InputError::config(
+                &file,
+                "revealed.base",
+                unknown_name("profile", &base, &self.profile_names()),
+            )
+        })?;
+        p.description = format!(
+            "{base} with the matmul orders revealed in {file} ({} {} thread(s), torch {}, {})",
+            orders.meta.device, orders.meta.threads, orders.meta.torch, orders.meta.cpu_capability
+        );
+        p.orders = Some(Arc::new(orders));
+        p.name = name.clone();
+        self.profiles.insert(name.clone(), p);
+        Ok(name)
     }
 
     /// Names of the profiles, sorted.
@@ -441,6 +500,52 @@ mod tests {
         assert!(
             e.contains("my.toml") && e.contains("modifiers.m.xla") && e.contains("eager, jit"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn matmul_orders_name_a_builtin_file_or_none() {
+        let mut r = ProfileRegistry::builtin().unwrap();
+        let e = r
+            .add_toml(
+                "my.toml",
+                "[modifiers.m]\nmatmul_orders = 'mkl-threads-3'\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("modifiers.m.matmul_orders") && e.contains("none, mkl-threads-2"),
+            "{e}"
+        );
+        let p = r
+            .resolve("f32+mkl-threads-2+mkl-threads-1", "--profile")
+            .unwrap();
+        assert!(p.orders.is_none(), "later modifiers win");
+        // A revealed file needs a name and a base to be a profile.
+        let head = "[revealed]\ndevice = 'cpu'\nthreads = 2\ntorch = 't'\ncpu_capability = 'c'\nmachine = 'm'\n";
+        let o = RevealedOrders::parse("rev.toml", head).unwrap();
+        let e = r.add_revealed(o).unwrap_err().to_string();
+        assert!(
+            e.contains("rev.toml") && e.contains("needs `name` and `base`"),
+            "{e}"
+        );
+        let o = RevealedOrders::parse(
+            "rev.toml",
+            &format!("{head}name = 'x'\nbase = 'cpu-fmaa'\n"),
+        )
+        .unwrap();
+        let e = r.add_revealed(o).unwrap_err().to_string();
+        assert!(
+            e.contains("revealed.base") && e.contains("cpu-nofma"),
+            "{e}"
+        );
+        let o = RevealedOrders::parse("rev.toml", &format!("{head}name = 'x'\nbase = 'f32'\n"))
+            .unwrap();
+        assert_eq!(r.add_revealed(o).unwrap(), "x");
+        let x = r.resolve("x", "--profile").unwrap();
+        assert_eq!(
+            (x.matmul, x.orders.is_some()),
+            (r.resolve("f32", "--profile").unwrap().matmul, true)
         );
     }
 

@@ -8,8 +8,9 @@
 //! (`[row, program]`: every element of that row) and `element_programs`
 //! (`[row, col, program]`), applied in that order.
 //!
-//! Built-in files (`configs/revealed/`): `mkl-threads-2`, measured with torch 2.15 (MKL) at
-//! `torch.set_num_threads(2)` on the shapes of the built-in scenarios (`docs/numerics-mkl.md`).
+//! Built-in files (`configs/revealed/`): `mkl-threads-2`, `-4` and `-8`, measured with torch
+//! 2.15 (MKL) at `torch.set_num_threads(N)` on the shapes of the built-in T1/T2 scenarios
+//! (`docs/numerics-mkl-threads.md`).
 
 use std::collections::BTreeMap;
 
@@ -20,10 +21,20 @@ use crate::fp::revealed::{Program, RevealedMatmul, Role};
 use crate::profile::toml_error;
 
 /// The built-in revealed files, by name.
-pub const BUILTIN: &[(&str, &str)] = &[(
-    "mkl-threads-2",
-    include_str!("../configs/revealed/mkl-threads-2.toml"),
-)];
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "mkl-threads-2",
+        include_str!("../configs/revealed/mkl-threads-2.toml"),
+    ),
+    (
+        "mkl-threads-4",
+        include_str!("../configs/revealed/mkl-threads-4.toml"),
+    ),
+    (
+        "mkl-threads-8",
+        include_str!("../configs/revealed/mkl-threads-8.toml"),
+    ),
+];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

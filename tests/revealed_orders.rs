@@ -1,6 +1,6 @@
 //! Revealed MKL orders against torch: `configs/revealed/mkl-threads-{1,2}.toml` (revealed by
 //! `scripts/reveal_order.py` with torch 2.15.0 (MKL), AVX512 capability, x86-64, at
-//! `torch.set_num_threads(1)` and `(2)`) executed by `seedsweep::fp::revealed` must reproduce
+//! `torch.set_num_threads(N)`) executed by `seedsweep::fp::revealed` must reproduce
 //! torch's outputs on the SplitMix64 inputs recorded in `tests/data/mkl_threads_*_validation.toml`
 //! (one input set per role and shape of the built-in T1/T2 scenarios: 63 matmuls, 42,205
 //! elements per thread count) bit for bit. The one-thread FMA chain of `cpu-fma` is checked
@@ -135,4 +135,127 @@ fn revealed_two_thread_orders_reproduce_torch_bit_for_bit() {
     // Two threads change the bits of some elements, so the one-thread rule must miss some:
     // the check can fail.
     assert!(fma_ok < n, "cpu-fma matched all {n}");
+}
+
+#[test]
+fn revealed_four_and_eight_thread_orders_reproduce_torch_bit_for_bit() {
+    for t in [4, 8] {
+        let ((ok, n), (fma_ok, _), misses) = rates(t);
+        eprintln!("{t} threads: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
+        assert_eq!(ok, n, "{t} threads: {misses:?}");
+        assert!(fma_ok < n, "{t} threads: cpu-fma matched all {n}");
+    }
+}
+
+#[test]
+fn the_mkl_thread_modifiers_carry_the_revealed_files() {
+    let r = ProfileRegistry::builtin().unwrap();
+    assert!(r
+        .resolve("cpu-fma+mkl-threads-1", "--profile")
+        .unwrap()
+        .orders
+        .is_none());
+    assert_eq!(
+        r.resolve("cpu-fma", "--profile").unwrap(),
+        {
+            let mut p = r.resolve("cpu-fma+mkl-threads-1", "--profile").unwrap();
+            p.name = "cpu-fma".into();
+            p.description = r.resolve("cpu-fma", "--profile").unwrap().description;
+            p
+        },
+        "cpu-fma is one thread"
+    );
+    for t in [2u32, 4, 8] {
+        let p = r
+            .resolve(&format!("cpu-fma+mkl-threads-{t}"), "--profile")
+            .unwrap();
+        let o = p.orders.expect("orders");
+        assert_eq!((o.meta.threads, o.meta.device.as_str()), (t, "cpu"));
+        // The built-in files and the committed ones the tests above validate are the same.
+        let (file, _) = load(t);
+        assert_eq!(
+            o.shapes().collect::<Vec<_>>(),
+            file.shapes().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
+    // The built-in files cover every (role, shape) T1 and T2 call at their default configs, so
+    // no matmul of cpu-fma+mkl-threads-N falls back to the one-thread model.
+    use seedsweep::backend::UNREVEALED_MATMULS;
+    use seedsweep::catalog::{Catalog, Selection};
+    use seedsweep::scenario::Workspace;
+    use std::sync::atomic::Ordering;
+    let c = Catalog::load(&[] as &[&str], None).unwrap();
+    for t in [2, 4, 8] {
+        let groups = c
+            .plan(&Selection {
+                scenarios: Some(vec![
+                    "deepspeed-tied-row-parallel".into(),
+                    "deepspeed-row-parallel".into(),
+                ]),
+                profiles: Some(vec![format!("cpu-fma+mkl-threads-{t}")]),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(groups.len(), 7, "4 T1 and 3 T2 parametrizations");
+        let before = UNREVEALED_MATMULS.load(Ordering::Relaxed);
+        let mut ws = Workspace::default();
+        for g in &groups {
+            c.scenarios[g.scenario].run(g.param, 8199, &g.profile, &mut ws);
+        }
+        assert_eq!(
+            UNREVEALED_MATMULS.load(Ordering::Relaxed),
+            before,
+            "{t} threads"
+        );
+    }
+    // The counter does count: DiLoCo's 2x2 dots are not in the files.
+    let g = &c
+        .plan(&Selection {
+            scenarios: Some(vec!["maxtext-diloco".into()]),
+            profiles: Some(vec!["cpu-fma+mkl-threads-2".into()]),
+            ..Default::default()
+        })
+        .unwrap()[0];
+    let before = UNREVEALED_MATMULS.load(Ordering::Relaxed);
+    c.scenarios[g.scenario].run(g.param, 0, &g.profile, &mut Workspace::default());
+    assert!(UNREVEALED_MATMULS.load(Ordering::Relaxed) > before);
+}
+
+#[test]
+fn a_revealed_file_loaded_with_config_sweeps_as_the_modifier_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/revealed/mkl-threads-2.toml"
+    );
+    let sweep = |out: &str, extra: &[&str]| {
+        let mut cmd = assert_cmd::Command::cargo_bin("seedsweep").unwrap();
+        cmd.args(["sweep", "--seeds", "6", "--quiet", "--scenario"])
+            .arg("deepspeed-tied-row-parallel,deepspeed-row-parallel")
+            .args(extra)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .assert()
+            .success();
+        std::fs::read_to_string(dir.path().join(out).join("summary.csv")).unwrap()
+    };
+    let a = sweep("a", &["--profile", "cpu-fma+mkl-threads-2"]);
+    let b = sweep(
+        "b",
+        &["--config", file, "--profile", "cpu-fma-mkl-2-threads"],
+    );
+    let c = sweep("c", &["--profile", "cpu-fma"]);
+    assert_eq!(
+        a.replace("cpu-fma+mkl-threads-2", "P"),
+        b.replace("cpu-fma-mkl-2-threads", "P")
+    );
+    // And the thread count matters for these seeds: the one-thread sweep differs.
+    assert_ne!(
+        a.replace("cpu-fma+mkl-threads-2", "P"),
+        c.replace("cpu-fma", "P")
+    );
 }
