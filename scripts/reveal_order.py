@@ -21,6 +21,7 @@ t's product enters an FMA unrounded and 0 when it is rounded first.
 
 Roles are the three matmuls of F.linear(x, W), x (m x k), W (n x k), as autograd calls them:
   forward      F.linear(x, W)        out (m x n), reduction over k   (seedsweep matmul_nt)
+  forward-bias F.linear(x, W, b)     torch's addmm: the bias is reduction index k (red = k + 1)
   grad-input   dy @ W                out (m x k), reduction over n   (seedsweep matmul)
   grad-weight  dy.t() @ x            out (n x k), reduction over m   (seedsweep matmul_tn)
 Each is keyed in the file by its output shape (rows, cols) and reduction length, as seedsweep's
@@ -58,12 +59,17 @@ import numpy as np
 import torch
 
 BIG = 2.0**40
-ROLES = ("forward", "grad-input", "grad-weight")
+ROLES = ("forward", "forward-bias", "grad-input", "grad-weight")
 
 
 def role_dims(role, m, k, n):
     """(rows, red, cols) of the output and reduction of `role` for F.linear dims (m, k, n)."""
-    return {"forward": (m, k, n), "grad-input": (m, n, k), "grad-weight": (n, m, k)}[role]
+    return {
+        "forward": (m, k, n),
+        "forward-bias": (m, k + 1, n),
+        "grad-input": (m, n, k),
+        "grad-weight": (n, m, k),
+    }[role]
 
 
 def matmul(role, a, b, device):
@@ -74,6 +80,11 @@ def matmul(role, a, b, device):
     tb = torch.as_tensor(np.ascontiguousarray(b, np.float32), device=device)
     if role == "forward":
         out = torch.nn.functional.linear(ta, tb.t().contiguous())
+    elif role == "forward-bias":
+        # The last reduction index is the bias: term a[:, K] * b[K, :] with a[:, K] equal in
+        # every row, passed to addmm as the bias vector a[0, K] * b[K, :].
+        bias = ta[0, -1] * tb[-1, :]
+        out = torch.nn.functional.linear(ta[:, :-1].contiguous(), tb[:-1].t().contiguous(), bias)
     elif role == "grad-input":
         out = ta @ tb
     else:
@@ -154,7 +165,8 @@ def fused_flags(role, rows, red, cols, trees, grid, device):
     if red == 1:
         return fused
     part = np.array([partners(t, red) for t in trees])  # (distinct trees, red)
-    for t in range(red):
+    last = red - 1 if role == "forward-bias" else red  # the bias leaf is not a product
+    for t in range(last):
         s_of = part[grid, t]  # partner of t per element
         for s in np.unique(s_of):
             a = np.zeros((rows, red), np.float32)
@@ -358,7 +370,8 @@ def write_validation(args, roles, shapes):
         f.write("# torch's outputs on SplitMix64 inputs (scripts/reveal_order.py --validate;\n")
         f.write(f"# torch {torch.__version__}, {args.threads} thread(s), {args.device}, "
                 f"{torch.backends.cpu.get_cpu_capability()}). Inputs: draw(seed, rows*red) is a\n")
-        f.write("# (rows x red, row-major), then draw(seed + 2^32, red*cols) is b (red x cols).\n")
+        f.write("# (rows x red, row-major), then draw(seed + 2^32, red*cols) is b (red x cols); for\n")
+        f.write("# forward-bias a's last column is set to 1, so that b's last row is the bias.\n")
         f.write(f"threads = {args.threads}\n\n")
         for role in roles:
             for m, k, n in shapes:
@@ -366,6 +379,8 @@ def write_validation(args, roles, shapes):
                 for seed in range(1, args.validate + 1):
                     a = draw(seed, rows * red).reshape(rows, red)
                     b = draw(seed + 2**32, red * cols).reshape(red, cols)
+                    if role == "forward-bias":
+                        a[:, -1] = 1.0  # the bias is b's last row
                     out = matmul(role, a, b, args.device)
                     hexs = "".join(f"{int(v):08x}" for v in out.astype(np.float32).view(np.uint32).ravel())
                     f.write("[[case]]\n")

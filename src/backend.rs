@@ -57,6 +57,27 @@ pub trait Backend {
         k: usize,
         n: usize,
     );
+    /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
+    /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
+    /// one-thread order); a profile with revealed orders may place the bias elsewhere.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_bias(
+        &mut self,
+        x: &[Self::R],
+        w: &[Self::R],
+        bias: &[Self::R],
+        y: &mut [Self::R],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        self.matmul_nt(x, w, y, m, k, n);
+        for row in y.chunks_exact_mut(n) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v = *v + b;
+            }
+        }
+    }
     /// Sums `n_ranks` buffers stored rank-major in `parts` into `out`, as the profile's
     /// collective does. Every rank holds the same result, so one copy is returned. With one
     /// rank there is no collective and `out` is a plain copy.
@@ -263,6 +284,32 @@ impl Backend for F32Backend<'_> {
             self.transposed = at;
         } else {
             self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
+        }
+    }
+    /// By the revealed `forward-bias` programs when the profile has them for this shape, else
+    /// the default (matmul, then the bias added).
+    fn linear_bias(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        y: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        if let Some(orders) = &self.orders {
+            if let Some(r) = orders.get(Role::ForwardBias, m, k + 1, n) {
+                r.run_bias(x, w, bias, y, &mut self.stack);
+                return;
+            }
+            UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+        }
+        self.matmul_nt(x, w, y, m, k, n);
+        for row in y.chunks_exact_mut(n) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
         }
     }
     /// torch's CPU `log_softmax` + `nll_loss`, forward and backward, bit for bit, in the

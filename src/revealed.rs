@@ -115,7 +115,7 @@ impl RevealedOrders {
                     file,
                     key("role"),
                     format!(
-                        "`{}` is not a role; allowed: forward, grad-input, grad-weight",
+                        "`{}` is not a role; allowed: forward, forward-bias, grad-input, grad-weight",
                         m.role
                     ),
                 )

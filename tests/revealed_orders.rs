@@ -2,7 +2,7 @@
 //! `scripts/reveal_order.py` with torch 2.15.0 (MKL), AVX512 capability, x86-64, at
 //! `torch.set_num_threads(N)`) executed by `seedsweep::fp::revealed` must reproduce
 //! torch's outputs on the SplitMix64 inputs recorded in `tests/data/mkl_threads_*_validation.toml`
-//! (one input set per role and shape of the built-in T1/T2 scenarios: 63 matmuls, 42,205
+//! (one input set per role and shape of the built-in T1/T2 scenarios: 63 matmuls, 50,245
 //! elements per thread count) bit for bit. The one-thread FMA chain of `cpu-fma` is checked
 //! against both, so the test also shows what the thread count changes.
 
@@ -59,13 +59,29 @@ fn load(threads: u32) -> (RevealedOrders, Validation) {
 /// The operands of a case as the role stores them, and torch's output bits.
 fn operands(c: &Case) -> (Role, Vec<f32>, Vec<f32>, Vec<u32>) {
     let role = Role::parse(&c.role).unwrap();
-    let a = draw(c.seed, c.rows * c.red);
+    let mut a = draw(c.seed, c.rows * c.red);
+    if role == Role::ForwardBias {
+        // The script sets a's last column to 1: b's last row is the bias.
+        for i in 0..c.rows {
+            a[i * c.red + c.red - 1] = 1.0;
+        }
+    }
     let b = draw(c.seed + (1 << 32), c.red * c.cols);
     let transpose = |x: &[f32], r: usize, k: usize| -> Vec<f32> {
         (0..r * k).map(|i| x[(i % r) * k + i / r]).collect()
     };
     let (a, b) = match role {
         Role::Forward => (a, transpose(&b, c.red, c.cols)),
+        // x (rows × k), then w (cols × k) followed by the bias (cols).
+        Role::ForwardBias => {
+            let k = c.red - 1;
+            let x = (0..c.rows * k)
+                .map(|i| a[(i / k) * c.red + i % k])
+                .collect();
+            let mut w = transpose(&b[..k * c.cols], k, c.cols);
+            w.extend_from_slice(&b[k * c.cols..]);
+            (x, w)
+        }
         Role::GradInput => (a, b),
         Role::GradWeight => (transpose(&a, c.rows, c.red), b),
     };
@@ -93,10 +109,26 @@ fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
             .get(role, c.rows, c.red, c.cols)
             .unwrap_or_else(|| panic!("{} {}x{}x{} not revealed", c.role, c.rows, c.red, c.cols));
         let mut got = vec![0.0f32; c.rows * c.cols];
-        m.run(role, &a, &b, &mut got, &mut stack);
         let mut base = vec![0.0f32; c.rows * c.cols];
+        let k1 = c.red - 1;
+        if role == Role::ForwardBias {
+            let (w, bias) = b.split_at(k1 * c.cols);
+            m.run_bias(&a, w, bias, &mut got, &mut stack);
+        } else {
+            m.run(role, &a, &b, &mut got, &mut stack);
+        }
         match role {
             Role::Forward => fma.matmul_nt(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
+            Role::ForwardBias => {
+                // cpu-fma: the matmul, then the bias added (MKL's one-thread addmm).
+                let (w, bias) = b.split_at(k1 * c.cols);
+                fma.matmul_nt(&a, w, &mut base, c.rows, k1, c.cols, &mut scratch);
+                for row in base.chunks_exact_mut(c.cols) {
+                    for (v, &bb) in row.iter_mut().zip(bias) {
+                        *v += bb;
+                    }
+                }
+            }
             Role::GradInput => fma.matmul(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
             Role::GradWeight => {
                 fma.matmul_tn(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch)

@@ -24,6 +24,9 @@ use std::fmt;
 pub enum Role {
     /// `F.linear(x, W)`: `c (m×n) = a (m×k) · bᵀ`, `b` stored `n×k` (`matmul_nt`).
     Forward,
+    /// `F.linear(x, W, bias)` (torch's `addmm`): as `Forward`, with the bias as the last term
+    /// (reduction index `red − 1`, the term `1·bias[j]`); see [`RevealedMatmul::run_bias`].
+    ForwardBias,
     /// `dy @ W`: `c (m×n) = a (m×k) · b (k×n)` (`matmul`).
     GradInput,
     /// `dy.t() @ x`: `c (m×n) = aᵀ · b`, `a` stored `k×m`, `b` `k×n` (`matmul_tn`).
@@ -35,6 +38,7 @@ impl Role {
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "forward" => Some(Self::Forward),
+            "forward-bias" => Some(Self::ForwardBias),
             "grad-input" => Some(Self::GradInput),
             "grad-weight" => Some(Self::GradWeight),
             _ => None,
@@ -45,6 +49,7 @@ impl Role {
     pub fn name(self) -> &'static str {
         match self {
             Self::Forward => "forward",
+            Self::ForwardBias => "forward-bias",
             Self::GradInput => "grad-input",
             Self::GradWeight => "grad-weight",
         }
@@ -327,10 +332,37 @@ impl RevealedMatmul {
             for j in 0..n {
                 let p = &self.programs[self.grid[i * n + j] as usize];
                 c[i * n + j] = match role {
-                    Role::Forward => p.eval(|t| a[i * k + t], |t| b[j * k + t], stack),
+                    Role::Forward | Role::ForwardBias => {
+                        p.eval(|t| a[i * k + t], |t| b[j * k + t], stack)
+                    }
                     Role::GradInput => p.eval(|t| a[i * k + t], |t| b[t * n + j], stack),
                     Role::GradWeight => p.eval(|t| a[t * m + i], |t| b[t * n + j], stack),
                 };
+            }
+        }
+    }
+}
+
+impl RevealedMatmul {
+    /// `F.linear(x, w, bias)` by a [`Role::ForwardBias`] entry: `x` is `rows × (red − 1)`, `w`
+    /// is `cols × (red − 1)`, and term `red − 1` of element (i, j) is `1·bias[j]` (exact).
+    pub fn run_bias(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        c: &mut [f32],
+        stack: &mut Vec<f32>,
+    ) {
+        let (m, k, n) = (self.rows, self.red - 1, self.cols);
+        for i in 0..m {
+            for j in 0..n {
+                let p = &self.programs[self.grid[i * n + j] as usize];
+                c[i * n + j] = p.eval(
+                    |t| if t < k { x[i * k + t] } else { 1.0 },
+                    |t| if t < k { w[j * k + t] } else { bias[j] },
+                    stack,
+                );
             }
         }
     }
