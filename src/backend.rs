@@ -8,7 +8,7 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
+    matmul_f64, matmul_nt_f64, matmul_tn_f64, Accum, KSplit, MatmulModel, MatmulScratch, Passes,
 };
 use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{log_softmax_cross_entropy_f32_isa, TorchIsa};
@@ -178,9 +178,22 @@ impl<'a> F32Backend<'a> {
         }
     }
 
+    /// Whether the profile's own matmul computes every element as one FMA chain over all of
+    /// `k` from +0 (the plain order of [`crate::fp::revealed::Program::is_plain`]).
+    fn plain_is_native(&self, k: usize) -> bool {
+        let one_block = match self.matmul.split {
+            KSplit::Single => true,
+            KSplit::Mkl => k <= 192,
+            KSplit::Blocked(kc) => kc >= k,
+            KSplit::Chunks(s) => s == 1,
+        };
+        one_block && self.matmul.accum == Accum::Fma && self.matmul.passes == Passes::F32
+    }
+
     /// Runs `role` by its revealed programs when the profile has orders for this shape;
     /// returns false (nothing written) otherwise, counting the miss in
-    /// [`UNREVEALED_MATMULS`].
+    /// [`UNREVEALED_MATMULS`]. When the profile's own kernels compute the plain order, they
+    /// compute every element and only the exceptions run as programs (the same bits, faster).
     #[allow(clippy::too_many_arguments)]
     fn revealed(
         &mut self,
@@ -192,10 +205,21 @@ impl<'a> F32Backend<'a> {
         k: usize,
         n: usize,
     ) -> bool {
-        let Some(orders) = &self.orders else {
+        let Some(orders) = self.orders.clone() else {
             return false;
         };
         match orders.get(role, m, k, n) {
+            Some(r) if self.plain_is_native(k) && self.kernels == Kernels::Fast => {
+                match role {
+                    Role::Forward | Role::ForwardBias => {
+                        self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch)
+                    }
+                    Role::GradInput => self.matmul.matmul(a, b, c, m, k, n, self.scratch),
+                    Role::GradWeight => self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch),
+                }
+                r.run_exceptions(role, a, b, None, c, &mut self.stack);
+                true
+            }
             Some(r) => {
                 r.run(role, a, b, c, &mut self.stack);
                 true
@@ -298,9 +322,19 @@ impl Backend for F32Backend<'_> {
         k: usize,
         n: usize,
     ) {
-        if let Some(orders) = &self.orders {
+        if let Some(orders) = self.orders.clone() {
             if let Some(r) = orders.get(Role::ForwardBias, m, k + 1, n) {
-                r.run_bias(x, w, bias, y, &mut self.stack);
+                if self.plain_is_native(k) && self.kernels == Kernels::Fast {
+                    self.matmul.matmul_nt(x, w, y, m, k, n, self.scratch);
+                    for row in y.chunks_exact_mut(n) {
+                        for (v, &b) in row.iter_mut().zip(bias) {
+                            *v += b;
+                        }
+                    }
+                    r.run_exceptions(Role::ForwardBias, x, w, Some(bias), y, &mut self.stack);
+                } else {
+                    r.run_bias(x, w, bias, y, &mut self.stack);
+                }
                 return;
             }
             UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);

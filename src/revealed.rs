@@ -196,13 +196,14 @@ impl RevealedOrders {
             }
             matmuls.insert(
                 k,
-                RevealedMatmul {
-                    rows: m.rows,
-                    red: m.red,
-                    cols: m.cols,
+                RevealedMatmul::new(
+                    m.rows,
+                    m.red,
+                    m.cols,
                     programs,
                     grid,
-                },
+                    role == Role::ForwardBias,
+                ),
             );
         }
         let t = raw.revealed;

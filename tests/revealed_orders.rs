@@ -134,6 +134,20 @@ fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
                 fma.matmul_tn(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch)
             }
         }
+        // The backend's fast path: cpu-fma's kernels for every element, then the programs of
+        // the exceptions only. It must give the same bits as running every program.
+        let mut fast = base.clone();
+        let bias_part = (role == Role::ForwardBias).then(|| &b[k1 * c.cols..]);
+        m.run_exceptions(role, &a, &b, bias_part, &mut fast, &mut stack);
+        let same = fast
+            .iter()
+            .zip(&got)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "fast path differs: {} {}x{}x{}",
+            c.role, c.rows, c.red, c.cols
+        );
         for (i, &w) in want.iter().enumerate() {
             total += 1;
             if got[i].to_bits() == w {

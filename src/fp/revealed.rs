@@ -6,8 +6,9 @@
 //!
 //! A program describes how `c = Σ_t a[t]·b[t]` over the reduction indices `0..red` is
 //! evaluated, as a binary tree whose leaves are the terms:
-//! - `[s..e]f`: the FMA chain `c = fl(a[s]·b[s]); c = fma(a[t], b[t], c)` for `t = s+1..e`;
-//! - `[s..e]r`: the chain with rounded products `c = fl(a[s]·b[s]); c = fl(c + fl(a[t]·b[t]))`;
+//! - `[s..e]f`: the FMA chain `c = +0; c = fma(a[t], b[t], c)` for `t = s..e` (an
+//!   accumulator register starting at +0, as MKL's kernels start);
+//! - `[s..e]r`: the chain with rounded products `c = +0; c = fl(c + fl(a[t]·b[t]))`;
 //! - `tr`: the single term `fl(a[t]·b[t])`;
 //! - `tf`: term `t` entering its parent unrounded: `(tf Y)` is `fma(a[t], b[t], Y)`;
 //! - `(X Y)`: `fl(X + Y)` (IEEE addition is commutative, so the order of X and Y is free),
@@ -268,6 +269,23 @@ impl Program {
         self.depth
     }
 
+    /// Whether this is the plain one-thread order over `red` terms: one FMA chain
+    /// (`[0..red]f`), or for a `forward-bias` entry (`bias`) that chain over the products
+    /// followed by `+ bias` (`([0..k]f kr)`). Such elements equal the `cpu-fma` kernels.
+    pub fn is_plain(&self, red: usize, bias: bool) -> bool {
+        let k = if bias { red - 1 } else { red } as u16;
+        let chain = Op::Chain {
+            start: 0,
+            end: k,
+            fused: true,
+        };
+        match (bias, self.ops.as_slice()) {
+            (false, [c]) => *c == chain || (k == 1 && *c == Op::Term(0)),
+            (true, [c, Op::Term(t), Op::Add]) => *c == chain && *t == k,
+            _ => false,
+        }
+    }
+
     /// Evaluates the program on the terms `a(t)·b(t)` (module doc), using `stack` (cleared;
     /// it grows to [`Program::depth`] once and is then reused).
     #[inline]
@@ -282,8 +300,8 @@ impl Program {
             match *op {
                 Op::Chain { start, end, fused } => {
                     let (s, e) = (start as usize, end as usize);
-                    let mut c = a(s) * b(s);
-                    for t in s + 1..e {
+                    let mut c = 0.0f32;
+                    for t in s..e {
                         c = if fused {
                             a(t).mul_add(b(t), c)
                         } else {
@@ -321,9 +339,72 @@ pub struct RevealedMatmul {
     pub programs: Vec<Program>,
     /// Program index of every element, row-major.
     pub grid: Vec<u16>,
+    /// Row-major indices of the elements whose program is not plain ([`Program::is_plain`]).
+    pub exceptions: Vec<u32>,
 }
 
 impl RevealedMatmul {
+    /// The matmul of `programs` and `grid` (rows × cols); `bias` for a `forward-bias` entry.
+    pub fn new(
+        rows: usize,
+        red: usize,
+        cols: usize,
+        programs: Vec<Program>,
+        grid: Vec<u16>,
+        bias: bool,
+    ) -> Self {
+        let plain: Vec<bool> = programs.iter().map(|p| p.is_plain(red, bias)).collect();
+        let exceptions = (0..grid.len() as u32)
+            .filter(|&i| !plain[grid[i as usize] as usize])
+            .collect();
+        Self {
+            rows,
+            red,
+            cols,
+            programs,
+            grid,
+            exceptions,
+        }
+    }
+
+    /// Like [`RevealedMatmul::run`] (or [`RevealedMatmul::run_bias`] with `bias`), but only for
+    /// the [`RevealedMatmul::exceptions`]: `c` must already hold the plain order's values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_exceptions(
+        &self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        stack: &mut Vec<f32>,
+    ) {
+        let (m, n) = (self.rows, self.cols);
+        for &e in &self.exceptions {
+            let (i, j) = (e as usize / n, e as usize % n);
+            let p = &self.programs[self.grid[e as usize] as usize];
+            c[e as usize] = match (role, bias) {
+                (Role::ForwardBias, Some(bb)) => {
+                    let k = self.red - 1;
+                    p.eval(
+                        |t| if t < k { a[i * k + t] } else { 1.0 },
+                        |t| if t < k { b[j * k + t] } else { bb[j] },
+                        stack,
+                    )
+                }
+                (Role::Forward | Role::ForwardBias, _) => {
+                    let k = self.red;
+                    p.eval(|t| a[i * k + t], |t| b[j * k + t], stack)
+                }
+                (Role::GradInput, _) => {
+                    let k = self.red;
+                    p.eval(|t| a[i * k + t], |t| b[t * n + j], stack)
+                }
+                (Role::GradWeight, _) => p.eval(|t| a[t * m + i], |t| b[t * n + j], stack),
+            };
+        }
+    }
+
     /// `c (rows×cols)` of `role` with the operands stored as [`Role`] says, every element by
     /// its own program. `stack` is reused.
     pub fn run(&self, role: Role, a: &[f32], b: &[f32], c: &mut [f32], stack: &mut Vec<f32>) {
@@ -438,13 +519,8 @@ mod tests {
             Program::parse("[0..3]f", 3).unwrap(),
             Program::parse("[0..3]r", 3).unwrap(),
         ];
-        let rm = RevealedMatmul {
-            rows: 2,
-            red: 3,
-            cols: 3,
-            programs: progs,
-            grid: vec![0, 0, 0, 0, 0, 1],
-        };
+        let rm = RevealedMatmul::new(2, 3, 3, progs, vec![0, 0, 0, 0, 0, 1], false);
+        assert_eq!(rm.exceptions, vec![5]);
         let x = 1.0 + 2f32.powi(-12);
         let neg = -(1.0 + 2f32.powi(-11));
         // Logical A (2×3) and B (3×3): every element is neg·1 + x·x + 0·0.
