@@ -23,6 +23,9 @@ parametrization and check; it exits 1 unless every element of every tensor agree
     python3 scripts/crosscheck_torch.py --all --profile cpu-fma-avx512              # AVX512 CPU
 
 torch runs with one thread (`--threads 1`, the condition `cpu-fma` models), eagerly.
+
+With `--threads 2` (here and with `--all`), compare a dump of `--profile cpu-fma+mkl-threads-2` (MKL's two-thread
+matmul orders) instead.
 """
 import argparse
 import csv
@@ -57,6 +60,27 @@ def shards(h, tp):
     return out
 
 
+class CrTanh(torch.autograd.Function):
+    """tanh rounded correctly (f64 tanh of the f32 input, rounded once: correct except in
+    astronomically rare double-rounding cases), with torch's own tanh_backward kernel. torch's
+    CPU tanh is MKL's vsTanh, 1 ulp off for some inputs; seedsweep's tanh_f32 is correctly
+    rounded, so --cr-tanh isolates every other difference."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x.double()).float()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(g, y)
+
+
+TANH = torch.tanh
+
+
 def run(seed, hidden, pad, zero_stage, sharded):
     torch.manual_seed(seed)
     emb = nn.Embedding(V, hidden, padding_idx=pad)
@@ -74,7 +98,7 @@ def run(seed, hidden, pad, zero_stage, sharded):
         labels = torch.randint(V, (B, S))
         opt.zero_grad()
         x = emb(ids)
-        h = torch.tanh(proj(x))
+        h = TANH(proj(x))
         if sharded:
             parts = []
             for s in shards(hidden, TP):
@@ -111,7 +135,7 @@ def run_t2(seed, hidden, shape, bias, sharded):
             torch.manual_seed(100 + 2 * step + micro)
             x = torch.randn(*shape, hidden, requires_grad=True)
             labels = torch.randint(V, shape)
-            h = torch.tanh(proj(x))
+            h = TANH(proj(x))
             if sharded:
                 parts = [F.linear(h[..., s].contiguous(), head.weight[:, s].contiguous()) for s in shards(hidden, TP)]
                 logits = parts[0]
@@ -248,11 +272,19 @@ def main():
     ap.add_argument("--params", help="with --all: comma-separated parametrizations (default: all)")
     ap.add_argument("--profile", default="cpu-fma", help="with --all: the seedsweep profile")
     ap.add_argument("--bin", default="target/release/seedsweep", help="with --all: the seedsweep binary")
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1, as cpu-fma models)")
     ap.add_argument("--show", type=int, default=20, help="with --all: how many differing tensors to list")
     ap.add_argument("--dump", help="CSV written by seedsweep repro --dump")
     ap.add_argument("--emit-fixture", metavar="JSON", help="write torch's logits and final head weight as u32 bits")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads (default 1, as cpu-fma; 2 for cpu-fma+mkl-threads-2)")
+    ap.add_argument("--cr-tanh", action="store_true",
+                    help="use a correctly rounded tanh in torch (seedsweep's tanh) instead of MKL's")
     a = ap.parse_args()
+    if a.cr_tanh:
+        global TANH
+        TANH = CrTanh.apply
+    if a.threads < 1:
+        ap.error("--threads must be >= 1")
     torch.set_num_threads(a.threads)
     if a.all:
         raise SystemExit(all_seeds(a))

@@ -8,12 +8,21 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_f64, matmul_tn_f64, MatmulModel, MatmulScratch, Passes,
+    matmul_f64, matmul_nt_f64, matmul_tn_f64, Accum, KSplit, MatmulModel, MatmulScratch, Passes,
 };
+use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{
     log_softmax_cross_entropy_f32_isa, tanh_slice_with, TanhKernel, TorchIsa,
 };
 use crate::profile::Profile;
+use crate::revealed::RevealedOrders;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Matmul calls of a profile with revealed orders whose role and shape the orders do not
+/// reveal, so that the profile's `matmul` model computed them (process-wide, for tests and
+/// diagnostics).
+pub static UNREVEALED_MATMULS: AtomicU64 = AtomicU64::new(0);
 use crate::real::Real;
 
 /// The matmul and collective arithmetic of one computation.
@@ -50,6 +59,27 @@ pub trait Backend {
         k: usize,
         n: usize,
     );
+    /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
+    /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
+    /// one-thread order); a profile with revealed orders may place the bias elsewhere.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_bias(
+        &mut self,
+        x: &[Self::R],
+        w: &[Self::R],
+        bias: &[Self::R],
+        y: &mut [Self::R],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        self.matmul_nt(x, w, y, m, k, n);
+        for row in y.chunks_exact_mut(n) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v = *v + b;
+            }
+        }
+    }
     /// Sums `n_ranks` buffers stored rank-major in `parts` into `out`, as the profile's
     /// collective does. Every rank holds the same result, so one copy is returned. With one
     /// rank there is no collective and `out` is a plain copy.
@@ -135,6 +165,10 @@ pub struct F32Backend<'a> {
     pub torch_isa: TorchIsa,
     /// The f32 tanh of the torch scenarios.
     pub tanh: TanhKernel,
+    /// Revealed per-element orders; a matmul whose role and shape they hold runs by them.
+    pub orders: Option<Arc<RevealedOrders>>,
+    /// Evaluation stack of the revealed programs, reused.
+    stack: Vec<f32>,
 }
 
 impl<'a> F32Backend<'a> {
@@ -149,6 +183,61 @@ impl<'a> F32Backend<'a> {
             transposed: Vec::new(),
             torch_isa: profile.torch_isa,
             tanh: profile.tanh,
+            orders: profile.orders.clone(),
+            stack: Vec::new(),
+        }
+    }
+
+    /// Whether the profile's own matmul computes every element as one FMA chain over all of
+    /// `k` from +0 (the plain order of [`crate::fp::revealed::Program::is_plain`]).
+    fn plain_is_native(&self, k: usize) -> bool {
+        let one_block = match self.matmul.split {
+            KSplit::Single => true,
+            KSplit::Mkl => k <= 192,
+            KSplit::Blocked(kc) => kc >= k,
+            KSplit::Chunks(s) => s == 1,
+        };
+        one_block && self.matmul.accum == Accum::Fma && self.matmul.passes == Passes::F32
+    }
+
+    /// Runs `role` by its revealed programs when the profile has orders for this shape;
+    /// returns false (nothing written) otherwise, counting the miss in
+    /// [`UNREVEALED_MATMULS`]. When the profile's own kernels compute the plain order, they
+    /// compute every element and only the exceptions run as programs (the same bits, faster).
+    #[allow(clippy::too_many_arguments)]
+    fn revealed(
+        &mut self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        let Some(orders) = self.orders.clone() else {
+            return false;
+        };
+        match orders.get(role, m, k, n) {
+            Some(r) if self.plain_is_native(k) && self.kernels == Kernels::Fast => {
+                match role {
+                    Role::Forward | Role::ForwardBias => {
+                        self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch)
+                    }
+                    Role::GradInput => self.matmul.matmul(a, b, c, m, k, n, self.scratch),
+                    Role::GradWeight => self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch),
+                }
+                r.run_exceptions(role, a, b, None, c, &mut self.stack);
+                true
+            }
+            Some(r) => {
+                r.run(role, a, b, c, &mut self.stack);
+                true
+            }
+            None => {
+                UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 
@@ -193,6 +282,9 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut Vec<f32>) {
 impl Backend for F32Backend<'_> {
     type R = f32;
     fn matmul(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::GradInput, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             let mut bt = std::mem::take(&mut self.transposed);
             transpose_into(b, k, n, &mut bt);
@@ -203,6 +295,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_nt(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::Forward, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             self.scalar_nt(a, b, c, m, k, n);
         } else {
@@ -210,6 +305,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_tn(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+        if self.revealed(Role::GradWeight, a, b, c, m, k, n) {
+            return;
+        }
         if self.scalar() {
             // aᵀ (m×k) as rows, b's columns as rows of bᵀ (n×k).
             let mut at = std::mem::take(&mut self.transposed);
@@ -220,6 +318,42 @@ impl Backend for F32Backend<'_> {
             self.transposed = at;
         } else {
             self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
+        }
+    }
+    /// By the revealed `forward-bias` programs when the profile has them for this shape, else
+    /// the default (matmul, then the bias added).
+    fn linear_bias(
+        &mut self,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        y: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        if let Some(orders) = self.orders.clone() {
+            if let Some(r) = orders.get(Role::ForwardBias, m, k + 1, n) {
+                if self.plain_is_native(k) && self.kernels == Kernels::Fast {
+                    self.matmul.matmul_nt(x, w, y, m, k, n, self.scratch);
+                    for row in y.chunks_exact_mut(n) {
+                        for (v, &b) in row.iter_mut().zip(bias) {
+                            *v += b;
+                        }
+                    }
+                    r.run_exceptions(Role::ForwardBias, x, w, Some(bias), y, &mut self.stack);
+                } else {
+                    r.run_bias(x, w, bias, y, &mut self.stack);
+                }
+                return;
+            }
+            UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+        }
+        self.matmul_nt(x, w, y, m, k, n);
+        for row in y.chunks_exact_mut(n) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
         }
     }
     /// torch's CPU `log_softmax` + `nll_loss`, forward and backward, bit for bit, in the

@@ -75,6 +75,13 @@ impl Catalog {
             let path = path.as_ref();
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("--config: cannot read {}", path.display()))?;
+            if crate::revealed::is_revealed_file(&text) {
+                // A revealed-order file (scripts/reveal_order.py): it defines one profile.
+                let orders =
+                    crate::revealed::RevealedOrders::parse(&path.display().to_string(), &text)?;
+                profiles.add_revealed(orders)?;
+                continue;
+            }
             let common = parse_scenario_config(&path.display().to_string(), &text)?;
             if from_configs.contains(&common.name) {
                 return Err(InputError::flag(

@@ -4,6 +4,10 @@
 //! one element of one check at one step from the chosen computation (the sharded one by
 //! default: what the real run computes), and ranks the profiles by `|value - observed|`
 //! (ties keep the candidates' order).
+//!
+//! Default candidates: the scenario's default profiles, then every other known profile in name
+//! order; for a scenario with execution modes ([`crate::scenario::Scenario::execution_modifiers`],
+//! JAX eager and jit) each of them once per mode (`f32+xla-eager`, `f32+xla-jit`, ...).
 
 use crate::catalog::{Catalog, Group, Selection};
 use crate::check::py_repr;
@@ -109,7 +113,27 @@ pub fn explain(
             .iter()
             .map(|p| catalog.profiles.resolve(p, "--profile"))
             .collect::<Result<_, _>>()?,
-        None => catalog.profiles.profiles().cloned().collect(),
+        None => {
+            let mut bases: Vec<String> = s.common().profiles.clone();
+            for p in catalog.profiles.profile_names() {
+                if !bases.iter().any(|b| b == p) {
+                    bases.push(p.to_string());
+                }
+            }
+            let modes = s.execution_modifiers();
+            let specs: Vec<String> = if modes.is_empty() {
+                bases
+            } else {
+                bases
+                    .iter()
+                    .flat_map(|b| modes.iter().map(move |m| format!("{b}+{m}")))
+                    .collect()
+            };
+            specs
+                .iter()
+                .map(|p| catalog.profiles.resolve(p, "--profile"))
+                .collect::<Result<_, _>>()?
+        }
     };
     // Resolve through the planner so the group carries the scenario's policies (unused here,
     // but it validates the selection the same way `sweep` does).

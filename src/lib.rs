@@ -31,6 +31,7 @@ pub mod mutant;
 pub mod profile;
 pub mod real;
 pub mod repro;
+pub mod revealed;
 pub mod rng;
 pub mod scale;
 pub mod scenario;

@@ -14,6 +14,8 @@ use crate::fp::allreduce::{AllReduceAlgo, Wire};
 use crate::fp::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::fp::round::Tf32Mode;
 use crate::fp::torch_ops::{TanhKernel, TorchIsa};
+use crate::revealed::RevealedOrders;
+use std::sync::Arc;
 
 /// A resolved numerics profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,35 @@ pub struct Profile {
     pub torch_isa: TorchIsa,
     /// The f32 tanh of the torch scenarios (MKL's `vmsTanh` or correctly rounded).
     pub tanh: TanhKernel,
+    /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
+    /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
+    pub xla: Option<XlaMode>,
+    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 2 threads): every
+    /// matmul whose role and shape they reveal runs by them; other shapes use `matmul`.
+    pub orders: Option<Arc<RevealedOrders>>,
+}
+
+/// How JAX executes a program, which decides where XLA's CPU backend contracts a multiply
+/// and an add into one FMA (measured with JAX 0.10.2, `scripts/crosscheck_jax.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XlaMode {
+    /// Op by op (`diloco_train_step` called directly, as MaxText's test does): every
+    /// elementwise op is its own XLA executable and rounds separately. Code that JAX compiles
+    /// even then (the sync inside `jax.lax.cond`) contracts as under `Jit`.
+    Eager,
+    /// `jax.jit` of the whole step: one executable per step, in which XLA's CPU backend
+    /// contracts a product feeding an add into one FMA (the scenario's doc lists where).
+    Jit,
+}
+
+impl XlaMode {
+    /// The name used in profile files (`eager`, `jit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Eager => "eager",
+            Self::Jit => "jit",
+        }
+    }
 }
 
 /// A profile or modifier table as written in TOML. Every part is optional in a modifier and
@@ -59,6 +90,11 @@ pub struct ProfileToml {
     pub overrides: bool,
     /// `mkl` (torch's CPU `torch.tanh`, MKL `vmsTanh`) or `cr` (correctly rounded, default).
     pub tanh: Option<String>,
+    /// `eager` or `jit`: how a JAX scenario's program executes (default: the scenario's).
+    pub xla: Option<String>,
+    /// `none` or a built-in revealed-order file (`mkl-threads-2`, `mkl-threads-4`,
+    /// `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
+    pub matmul_orders: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -213,6 +249,39 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.matmul_orders {
+        p.orders = match s.as_str() {
+            "none" => None,
+            name => match RevealedOrders::builtin(name) {
+                Some(r) => Some(Arc::new(r?)),
+                None => {
+                    let names: Vec<&str> =
+                        crate::revealed::BUILTIN.iter().map(|(n, _)| *n).collect();
+                    return Err(InputError::config(
+                        file,
+                        format!("{prefix}.matmul_orders"),
+                        format!(
+                            "`{s}` is not a revealed-order file; allowed: none, {}",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            },
+        };
+    }
+    if let Some(s) = &t.xla {
+        p.xla = Some(match s.as_str() {
+            "eager" => XlaMode::Eager,
+            "jit" => XlaMode::Jit,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.xla"),
+                    format!("`{s}` is not allowed; allowed: eager, jit"),
+                ))
+            }
+        });
+    }
     Ok(())
 }
 
@@ -290,6 +359,8 @@ impl ProfileRegistry {
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
                 tanh: TanhKernel::CorrectlyRounded,
+                xla: None,
+                orders: None,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -310,6 +381,8 @@ impl ProfileRegistry {
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
                 tanh: TanhKernel::CorrectlyRounded,
+                xla: None,
+                orders: None,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers
@@ -321,6 +394,35 @@ impl ProfileRegistry {
     /// One line per override of an existing profile or modifier (`override = true`).
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// Adds the profile a revealed-order file defines (its `[revealed]` `name` and `base`):
+    /// the base profile with every revealed matmul executed by its programs.
+    pub fn add_revealed(&mut self, orders: RevealedOrders) -> Result<String, InputError> {
+        let file = orders.source.clone();
+        let (Some(name), Some(base)) = (orders.meta.name.clone(), orders.meta.base.clone()) else {
+            return Err(InputError::config(
+                &file,
+                "revealed",
+                "a revealed-order file passed with --config needs `name` and `base` (the profile it defines and the profile it starts from)",
+            ));
+        };
+        validate_name(&file, "revealed.name", &name)?;
+        let mut p = self.profiles.get(&base).cloned().ok_or_else(|| {
+            InputError::config(
+                &file,
+                "revealed.base",
+                unknown_name("profile", &base, &self.profile_names()),
+            )
+        })?;
+        p.description = format!(
+            "{base} with the matmul orders revealed in {file} ({} {} thread(s), torch {}, {})",
+            orders.meta.device, orders.meta.threads, orders.meta.torch, orders.meta.cpu_capability
+        );
+        p.orders = Some(Arc::new(orders));
+        p.name = name.clone();
+        self.profiles.insert(name.clone(), p);
+        Ok(name)
     }
 
     /// Names of the profiles, sorted.
@@ -492,6 +594,74 @@ mod tests {
         let e = r.resolve("cpu-fmaa", "--profile").unwrap_err().to_string();
         assert!(e.contains("--profile"), "{e}");
         assert!(e.contains("cpu-fmaa") && e.contains("cpu-nofma"), "{e}");
+    }
+
+    #[test]
+    fn xla_mode_is_optional_and_set_by_the_modifiers() {
+        let r = ProfileRegistry::builtin().unwrap();
+        assert_eq!(r.resolve("f32", "--profile").unwrap().xla, None);
+        let e = r.resolve("tpu-bf16+xla-eager", "--profile").unwrap();
+        assert_eq!(
+            (e.xla, e.matmul.passes),
+            (Some(XlaMode::Eager), Passes::Bf16x1)
+        );
+        let j = r.resolve("f32+xla-eager+xla-jit", "--profile").unwrap();
+        assert_eq!(j.xla, Some(XlaMode::Jit));
+        let mut r = ProfileRegistry::default();
+        let e = r
+            .add_toml("my.toml", "[modifiers.m]\nxla = 'lazy'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("my.toml") && e.contains("modifiers.m.xla") && e.contains("eager, jit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn matmul_orders_name_a_builtin_file_or_none() {
+        let mut r = ProfileRegistry::builtin().unwrap();
+        let e = r
+            .add_toml(
+                "my.toml",
+                "[modifiers.m]\nmatmul_orders = 'mkl-threads-3'\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("modifiers.m.matmul_orders") && e.contains("none, mkl-threads-2"),
+            "{e}"
+        );
+        let p = r
+            .resolve("f32+mkl-threads-2+mkl-threads-1", "--profile")
+            .unwrap();
+        assert!(p.orders.is_none(), "later modifiers win");
+        // A revealed file needs a name and a base to be a profile.
+        let head = "[revealed]\ndevice = 'cpu'\nthreads = 2\ntorch = 't'\ncpu_capability = 'c'\nmachine = 'm'\n";
+        let o = RevealedOrders::parse("rev.toml", head).unwrap();
+        let e = r.add_revealed(o).unwrap_err().to_string();
+        assert!(
+            e.contains("rev.toml") && e.contains("needs `name` and `base`"),
+            "{e}"
+        );
+        let o = RevealedOrders::parse(
+            "rev.toml",
+            &format!("{head}name = 'x'\nbase = 'cpu-fmaa'\n"),
+        )
+        .unwrap();
+        let e = r.add_revealed(o).unwrap_err().to_string();
+        assert!(
+            e.contains("revealed.base") && e.contains("cpu-nofma"),
+            "{e}"
+        );
+        let o = RevealedOrders::parse("rev.toml", &format!("{head}name = 'x'\nbase = 'f32'\n"))
+            .unwrap();
+        assert_eq!(r.add_revealed(o).unwrap(), "x");
+        let x = r.resolve("x", "--profile").unwrap();
+        assert_eq!(
+            (x.matmul, x.orders.is_some()),
+            (r.resolve("f32", "--profile").unwrap().matmul, true)
+        );
     }
 
     #[test]

@@ -428,7 +428,7 @@ fn explain_ranks_tpu_bf16_first_for_the_tpu7x_loss() {
         lines
             .next()
             .unwrap()
-            .starts_with("1,tpu-bf16,0.6475024223327637,"),
+            .starts_with("1,tpu-bf16+xla-eager,0.6475024223327637,"),
         "{out}"
     );
 }
@@ -464,10 +464,67 @@ fn explain_ranks_plain_f32_first_for_the_v6e_loss() {
     assert!(
         firsts
             .iter()
-            .any(|l| l.starts_with("1,f32,0.6500000953674316,")),
+            .any(|l| l.starts_with("1,f32+xla-eager,0.6500000953674316,")),
         "{out}"
     );
     assert!(!firsts.iter().any(|l| l.contains("tpu-bf16,")), "{out}");
+}
+
+/// `explain --format csv` rows (without the header) for T3's loss at `step`.
+fn explain_t3_loss(step: &str, observed: &str) -> Vec<String> {
+    let out = seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "maxtext-diloco",
+            "--check",
+            "loss",
+            "--step",
+            step,
+            "--observed",
+            observed,
+            "--format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn explain_tells_jax_eager_from_jit_at_step_three() {
+    // Real JAX 0.10.2 on the CPU (tests/data/jax_maxtext_diloco.json): f32 step-3 loss
+    // 0.44809991121292114 eagerly (as MaxText's test runs), 0.4480999708175659 under jax.jit.
+    let rows = explain_t3_loss("3", "0.44809991121292114");
+    assert!(
+        rows[0].starts_with("1,f32+xla-eager,0.44809991121292114,0.0,"),
+        "{rows:?}"
+    );
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r.starts_with("1,") && r.contains("xla-jit")),
+        "{rows:?}"
+    );
+    let rows = explain_t3_loss("3", "0.4480999708175659");
+    assert!(
+        rows[0].starts_with("1,f32+xla-jit,0.4480999708175659,0.0,"),
+        "{rows:?}"
+    );
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r.starts_with("1,") && r.contains("xla-eager")),
+        "{rows:?}"
+    );
 }
 
 #[test]

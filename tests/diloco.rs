@@ -54,23 +54,33 @@ fn run_t3(profile: &str) -> (Workspace, usize) {
     (ws, loss)
 }
 
-/// Losses of steps 1-4 as `scripts/crosscheck_jax.py` printed them (JAX 0.10.2, optax 0.2.8,
-/// CPU). Python prints the shortest round-tripping decimal, so each literal is exactly the
-/// value JAX held. f32 and bf16 are f32 values widened; bf16 = every dot's inputs rounded to
-/// bf16 (RNE), f32 accumulation.
-const JAX_F64: [f64; 4] = [1.0, 0.65, 0.4480999999999996, 0.574243725];
-const JAX_F32: [f64; 4] = [
-    1.0,
-    0.6500000953674316,
-    0.4480999708175659,
-    0.5742436647415161,
-];
-const JAX_BF16: [f64; 4] = [
-    1.0,
-    0.6475024223327637,
-    0.4493637681007385,
-    0.5746428370475769,
-];
+/// Losses of steps 1-4 of real JAX (0.10.2, optax 0.2.8, CPU) in `precision` (`f64`, `f32`,
+/// `bf16`: every dot's inputs rounded to bf16, f32 accumulation) and `mode` (`eager`: the
+/// test's `diloco_train_step` called directly; `jit`: under `jax.jit`), from
+/// `tests/data/jax_maxtext_diloco.json` (written by `scripts/crosscheck_jax.py --fixture`).
+fn jax_losses(precision: &str, mode: &str) -> Vec<f64> {
+    let text = include_str!("data/jax_maxtext_diloco.json");
+    let doc: serde_json::Value = serde_json::from_str(text).expect("fixture parses");
+    let run = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["precision"] == precision && r["mode"] == mode)
+        .unwrap_or_else(|| panic!("fixture lacks {precision} {mode}"));
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| {
+            let b = st["loss_bits"].as_u64().unwrap();
+            if precision == "f64" {
+                f64::from_bits(b)
+            } else {
+                f32::from_bits(b as u32) as f64
+            }
+        })
+        .collect()
+}
 
 fn bits(v: &[f64]) -> Vec<u64> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -99,20 +109,32 @@ fn t3_step_two_loss_is_exact_in_each_profile() {
 }
 
 #[test]
-fn t3_every_step_matches_the_pinned_jax_values() {
-    let (f32_ws, loss) = run_t3("f32");
-    assert_eq!(bits(&losses(&f32_ws.traces.f64, loss)), bits(&JAX_F64));
-    assert_eq!(bits(&losses(&f32_ws.traces.sharded, loss)), bits(&JAX_F32));
-    let (bf16_ws, loss) = run_t3("tpu-bf16");
-    assert_eq!(
-        bits(&losses(&bf16_ws.traces.sharded, loss)),
-        bits(&JAX_BF16)
-    );
-    // With 2 replicas every all-reduce order is x0 + x1: the one-device reference agrees.
-    assert_eq!(
-        bits(&losses(&bf16_ws.traces.reference, loss)),
-        bits(&JAX_BF16)
-    );
+fn t3_every_step_matches_real_jax_in_both_modes() {
+    // The default profiles run eagerly, as the test does; `+xla-jit` is `jax.jit` of the step.
+    for (mode, suffix) in [("eager", ""), ("eager", "+xla-eager"), ("jit", "+xla-jit")] {
+        let (f32_ws, loss) = run_t3(&format!("f32{suffix}"));
+        assert_eq!(
+            bits(&losses(&f32_ws.traces.f64, loss)),
+            bits(&jax_losses("f64", mode))
+        );
+        assert_eq!(
+            bits(&losses(&f32_ws.traces.sharded, loss)),
+            bits(&jax_losses("f32", mode)),
+            "f32{suffix}"
+        );
+        let (bf16_ws, loss) = run_t3(&format!("tpu-bf16{suffix}"));
+        assert_eq!(
+            bits(&losses(&bf16_ws.traces.sharded, loss)),
+            bits(&jax_losses("bf16", mode))
+        );
+        // With 2 replicas every all-reduce order is x0 + x1: the one-device reference agrees.
+        assert_eq!(
+            bits(&losses(&bf16_ws.traces.reference, loss)),
+            bits(&jax_losses("bf16", mode))
+        );
+    }
+    // The two modes are different programs: f32 parts from step 3 on.
+    assert_ne!(jax_losses("f32", "eager"), jax_losses("f32", "jit"));
 }
 
 #[test]
@@ -121,8 +143,9 @@ fn t3_sharded_run_goes_through_the_profiles_all_reduce() {
     // sharded run moves away from the one-device reference, which never uses the collective.
     let (ws, loss) = run_t3("f32+allreduce-bf16");
     let sharded = losses(&ws.traces.sharded, loss);
-    assert_eq!(bits(&losses(&ws.traces.reference, loss)), bits(&JAX_F32));
-    assert_ne!(bits(&sharded), bits(&JAX_F32));
+    let jax = bits(&jax_losses("f32", "eager"));
+    assert_eq!(bits(&losses(&ws.traces.reference, loss)), jax);
+    assert_ne!(bits(&sharded), jax);
     // Step 1 is exact either way (1 + 1 on a bf16 wire is still 2).
     assert_eq!(sharded[0], 1.0);
 }

@@ -10,6 +10,7 @@
 //!   are tested against).
 //! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
 //! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
+//! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
 //! the crate.
@@ -17,5 +18,6 @@
 pub mod allreduce;
 pub mod dot;
 pub mod matmul;
+pub mod revealed;
 pub mod round;
 pub mod torch_ops;

@@ -38,8 +38,9 @@ pub fn embedding_backward<R: Real>(
     }
 }
 
-/// `y = x · Wᵀ + b` (`F.linear` through torch's `addmm`): the backend's matmul, then
-/// `y[t][o] = acc[t][o] + b[o]` with one rounding. `x` is `m × k`, `w` is `n × k`.
+/// `y = x · Wᵀ + b` (`F.linear` through torch's `addmm`): without a bias the backend's
+/// matmul; with one the backend's [`Backend::linear_bias`] (by default the matmul, then
+/// `y[t][o] = acc[t][o] + b[o]` with one rounding). `x` is `m × k`, `w` is `n × k`.
 #[allow(clippy::too_many_arguments)]
 pub fn linear<B: Backend>(
     be: &mut B,
@@ -51,9 +52,9 @@ pub fn linear<B: Backend>(
     k: usize,
     n: usize,
 ) {
-    be.matmul_nt(x, w, y, m, k, n);
-    if let Some(b) = bias {
-        add_row_bias(y, b, n);
+    match bias {
+        Some(b) => be.linear_bias(x, w, b, y, m, k, n),
+        None => be.matmul_nt(x, w, y, m, k, n),
     }
 }
 

@@ -19,22 +19,36 @@
 //!
 //! The JAX program is mirrored op by op. Every dot (forward and backward) is the backend's
 //! matmul, so a numerics profile decides its input precision and accumulation (XLA applies a
-//! precision to every f32 dot). Elementwise code rounds each operation once, except that an
-//! add whose other operand is a product with a scalar constant, `p + c·g`, is one fused
-//! multiply-add: XLA's CPU backend contracts those (measured with JAX 0.10.2 on the SGD
-//! update, the Nesterov trace and the outer update; `scripts/crosscheck_jax.py`). Per inner
-//! step and replica, with `N = batch·outputs`:
+//! precision to every f32 dot). Elementwise code rounds as the profile's execution mode
+//! ([`XlaMode`], the profile part `xla`; default: the scenario's) says, measured with JAX
+//! 0.10.2 on the CPU (`scripts/crosscheck_jax.py --contraction`):
+//! - `eager` (op by op, as MaxText's test calls `diloco_train_step`): every elementwise
+//!   operation of the inner step is its own XLA executable and rounds once, so
+//!   `p + (−lr)·g` is `round(p + round(−lr·g))` (measured: 100 % of random inputs);
+//! - `jit` (`jax.jit` of the whole step): XLA's CPU backend contracts a product that feeds an
+//!   add into one FMA: the SGD update is `fma(g, −lr, p)` (100 %), and the per-replica loss of
+//!   two examples of one output is `fma(r0, r0, r1·r1)·0.5` (100 % of 1000 random states of
+//!   the real jitted step).
+//!
+//! The sync runs inside `jax.lax.cond`, which JAX compiles in both modes, so it is contracted
+//! in both: the Nesterov trace `fma(0.9, t, g)`, the update and the outer step (100 %).
+//! Per inner step and replica, with `N = batch·outputs`:
 //! 1. forward, linear: `pred = x·W` (matmul), then `pred = pred + b` per row;
 //!    mlp: `h = x·W1` (matmul), `h = h + b1`, `h = tanh(h)`, `pred = h·W2` (matmul),
 //!    `pred = pred + b2`;
-//! 2. residual `r = pred − y`; loss `(Σ r·r) / N`, the squares rounded, summed from 0 in
-//!    element order (XLA's reduce; no FMA), divided once;
+//! 2. residual `r = pred − y`; loss `(Σ r·r) / N`: eager, the squares rounded, summed from 0
+//!    in element order, divided once; jit with 2 examples of one output (MaxText's test),
+//!    `fma(r0, r0, r1·r1) / 2`. XLA's reduction order for more elements is not revealed
+//!    (measured: neither a forward nor a backward FMA chain matches the jitted step for 3 to
+//!    16 examples), so there jit sums as eager does and the loss check may differ from JAX's
+//!    by the rounding of that sum (the gradients do not depend on it). For more than 2
+//!    elements even the eager reduce's order is XLA's and not revealed;
 //! 3. `dr = c·r` with `c = 2/N` rounded once (the gradient of the mean of squares; exact when N
 //!    is a power of two, and 1 for the MaxText test);
 //! 4. backward, linear: `dW = xᵀ·dr` (matmul), `db = Σ_rows dr` (column sums from the first row
-//!    down); mlp: `dW2 = hᵀ·dr`, `db2 = Σ_rows dr`, `dh = dr·W2ᵀ` (matmuls),
-//!    `dpre = fma(dh, h, dh)·(1 − h)` (JAX's tanh derivative `(g + g·y)·(1 − y)` with the
-//!    add contracted), `dW1 = xᵀ·dpre`, `db1 = Σ_rows dpre`;
+//!    down); mlp: `dW2 = hᵀ·dr`, `db2 = Σ_rows dr`, `dh = dr·W2ᵀ` (matmuls), then JAX's tanh
+//!    derivative `(g + g·y)·(1 − y)`: jit `fma(dh, h, dh)·(1 − h)` (the add contracted),
+//!    eager every op rounded; `dW1 = xᵀ·dpre`, `db1 = Σ_rows dpre`;
 //! 5. inner update: see [`InnerOpt`].
 //!
 //! # The three computations
@@ -82,7 +96,7 @@ use crate::error::InputError;
 use crate::fp::matmul::MatmulScratch;
 use crate::model::layers::{add_row_bias, column_sums_generic, tanh_inplace};
 use crate::mutant::Mutant;
-use crate::profile::Profile;
+use crate::profile::{Profile, XlaMode};
 use crate::real::Real;
 use crate::rng::chacha::ChaChaStream;
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
@@ -121,7 +135,8 @@ impl ModelKind {
 /// precision (f32: round to nearest, as JAX converts a weak-typed Python float).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum InnerOpt {
-    /// `optax.sgd(lr)`: `p = fma(g, −lr, p)` (`p + (−lr)·g`, contracted), one rounding.
+    /// `optax.sgd(lr)`: `p + (−lr)·g`; jit `fma(g, −lr, p)` (contracted, one rounding),
+    /// eager `round(p + round(−lr·g))`.
     Sgd {
         /// Learning rate.
         lr: f64,
@@ -130,7 +145,8 @@ pub enum InnerOpt {
     /// `m = (1−b1)·g + b1·m` and `v = (1−b2)·(g·g) + b2·v` (every operation rounded; the two
     /// products of each sum make it no single contraction); `m̂ = m / bc1`, `v̂ = v / bc2` with
     /// `bc = 1 − b^t` computed in f64 and rounded once; `u = m̂ / (sqrt(v̂) + eps)` (sqrt
-    /// correctly rounded); `u = fma(wd, p, u)`; `p = fma(u, −lr, p)`.
+    /// correctly rounded); jit `u = fma(wd, p, u)`, `p = fma(u, −lr, p)`; eager
+    /// `u = round(u + round(wd·p))`, `p = round(p + round(−lr·u))`.
     AdamW {
         /// Learning rate.
         lr: f64,
@@ -181,6 +197,8 @@ pub struct DilocoSpec {
     pub outer_momentum: f64,
     /// Nesterov momentum.
     pub nesterov: bool,
+    /// The execution mode of a profile that leaves `xla` unset.
+    pub default_mode: XlaMode,
 }
 
 /// Where each part of the flat parameter vector lives (row-major kernels, `fan_in × fan_out`):
@@ -328,12 +346,13 @@ fn reduce<B: Backend>(be: &mut B, collective: bool, parts: &[B::R], n: usize, ou
 }
 
 /// One inner step of one replica: forward, loss, backward, optimizer update (module doc,
-/// steps 1–5, and [`InnerOpt`]). `t` is the 1-based step (AdamW's bias-correction count).
-/// Returns the replica's loss.
+/// steps 1–5, and [`InnerOpt`]) in execution mode `mode`. `t` is the 1-based step (AdamW's
+/// bias-correction count). Returns the replica's loss.
 #[allow(clippy::too_many_arguments)]
 fn inner_step<B: Backend>(
     spec: &DilocoSpec,
     be: &mut B,
+    mode: XlaMode,
     t: usize,
     x: &[B::R],
     y: &[B::R],
@@ -361,12 +380,18 @@ fn inner_step<B: Backend>(
             add_row_bias(&mut a.pred, b2, no);
         }
     }
+    let jit = mode == XlaMode::Jit;
     let c = B::R::from_f64(2.0 / n as f64);
     let mut s = B::R::ZERO;
     for ((d, &pv), &yv) in a.dr.iter_mut().zip(&a.pred).zip(y) {
         let r = pv - yv;
         s = s + r * r;
         *d = c * r;
+    }
+    if jit && nb == 2 && no == 1 {
+        // The jitted step's loss fusion: fma(r0, r0, r1·r1) (module doc, step 2).
+        let (r0, r1) = (a.pred[0] - y[0], a.pred[1] - y[1]);
+        s = r0.fma(r0, r1 * r1);
     }
     let loss = s / B::R::from_f64(n as f64);
     match spec.model {
@@ -384,7 +409,8 @@ fn inner_step<B: Backend>(
             column_sums_generic(&a.dr, no, gb2);
             be.matmul_nt(&a.dr, w2, &mut a.dh, nb, no, nh);
             for ((d, &g), &hv) in a.dpre.iter_mut().zip(&a.dh).zip(&a.h) {
-                *d = g.fma(hv, g) * (B::R::ONE - hv);
+                let gy = if jit { g.fma(hv, g) } else { g + g * hv };
+                *d = gy * (B::R::ONE - hv);
             }
             be.matmul_tn(x, &a.dpre, gw1, ni, nb, nh);
             column_sums_generic(&a.dpre, nh, gb1);
@@ -392,7 +418,14 @@ fn inner_step<B: Backend>(
     }
     match spec.inner {
         InnerOpt::Sgd { lr } => {
-            B::R::fma_update(p, &a.grad, -B::R::from_f64(lr));
+            let neg_lr = -B::R::from_f64(lr);
+            if jit {
+                B::R::fma_update(p, &a.grad, neg_lr);
+            } else {
+                for (w, &g) in p.iter_mut().zip(&a.grad) {
+                    *w = *w + neg_lr * g;
+                }
+            }
         }
         InnerOpt::AdamW {
             lr,
@@ -422,13 +455,21 @@ fn inner_step<B: Backend>(
                 let mh = *mv / bc1;
                 let vh = *vv / bc2;
                 let u = mh / (sqrt(vh) + eps);
-                let u = wd.fma(*w, u);
-                *w = u.fma(neg_lr, *w);
+                if jit {
+                    let u = wd.fma(*w, u);
+                    *w = u.fma(neg_lr, *w);
+                } else {
+                    let u = u + wd * *w;
+                    *w = *w + neg_lr * u;
+                }
             }
         }
     }
     loss
 }
+
+/// The execution modes both DiLoCo scenarios mirror ([`XlaMode`]), as profile modifiers.
+pub(crate) const EXECUTION_MODIFIERS: &[&str] = &["xla-eager", "xla-jit"];
 
 /// The bugs both DiLoCo scenarios can inject into their sync (see [`compute`]).
 pub(crate) const MUTANTS: &[Mutant] = &[
@@ -438,15 +479,16 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant::StaleOuterParams,
 ];
 
-/// One DiLoCo run in one computation, recording its checks (module doc). `collective` selects
-/// the backend's all-reduce for the two sums (the sharded run) or the rank-order sum (the
-/// reference and the f64 run).
+/// One DiLoCo run in one computation, recording its checks (module doc), its inner steps in
+/// execution mode `mode`. `collective` selects the backend's all-reduce for the two sums (the
+/// sharded run) or the rank-order sum (the reference and the f64 run).
 ///
 /// Per step k = 1..=steps: every replica takes an inner step (replica order); the loss sum is
 /// reduced and divided by the replica count and recorded; then if `k % inner_steps == 0` the
-/// sync: `d_r = outer − inner_r` (one rounding), `s = reduce(d)`, `g = s / replicas`,
-/// `t = fma(momentum, t, g)`, `u = fma(momentum, t, g)` (Nesterov) or `t`,
-/// `outer = fma(u, −outer_lr, outer)`, every replica's parameters set to `outer`; `outer_params`
+/// sync (compiled under `jax.lax.cond` in either mode, so contracted): `d_r = outer − inner_r`
+/// (one rounding), `s = reduce(d)`, `g = s / replicas`, `t = fma(momentum, t, g)`,
+/// `u = fma(momentum, t, g)` (Nesterov) or `t`, `outer = fma(u, −outer_lr, outer)`, every
+/// replica's parameters set to `outer`; `outer_params`
 /// and `inner_equals_outer` are recorded. Otherwise `outer_unchanged` records the outer
 /// parameters against their value before the step.
 ///
@@ -458,6 +500,7 @@ pub(crate) fn compute<B: Backend>(
     spec: &DilocoSpec,
     idx: &CheckIdx,
     be: &mut B,
+    mode: XlaMode,
     data: &DilocoData,
     collective: bool,
     mutant: Option<Mutant>,
@@ -503,6 +546,7 @@ pub(crate) fn compute<B: Backend>(
             b.loss_parts[r] = inner_step(
                 spec,
                 be,
+                mode,
                 k,
                 &b.x[r * nx..(r + 1) * nx],
                 &b.y[r * ny..(r + 1) * ny],
@@ -572,8 +616,18 @@ pub(crate) struct ThreeBufs {
     f64_backend: F64Backend,
 }
 
+#[cfg(test)]
+impl ThreeBufs {
+    /// Every replica's parameters at the end of the last run: the sharded f32 computation's
+    /// (it runs after the reference in the same buffers) and the f64 ground truth's.
+    pub(crate) fn final_inner(&self) -> (&[f32], &[f64]) {
+        (&self.b32.inner, &self.b64.inner)
+    }
+}
+
 /// Runs the f64 ground truth, the one-device reference and the sharded computation of
-/// `data` in `profile` into `traces` (cleared first).
+/// `data` in `profile` into `traces` (cleared first), all three in the profile's execution
+/// mode (`spec.default_mode` when the profile leaves it unset).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_three(
     spec: &DilocoSpec,
@@ -587,10 +641,12 @@ pub(crate) fn run_three(
     traces: &mut Traces,
 ) {
     traces.clear();
+    let mode = profile.xla.unwrap_or(spec.default_mode);
     compute(
         spec,
         idx,
         &mut bufs.f64_backend,
+        mode,
         data,
         false,
         None,
@@ -602,6 +658,7 @@ pub(crate) fn run_three(
         spec,
         idx,
         &mut be,
+        mode,
         data,
         false,
         None,
@@ -612,6 +669,7 @@ pub(crate) fn run_three(
         spec,
         idx,
         &mut be,
+        mode,
         data,
         true,
         mutant,
@@ -820,6 +878,7 @@ impl Diloco {
             outer_lr: m.outer_lr,
             outer_momentum: m.outer_momentum,
             nesterov: m.nesterov,
+            default_mode: XlaMode::Jit,
         };
         let id = format!(
             "{}-r{}-h{}-{}",
@@ -930,6 +989,9 @@ impl Scenario for Diloco {
     }
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
+    }
+    fn execution_modifiers(&self) -> &'static [&'static str] {
+        EXECUTION_MODIFIERS
     }
     fn mutants(&self) -> &'static [crate::mutant::Mutant] {
         MUTANTS

@@ -21,17 +21,27 @@
 //! `tpu-bf16` (XLA's DEFAULT precision on TPU: one bf16 pass, inputs rounded to nearest even,
 //! f32 accumulation) the step-2 forward dot sees the kernel entries 1.9, 0.9 and 1.1 as
 //! 1.8984375, 0.8984375 and 1.1015625 while the biases 0.8 and 1 stay f32, which gives the
-//! TPU7x loss 0.6475024223327637; plain f32 gives the TPUv6e value 0.6500000953674316.
+//! TPU7x loss 0.6475024223327637; plain f32 gives the TPUv6e value 0.6500000953674316. Both in
+//! either execution mode.
+//!
+//! Execution mode ([`XlaMode`], the profile part `xla`): the test calls `diloco_train_step`
+//! directly, so by default this scenario runs `eager` (every elementwise op of the inner step
+//! rounded separately; the sync under `jax.lax.cond` compiled); `+xla-jit` mirrors `jax.jit` of
+//! the step instead. In f32 the two part at step 3 (0.44809991121292114 eagerly,
+//! 0.4480999708175659 under jit): the first differing operation is replica 0's step-2 bias
+//! update, `round(b + round(−0.1·g))` against `fma(g, −0.1, b)`. Every step of both modes
+//! equals real JAX (0.10.2, optax 0.2.8, CPU) bit for bit in f64, f32 and bf16-input dots: loss,
+//! outer and replica parameters (`tests/data/jax_maxtext_diloco.json`, the tests below).
 
 use serde::Deserialize;
 
 use crate::config::{in_range, resolve_policies, section, CommonConfig, Policy};
 use crate::error::InputError;
 use crate::evaluate::Comparison;
-use crate::profile::Profile;
+use crate::profile::{Profile, XlaMode};
 use crate::scenario::diloco::{
     float_in, run_three, CheckIdx, DilocoData, DilocoSpec, InnerOpt, ModelKind, ThreeBufs,
-    CHECK_NAMES,
+    CHECK_NAMES, EXECUTION_MODIFIERS,
 };
 use crate::scenario::{CheckSpec, Scenario, Workspace};
 
@@ -115,6 +125,7 @@ impl MaxtextDiloco {
             outer_lr: m.outer_lr,
             outer_momentum: m.outer_momentum,
             nesterov: m.nesterov,
+            default_mode: XlaMode::Eager,
         };
         let data = DilocoData {
             init: INIT.to_vec(),
@@ -153,6 +164,9 @@ impl Scenario for MaxtextDiloco {
     fn all_check_names(&self) -> &'static [&'static str] {
         CHECK_NAMES
     }
+    fn execution_modifiers(&self) -> &'static [&'static str] {
+        EXECUTION_MODIFIERS
+    }
     fn mutants(&self) -> &'static [crate::mutant::Mutant] {
         crate::scenario::diloco::MUTANTS
     }
@@ -169,7 +183,7 @@ impl Scenario for MaxtextDiloco {
         let s = &self.spec;
         format!(
             "fixed data: dense 2->1, 2 replicas, inner sgd lr {}, sync every {} steps with sgd \
-             lr {} momentum {}{}, {} steps",
+             lr {} momentum {}{}, {} steps; JAX eager unless the profile says xla-jit",
             match s.inner {
                 InnerOpt::Sgd { lr } => lr,
                 InnerOpt::AdamW { lr, .. } => lr,
@@ -236,43 +250,219 @@ mod tests {
             .collect()
     }
 
-    /// The values `scripts/crosscheck_jax.py` printed (JAX 0.10.2, jaxlib 0.10.2, optax 0.2.8,
-    /// CPU): the reported loss of steps 1–4. Python prints the shortest decimal that round-trips,
-    /// so each literal parses to exactly the f64 JAX held. `JAX_F32` and `JAX_BF16` are f32
-    /// results widened exactly; the bf16 run rounds the inputs of every dot to bf16 (RNE) with
-    /// f32 accumulation, as a one-pass TPU dot does.
-    const JAX_F64: [f64; 4] = [1.0, 0.65, 0.4480999999999996, 0.574243725];
-    const JAX_F32: [f64; 4] = [
-        1.0,
-        0.6500000953674316,
-        0.4480999708175659,
-        0.5742436647415161,
-    ];
-    const JAX_BF16: [f64; 4] = [
-        1.0,
-        0.6475024223327637,
-        0.4493637681007385,
-        0.5746428370475769,
-    ];
+    /// `tests/data/jax_maxtext_diloco.json`, written by `scripts/crosscheck_jax.py --fixture`
+    /// from real JAX 0.10.2 / optax 0.2.8 on the CPU: per precision (f64, f32, bf16 = every
+    /// dot's inputs rounded to bf16 with f32 accumulation) and mode (eager: the test's
+    /// `diloco_train_step` called directly; jit: `jax.jit` of it), at every step, the reported
+    /// loss, the outer parameters and every replica's parameters, as exact bit patterns.
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        meta: FixtureMeta,
+        runs: Vec<FixtureRun>,
+    }
+    #[derive(serde::Deserialize)]
+    struct FixtureMeta {
+        jax: String,
+        optax: String,
+        backend: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct FixtureRun {
+        precision: String,
+        mode: String,
+        steps: Vec<FixtureStep>,
+    }
+    #[derive(serde::Deserialize)]
+    struct FixtureStep {
+        step: u32,
+        loss_bits: u64,
+        outer_bits: Vec<u64>,
+        inner_bits: Vec<Vec<u64>>,
+    }
+
+    fn fixture() -> Fixture {
+        let f: Fixture =
+            serde_json::from_str(include_str!("../../tests/data/jax_maxtext_diloco.json"))
+                .expect("fixture parses");
+        assert_eq!(
+            (
+                f.meta.jax.as_str(),
+                f.meta.optax.as_str(),
+                f.meta.backend.as_str()
+            ),
+            ("0.10.2", "0.2.8", "cpu")
+        );
+        f
+    }
+
+    /// The fixture run of `precision` in `mode`.
+    fn jax_run<'a>(f: &'a Fixture, precision: &str, mode: &str) -> &'a FixtureRun {
+        f.runs
+            .iter()
+            .find(|r| r.precision == precision && r.mode == mode)
+            .unwrap_or_else(|| panic!("fixture lacks {precision} {mode}"))
+    }
+
+    /// The fixture's losses of one run, as f64 values.
+    fn jax_losses(f: &Fixture, precision: &str, mode: &str) -> Vec<f64> {
+        let run = jax_run(f, precision, mode);
+        let widen = |b: u64| {
+            if precision == "f64" {
+                f64::from_bits(b)
+            } else {
+                f32::from_bits(u32::try_from(b).expect("an f32 bit pattern")) as f64
+            }
+        };
+        run.steps.iter().map(|s| widen(s.loss_bits)).collect()
+    }
 
     fn bits(v: &[f64]) -> Vec<u64> {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
+    /// Runs the test's first `steps` steps in `profile`; returns the workspace and the
+    /// scenario (the program of `steps < 4` is a prefix of the 4-step one).
+    fn run_steps(profile: &str, steps: usize) -> (Workspace, MaxtextDiloco) {
+        let text = include_str!("../../configs/maxtext_diloco.toml").replacen(
+            "steps = 4",
+            &format!("steps = {steps}"),
+            1,
+        );
+        let s = MaxtextDiloco::new(parse_scenario_config("t3.toml", &text).unwrap()).unwrap();
+        let p = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve(profile, "--profile")
+            .unwrap();
+        let mut ws = Workspace::default();
+        s.run(0, 0, &p, &mut ws);
+        (ws, s)
+    }
+
+    /// The recorded outer parameters after the last step: `outer_params` at a sync step,
+    /// `outer_unchanged`'s value otherwise.
+    fn last_outer(t: &Trace, s: &MaxtextDiloco) -> Vec<f64> {
+        let sl = t
+            .slots
+            .iter()
+            .rev()
+            .find(|sl| {
+                sl.role == SlotRole::Value
+                    && (Some(sl.check) == s.idx.outer_params
+                        || Some(sl.check) == s.idx.outer_unchanged)
+            })
+            .unwrap();
+        t.data(sl).to_vec()
+    }
+
+    #[test]
+    fn every_step_equals_real_jax_in_both_modes() {
+        // Every fixture run, every step: loss, outer parameters and both replicas' parameters
+        // bit for bit. f32 and bf16 are read from the sharded computation (with 2 replicas the
+        // all-reduce is x0 + x1, so the reference agrees; checked for the loss), f64 from the
+        // ground truth. Both modes are checked in every precision, also where their values
+        // coincide (f64, bf16).
+        let f = fixture();
+        assert_eq!(f.runs.len(), 6, "3 precisions x 2 modes");
+        for run in &f.runs {
+            let profile = match run.precision.as_str() {
+                "f64" | "f32" => "f32",
+                "bf16" => "tpu-bf16",
+                p => panic!("unknown precision {p}"),
+            };
+            let spec = format!("{profile}+xla-{}", run.mode);
+            assert_eq!(run.steps.len(), 4);
+            for st in &run.steps {
+                let (mut ws, s) = run_steps(&spec, st.step as usize);
+                let what = format!("{} {} step {}", run.precision, run.mode, st.step);
+                let t = if run.precision == "f64" {
+                    &ws.traces.f64
+                } else {
+                    &ws.traces.sharded
+                };
+                let (loss, outer) = (*losses(t).last().unwrap(), last_outer(t, &s));
+                let inner: Vec<u64> = {
+                    let (b, _) = ws.buffers::<T3Buffers>();
+                    let (i32s, i64s) = b.three.final_inner();
+                    if run.precision == "f64" {
+                        i64s.iter().map(|v| v.to_bits()).collect()
+                    } else {
+                        i32s.iter().map(|v| v.to_bits() as u64).collect()
+                    }
+                };
+                let want_inner: Vec<u64> = st.inner_bits.concat();
+                if run.precision == "f64" {
+                    assert_eq!(loss.to_bits(), st.loss_bits, "{what}: loss");
+                    assert_eq!(bits(&outer), st.outer_bits, "{what}: outer");
+                } else {
+                    let to32 = |v: f64| (v as f32).to_bits() as u64;
+                    assert_eq!(to32(loss), st.loss_bits, "{what}: loss");
+                    let outer32: Vec<u64> = outer.iter().map(|&v| to32(v)).collect();
+                    assert_eq!(outer32, st.outer_bits, "{what}: outer");
+                    let r = *losses(&ws.traces.reference).last().unwrap();
+                    assert_eq!(to32(r), st.loss_bits, "{what}: reference loss");
+                }
+                assert_eq!(inner, want_inner, "{what}: inner parameters");
+            }
+        }
+    }
+
+    #[test]
+    fn eager_and_jit_differ_where_jax_says() {
+        // Real JAX: f32 eager and jit part at step 3 (the step-2 bias update rounds twice
+        // eagerly, once under jit), bf16 and f64 never do for this data. The default mode of
+        // this scenario is eager: plain `f32` is `f32+xla-eager`.
+        let f = fixture();
+        for (precision, profile) in [("f32", "f32"), ("bf16", "tpu-bf16"), ("f64", "f32")] {
+            let (e, j) = (
+                jax_losses(&f, precision, "eager"),
+                jax_losses(&f, precision, "jit"),
+            );
+            let differ: Vec<usize> = (0..4).filter(|&i| e[i] != j[i]).map(|i| i + 1).collect();
+            let ours = |spec: &str| {
+                let ws = run(spec);
+                let t = if precision == "f64" {
+                    &ws.traces.f64
+                } else {
+                    &ws.traces.sharded
+                };
+                bits(&losses(t))
+            };
+            assert_eq!(
+                ours(&format!("{profile}+xla-eager")),
+                bits(&e),
+                "{precision}"
+            );
+            assert_eq!(ours(&format!("{profile}+xla-jit")), bits(&j), "{precision}");
+            assert_eq!(ours(profile), bits(&e), "{precision}: the default is eager");
+            let expect: &[usize] = if precision == "f32" { &[3, 4] } else { &[] };
+            assert_eq!(differ, expect, "{precision}");
+        }
+    }
+
     #[test]
     fn step_two_anchors_are_exact() {
         // mission.md, "Figures": f64 0.65, f32 0.6500000953674316, one-pass bf16
-        // 0.6475024223327637.
-        let f32_run = run("f32");
-        let bf16_run = run("tpu-bf16");
-        assert_eq!(losses(&f32_run.traces.f64)[1], 0.65);
-        let f32_loss = losses(&f32_run.traces.sharded)[1];
-        let bf16_loss = losses(&bf16_run.traces.sharded)[1];
-        assert_eq!(f32_loss.to_bits(), 0.6500000953674316f64.to_bits());
-        assert_eq!(bf16_loss.to_bits(), 0.6475024223327637f64.to_bits());
-        // Both are f32 values (the figures are f32 results printed as f64).
-        assert_eq!(f32_loss as f32 as f64, f32_loss);
-        assert_eq!(bf16_loss as f32 as f64, bf16_loss);
+        // 0.6475024223327637, in both execution modes (they part only from step 3 on).
+        for mode in ["", "+xla-eager", "+xla-jit"] {
+            let f32_run = run(&format!("f32{mode}"));
+            let bf16_run = run(&format!("tpu-bf16{mode}"));
+            assert_eq!(losses(&f32_run.traces.f64)[1], 0.65);
+            let f32_loss = losses(&f32_run.traces.sharded)[1];
+            let bf16_loss = losses(&bf16_run.traces.sharded)[1];
+            assert_eq!(
+                f32_loss.to_bits(),
+                0.6500000953674316f64.to_bits(),
+                "{mode}"
+            );
+            assert_eq!(
+                bf16_loss.to_bits(),
+                0.6475024223327637f64.to_bits(),
+                "{mode}"
+            );
+            // Both are f32 values (the figures are f32 results printed as f64).
+            assert_eq!(f32_loss as f32 as f64, f32_loss);
+            assert_eq!(bf16_loss as f32 as f64, bf16_loss);
+        }
     }
 
     #[test]
@@ -286,44 +476,6 @@ mod tests {
             assert!((g - want).abs() <= 4.0 * f64::EPSILON, "{g} vs {want}");
         }
         assert_eq!(got[0], 1.0, "step 1 is exact");
-    }
-
-    #[test]
-    fn every_step_matches_jax_bit_for_bit() {
-        let (f32_run, bf16_run) = (run("f32"), run("tpu-bf16"));
-        assert_eq!(bits(&losses(&f32_run.traces.f64)), bits(&JAX_F64));
-        assert_eq!(bits(&losses(&f32_run.traces.sharded)), bits(&JAX_F32));
-        assert_eq!(bits(&losses(&f32_run.traces.reference)), bits(&JAX_F32));
-        assert_eq!(bits(&losses(&bf16_run.traces.sharded)), bits(&JAX_BF16));
-        assert_eq!(bits(&losses(&bf16_run.traces.reference)), bits(&JAX_BF16));
-        // Every f32 pin is an f32 value (the JAX run was f32 throughout).
-        for v in JAX_F32.iter().chain(&JAX_BF16) {
-            assert_eq!(*v as f32 as f64, *v);
-        }
-    }
-
-    #[test]
-    fn outer_params_after_the_sync_match_jax() {
-        // crosscheck_jax.py's outer parameters after step 3 (kernel, bias), f32 widened.
-        let s = t3();
-        let c = s.idx.outer_params.unwrap();
-        let outer = |t: &Trace| -> Vec<f64> {
-            let sl = t.slots.iter().find(|sl| sl.check == c).unwrap();
-            assert_eq!(sl.step.step, 3);
-            t.data(sl).to_vec()
-        };
-        assert_eq!(
-            outer(&run("f32").traces.sharded),
-            [1.5344998836517334, 1.049399971961975, 0.5839000344276428]
-        );
-        assert_eq!(
-            outer(&run("tpu-bf16").traces.sharded),
-            [1.5346484184265137, 1.0497264862060547, 0.5844937562942505]
-        );
-        assert_eq!(
-            outer(&run("f32").traces.f64),
-            [1.5344999999999998, 1.0494, 0.5839000000000001]
-        );
     }
 
     #[test]

@@ -135,6 +135,12 @@ pub trait Scenario: Send + Sync {
     fn seed_dependent(&self) -> bool {
         true
     }
+    /// Profile modifiers that select how the mirrored framework executes the program
+    /// (`xla-eager`, `xla-jit` for a JAX test); `explain` tries every profile with each. Empty
+    /// for scenarios whose framework has one execution mode.
+    fn execution_modifiers(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// The mutants this scenario can inject into its sharded computation.
     fn mutants(&self) -> &'static [crate::mutant::Mutant] {
         &[]

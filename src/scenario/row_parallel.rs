@@ -448,20 +448,25 @@ impl RowParallel {
                 load(&mut bf.x, &micro.x);
                 linear(be, &bf.x, &bf.p, Some(&bf.pb), &mut bf.h, t, h, h);
                 tanh_torch(be, &mut bf.h);
-                row_parallel_forward(
-                    be,
-                    &bf.h,
-                    &bf.w,
-                    &mut bf.logits,
-                    t,
-                    h,
-                    v,
-                    shards,
-                    faults,
-                    &mut bf.rp,
-                );
-                if p.bias {
-                    add_row_bias(&mut bf.logits, &bf.hb, v);
+                if shards.len() == 1 && p.bias {
+                    // Unsharded with a bias: torch's head is F.linear(h, W, b), one addmm.
+                    linear(be, &bf.h, &bf.w, Some(&bf.hb), &mut bf.logits, t, h, v);
+                } else {
+                    row_parallel_forward(
+                        be,
+                        &bf.h,
+                        &bf.w,
+                        &mut bf.logits,
+                        t,
+                        h,
+                        v,
+                        shards,
+                        faults,
+                        &mut bf.rp,
+                    );
+                    if p.bias {
+                        add_row_bias(&mut bf.logits, &bf.hb, v);
+                    }
                 }
                 trace.record(p.idx.logits, label, &bf.logits);
                 if condition {
