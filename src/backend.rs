@@ -8,7 +8,7 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_f64, matmul_tn_f64, Accum, KSplit, MatmulModel, MatmulScratch, Passes,
+    matmul_f64, matmul_nt_f64, matmul_tn_f64, Accum, MatmulModel, MatmulScratch, Passes,
 };
 use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{
@@ -191,13 +191,9 @@ impl<'a> F32Backend<'a> {
     /// Whether the profile's own matmul computes every element as one FMA chain over all of
     /// `k` from +0 (the plain order of [`crate::fp::revealed::Program::is_plain`]).
     fn plain_is_native(&self, k: usize) -> bool {
-        let one_block = match self.matmul.split {
-            KSplit::Single => true,
-            KSplit::Mkl => k <= 192,
-            KSplit::Blocked(kc) => kc >= k,
-            KSplit::Chunks(s) => s == 1,
-        };
-        one_block && self.matmul.accum == Accum::Fma && self.matmul.passes == Passes::F32
+        self.matmul.split.is_one_block(k)
+            && self.matmul.accum == Accum::Fma
+            && self.matmul.passes == Passes::F32
     }
 
     /// Runs `role` by its revealed programs when the profile has orders for this shape;

@@ -74,6 +74,11 @@ impl KSplit {
     fn max_block(&self, k: usize) -> usize {
         self.blocks(k).map(|r| r.len()).max().unwrap_or(0)
     }
+
+    /// Whether the whole reduction over `k` is one block (one chain from +0).
+    pub fn is_one_block(&self, k: usize) -> bool {
+        self.max_block(k) == k
+    }
 }
 
 /// Iterator over the blocks of a [`KSplit`].
