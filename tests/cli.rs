@@ -305,6 +305,34 @@ fn repro_mutants_runs_the_mutant_and_shows_its_failure() {
     );
     assert!(mutant.contains("policy torch-default"), "{mutant}");
     assert!(!clean.contains("policy torch-default"), "{clean}");
+    // Each group's dump has its own file: the mutant's is named for it.
+    let dump = tempfile::tempdir().unwrap();
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--mutants",
+            "missing-allreduce",
+            "--dump",
+        ])
+        .arg(dump.path())
+        .assert()
+        .success();
+    let mut names: Vec<String> = std::fs::read_dir(dump.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199.csv",
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv",
+        ]
+    );
     // `--fail-on-exceed` counts clean runs only (a mutant is meant to fail), as in `sweep`.
     seedsweep()
         .args([

@@ -186,6 +186,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn in_order_hands_on_every_result_in_item_order_for_any_thread_count() {
+        // Three chunks, the last one short; the work keeps per-thread state to show that
+        // state never leaks into results.
+        let n = (2 * CHUNK + 17) as u64;
+        let run = |threads: usize| {
+            let mut got: Vec<u64> = Vec::new();
+            let mut chunks = Vec::new();
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| {
+                    in_order(
+                        0..n,
+                        || 0u64,
+                        |calls, &i| {
+                            *calls += 1;
+                            i.wrapping_mul(2654435761) % 1009
+                        },
+                        |items, results| {
+                            assert_eq!(items.len(), results.len());
+                            chunks.push((items[0], items.len()));
+                            got.extend(results);
+                            Ok(())
+                        },
+                    )
+                })
+                .unwrap();
+            (got, chunks)
+        };
+        let want: Vec<u64> = (0..n).map(|i| i.wrapping_mul(2654435761) % 1009).collect();
+        let chunks = vec![(0, CHUNK), (CHUNK as u64, CHUNK), (2 * CHUNK as u64, 17)];
+        for threads in [1, 3] {
+            assert_eq!(
+                run(threads),
+                (want.clone(), chunks.clone()),
+                "{threads} thread(s)"
+            );
+        }
+    }
+
+    #[test]
     fn shards_partition_the_seed_range() {
         for count in [1u64, 7, 40, 1000] {
             for n in 1..=6u64 {

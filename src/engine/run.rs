@@ -6,14 +6,18 @@
 //! command's seed-runs come through [`run_seed`] (directly, or through [`run_group`] for a
 //! planned group), so what a seed-run is, is decided here once.
 //!
-//! Sharing the float64 trace later (issue 12) is a local change in this module: the float64
-//! computation depends on (scenario, parametrization, seed) only, not on the profile or the
-//! mutant. A caller that runs several groups of one seed (e.g. the profiles × mutants of a
-//! parametrization) would hand them to one function here, which keys a cached `Trace` by
-//! (scenario, param, seed) in the workspace and asks the scenario for the reference and
-//! sharded computations only, through a new default method on [`Scenario`] (whose default
-//! runs everything, so scenarios that do not implement it keep working). No other module
-//! calls [`Scenario::run`], so no other module would change.
+//! Sharing the float64 trace later (issue 12) is a change here: the float64 computation
+//! depends on (scenario, parametrization, seed) only, not on the profile or the mutant. A
+//! `run_seed_groups(catalog, groups, seed, ws, each)` beside [`run_group`] would run the
+//! float64 computation once into a `Trace` kept in the workspace, then, for every group of
+//! that (scenario, param), only the reference and sharded computations (through a new
+//! default method on [`Scenario`] whose default runs all three, so scenarios that do not
+//! implement it keep working), copying the kept trace into `ws.traces.f64` before handing
+//! the traces to `each`. The one change outside this module: the work item that
+//! [`crate::engine::drive`] hands to [`crate::engine::plan::in_order`] becomes (seed, the
+//! groups that share a scenario and param) instead of (group, seed), with the results still
+//! handed on in output order. No other module calls [`Scenario::run`], so nothing else
+//! changes.
 
 use crate::catalog::{Catalog, Group};
 use crate::mutant::Mutant;
