@@ -73,6 +73,9 @@ pub struct Plan {
     pub tied_table: Option<usize>,
     /// The learning rate as the fp32 update sees it.
     pub lr: f32,
+    /// Per layer: an activation that may overwrite its input (its backward needs only its
+    /// output, and nothing else reads the input: no other layer, check, loss or input draw).
+    pub in_place: Vec<bool>,
 }
 
 /// Model state and activations of one computation.
@@ -200,7 +203,7 @@ impl Plan {
                 }
                 // Forward.
                 for (li, layer) in g.layers.iter().enumerate() {
-                    self.forward(be, &layer.op, &shards[li], faults, drift, inputs, bf);
+                    self.forward(be, li, &layer.op, &shards[li], faults, drift, inputs, bf);
                 }
                 let loss = self.loss(be, inputs, scale, bf);
                 for &c in &self.by_phase[0] {
@@ -243,7 +246,14 @@ impl Plan {
                     if !bf.pset[i] {
                         bf.pgrad[i].fill(B::R::ZERO);
                     }
-                    accumulate(&mut bf.acc[i], &bf.pgrad[i], m == 0);
+                    if m == 0 {
+                        // The first micro-step's gradient is stored as is: take the buffer
+                        // instead of copying it (every contribution rewrites its target
+                        // whole, so the swapped-out buffer needs no clearing).
+                        std::mem::swap(&mut bf.acc[i], &mut bf.pgrad[i]);
+                    } else {
+                        accumulate(&mut bf.acc[i], &bf.pgrad[i], false);
+                    }
                 }
                 if drift {
                     let [_, g1, g2] = &mut bf.drift;
@@ -341,6 +351,7 @@ impl Plan {
     fn forward<B: Backend>(
         &self,
         be: &mut B,
+        li: usize,
         op: &Op,
         shards: &[Range<usize>],
         faults: TpFaults,
@@ -389,7 +400,12 @@ impl Plan {
             }
             Op::Activation { kind, x, out } => {
                 let mut y = std::mem::take(&mut bf.acts[out.0]);
-                y.copy_from_slice(&bf.acts[x.0]);
+                if self.in_place[li] {
+                    // Nothing reads the input after this layer: compute in its buffer.
+                    std::mem::swap(&mut y, &mut bf.acts[x.0]);
+                } else {
+                    y.copy_from_slice(&bf.acts[x.0]);
+                }
                 match kind {
                     Activation::Tanh => be.tanh(&mut y),
                     _ => unreachable!("validated by GraphScenario::new"),

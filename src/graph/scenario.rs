@@ -530,6 +530,36 @@ fn plan(g: ResolvedGraph) -> Plan {
             reduction: c.reduction,
         })
         .collect();
+    let in_place = g
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(li, l)| match l.op {
+            Op::Activation {
+                kind: Activation::Tanh,
+                x,
+                ..
+            } => {
+                let other_reader = g.layers.iter().enumerate().any(|(lj, o)| {
+                    lj != li
+                        && match o.op {
+                            Op::Linear { x: r, .. }
+                            | Op::Activation { x: r, .. }
+                            | Op::Norm { x: r, .. } => r == x,
+                            Op::ResidualAdd { a, b, .. } => a == x || b == x,
+                            Op::Embedding { .. } => false,
+                        }
+                });
+                let checked = g
+                    .checks
+                    .iter()
+                    .any(|c| c.tensor == CheckTensor::Activation(x));
+                let drawn = g.inputs.draws.iter().any(|d| d.tensor == Some(x));
+                !other_reader && !checked && !drawn && g.loss.input != x
+            }
+            _ => false,
+        })
+        .collect();
     let inputs = draw_inputs(&g);
     let lr = g.train.optimizer.lr() as f32;
     Plan {
@@ -545,6 +575,7 @@ fn plan(g: ResolvedGraph) -> Plan {
         keeps_old,
         tied_table,
         lr,
+        in_place,
     }
 }
 
