@@ -24,6 +24,7 @@ pub mod fingerprint;
 pub mod folder;
 pub mod fp;
 pub mod interrupt;
+pub mod lang;
 pub mod limits;
 pub mod lock;
 pub mod model;
