@@ -23,6 +23,7 @@ pub mod export;
 pub mod fingerprint;
 pub mod folder;
 pub mod fp;
+pub mod graph;
 pub mod interrupt;
 pub mod lang;
 pub mod limits;
