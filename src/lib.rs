@@ -25,6 +25,7 @@ pub mod folder;
 pub mod fp;
 pub mod graph;
 pub mod interrupt;
+pub mod lang;
 pub mod limits;
 pub mod lock;
 pub mod model;
