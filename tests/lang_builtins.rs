@@ -17,8 +17,8 @@ fn lang(path: &str) -> seedsweep::lang::ScenarioFile {
 fn the_language_files_match_the_hand_written_builtins() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     for path in [
-        "configs/lang/deepspeed_tied_row_parallel.toml",
-        "configs/lang/deepspeed_row_parallel.toml",
+        "configs/deepspeed_tied_row_parallel.toml",
+        "configs/deepspeed_row_parallel.toml",
     ] {
         let file = lang(path);
         let si = catalog
@@ -61,7 +61,7 @@ fn the_language_files_match_the_hand_written_builtins() {
 
 #[test]
 fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
-    let file = lang("configs/lang/deepspeed_tied_row_parallel.toml");
+    let file = lang("configs/deepspeed_tied_row_parallel.toml");
     let g = &file.lowered[1]; // 35-3-False-0
     let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
@@ -104,6 +104,6 @@ fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
 
 #[test]
 fn check_prints_the_resolved_tied_head() {
-    let file = lang("configs/lang/deepspeed_tied_row_parallel.toml");
+    let file = lang("configs/deepspeed_tied_row_parallel.toml");
     insta::assert_snapshot!(check_text(&file).unwrap());
 }

@@ -84,8 +84,8 @@ fn replace(from: &str, to: &str) -> String {
 fn the_base_file_and_the_shipped_files_are_valid() {
     parse_file(FILE, BASE).unwrap();
     for f in [
-        "configs/lang/deepspeed_row_parallel.toml",
-        "configs/lang/deepspeed_tied_row_parallel.toml",
+        "configs/deepspeed_row_parallel.toml",
+        "configs/deepspeed_tied_row_parallel.toml",
         "configs/examples/megatron_mlp_tp4.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();

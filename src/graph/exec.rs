@@ -185,8 +185,10 @@ fn add_into<R: Real>(dst: &mut [R], src: &[R]) {
 impl Plan {
     fn label(&self, check: usize, s: usize, m: usize) -> StepLabel {
         match self.graph.checks[check].at {
-            At::MicroStep => StepLabel::micro(s as u32, m as u32),
-            At::Step => StepLabel::step(s as u32),
+            At::MicroStep if self.graph.train.micro_steps > 1 => {
+                StepLabel::micro(s as u32, m as u32)
+            }
+            _ => StepLabel::step(s as u32),
         }
     }
 

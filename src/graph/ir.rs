@@ -35,7 +35,8 @@
 //!    (gradients), and after the optimizer step (parameters, self-consistency checks). A check
 //!    [`At::Step`] records at the last micro-step of each step with label `s`; one
 //!    [`At::MicroStep`] records at every micro-step with label `s.m` (step-end checks then use
-//!    the last micro-step's label).
+//!    the last micro-step's label). Without gradient accumulation (`micro_steps = 1`) every
+//!    label is the step's, `s`.
 //!
 //! Parallelism only changes the sharded computation: with one shard every parallel layer
 //! is its unsharded self, so the reference computation is the same graph at degree 1.

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use crate::backend::{F32Backend, F64Backend};
 use crate::config::{resolve_policies, CommonConfig, Policy};
 use crate::error::InputError;
+use crate::evaluate::Comparison;
 use crate::graph::exec::{phase, Bufs, Phase, Plan};
 use crate::graph::init::{draw_inputs, draw_params};
 use crate::graph::ir::{
@@ -27,6 +28,7 @@ pub struct GraphScenario {
     check_names: &'static [&'static str],
     mutants: &'static [Mutant],
     summary: String,
+    compare: Comparison,
 }
 
 /// Per-thread buffers of every graph scenario.
@@ -114,13 +116,60 @@ impl GraphScenario {
             check_names: leak_slice(names),
             mutants: leak_slice(mutants),
             summary,
+            compare: Comparison::ShardedVsRef,
         })
+    }
+
+    /// The scenario of a file in the scenario language ([`crate::lang`]): its lowered
+    /// graphs, its check names in file order, its comparison; the summary `list` prints is
+    /// [`summary_of`] the first graph.
+    pub fn from_file(file: crate::lang::ScenarioFile) -> Result<Self, InputError> {
+        let summary = file.lowered.first().map(summary_of).unwrap_or_default();
+        let mut s = Self::new(file.common, file.lowered, file.check_names, summary)?;
+        s.compare = file.compare;
+        Ok(s)
     }
 
     /// The prepared graphs, one per parametrization.
     pub fn graphs(&self) -> impl Iterator<Item = &ResolvedGraph> {
         self.plans.iter().map(|p| &p.graph)
     }
+}
+
+/// One line on what a seed-run of `g` computes: its named dimensions, degrees, steps and
+/// optimizer (`hidden 32, vocab 67, TP 2, 3 steps, sgd lr 0.05`).
+pub fn summary_of(g: &ResolvedGraph) -> String {
+    let mut parts: Vec<String> = g.dims.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    if g.parallel.tp > 1 {
+        parts.push(format!("TP {}", g.parallel.tp));
+    }
+    if g.parallel.dp > 1 {
+        parts.push(format!("DP {}", g.parallel.dp));
+    }
+    let t = &g.train;
+    parts.push(if t.micro_steps > 1 {
+        format!("{} steps x {} micro-steps", t.steps, t.micro_steps)
+    } else {
+        format!("{} steps", t.steps)
+    });
+    let opt = match t.optimizer {
+        Optimizer::Sgd {
+            momentum, nesterov, ..
+        } if momentum != 0.0 => {
+            if nesterov {
+                "sgd nesterov"
+            } else {
+                "sgd momentum"
+            }
+        }
+        Optimizer::Sgd { .. } => "sgd",
+        Optimizer::Adam {
+            decoupled: true, ..
+        } => "adamw",
+        Optimizer::Adam { .. } => "adam",
+    };
+    parts.push(format!("{opt} lr {}", t.optimizer.lr() as f32));
+    parts.join(", ")
 }
 
 fn err(file: &str, key: String, msg: impl Into<String>) -> InputError {
@@ -614,6 +663,9 @@ impl Scenario for GraphScenario {
     }
     fn summary(&self) -> String {
         self.summary.clone()
+    }
+    fn asserted_comparison(&self) -> Comparison {
+        self.compare
     }
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
         let plan = &self.plans[param];

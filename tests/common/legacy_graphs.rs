@@ -1,5 +1,5 @@
 //! T1 and T2 as resolved graphs, built by hand from the legacy config tables (the tables the
-//! hand-written modules read). Shared by the bit-identity test and the A/B timing example.
+//! hand-written modules read). Used by the bit-identity test.
 
 use seedsweep::config::CommonConfig;
 use seedsweep::graph::ir::*;
