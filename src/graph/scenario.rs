@@ -396,24 +396,24 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                         return Err(err(file, key("bias"), format!("the bias must be [{n}]")));
                     }
                 }
-                if !matches!(parallel, LinearParallel::None | LinearParallel::Row) {
-                    return Err(err(
-                        file,
-                        key("parallel"),
-                        "column parallelism is not supported by the executor yet; allowed: none, row",
-                    ));
-                }
-                if parallel == LinearParallel::Row
-                    && g.parallel.shard_rule.ranges(k, g.parallel.tp).is_none()
-                {
-                    return Err(err(
-                        file,
-                        key("parallel"),
-                        format!(
-                            "{k} input features do not split over tp = {}",
-                            g.parallel.tp
-                        ),
-                    ));
+                let split = match parallel {
+                    LinearParallel::None => None,
+                    LinearParallel::Row => Some(("input features", k)),
+                    LinearParallel::Column | LinearParallel::ColumnGather => {
+                        Some(("output features", n))
+                    }
+                };
+                if let Some((what, total)) = split {
+                    if g.parallel.shard_rule.ranges(total, g.parallel.tp).is_none() {
+                        return Err(err(
+                            file,
+                            key("parallel"),
+                            format!(
+                                "{total} {what} do not split over tp = {} under the shard rule",
+                                g.parallel.tp
+                            ),
+                        ));
+                    }
                 }
             }
             Op::Activation { kind, x, .. } => {

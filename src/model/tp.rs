@@ -393,6 +393,66 @@ mod tests {
     }
 
     #[test]
+    fn column_parallel_output_and_weight_grads_equal_the_unsharded_layer() {
+        // Splitting the output features changes no reduction: every output element and every
+        // weight-gradient row is the same dot product, so the f64 results are bit-identical;
+        // the input gradient is a sum of per-rank partials (rank order in f64), which only
+        // regroups the reduction over the outputs, so it agrees to f64 rounding (1e-12 on
+        // O(1) values of 7 terms).
+        use crate::backend::{Backend, F64Backend};
+        let (m, k, n) = (2, 3, 7);
+        let x: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+        let w: Vec<f64> = (0..n * k).map(|i| (i as f64 * 0.91).cos()).collect();
+        let b: Vec<f64> = (0..n).map(|i| i as f64 * 0.1).collect();
+        let dy: Vec<f64> = (0..m * n).map(|i| (i as f64 * 0.53).sin()).collect();
+        let mut be = F64Backend::default();
+        let mut y1 = vec![0.0; m * n];
+        crate::model::layers::linear(&mut be, &x, &w, Some(&b), &mut y1, m, k, n);
+        let shards = shard_ranges(n, 3, 1);
+        let mut buf = RowParallelBuffers::default();
+        let mut y2 = vec![0.0; m * n];
+        column_parallel_forward(
+            &mut be,
+            &x,
+            &w,
+            Some(&b),
+            &mut y2,
+            m,
+            k,
+            n,
+            &shards,
+            &mut buf,
+        );
+        assert_eq!(y1, y2);
+        let (mut dw1, mut dx1) = (vec![0.0; n * k], vec![0.0; m * k]);
+        be.matmul_tn(&dy, &x, &mut dw1, n, m, k);
+        be.matmul(&dy, &w, &mut dx1, m, n, k);
+        let (mut dw2, mut db2, mut dx2) = (vec![0.0; n * k], vec![0.0; n], vec![0.0; m * k]);
+        column_parallel_backward(
+            &mut be,
+            &x,
+            &w,
+            &dy,
+            Some(&mut dw2),
+            Some(&mut db2),
+            Some(&mut dx2),
+            m,
+            k,
+            n,
+            &shards,
+            TpFaults::default(),
+            &mut buf,
+        );
+        assert_eq!(dw1, dw2);
+        for (a, b) in dx1.iter().zip(&dx2) {
+            assert!((a - b).abs() < 1e-12);
+        }
+        let mut db1 = vec![0.0; n];
+        crate::model::layers::column_sums(&dy, n, &mut db1);
+        assert_eq!(db1, db2);
+    }
+
+    #[test]
     fn column_gather_and_scatter_round_trip() {
         let src: Vec<f64> = (0..12).map(f64::from).collect();
         let mut shard = vec![0.0; 6];
