@@ -58,6 +58,47 @@ pub struct Group {
     pub mutant: Option<Mutant>,
 }
 
+/// A parsed scenario config: a file in the scenario language (run by the graph executor) or
+/// a config of a hand-written scenario kind.
+enum Source {
+    Graph(Box<crate::lang::ScenarioFile>),
+    Legacy(Box<crate::config::CommonConfig>),
+}
+
+impl Source {
+    fn parse(file: &str, text: &str) -> Result<Self, InputError> {
+        if crate::lang::is_scenario_file(text) {
+            Ok(Self::Graph(Box::new(crate::lang::parse_file(file, text)?)))
+        } else {
+            Ok(Self::Legacy(Box::new(parse_scenario_config(file, text)?)))
+        }
+    }
+    fn common(&self) -> &crate::config::CommonConfig {
+        match self {
+            Self::Graph(f) => &f.common,
+            Self::Legacy(c) => c,
+        }
+    }
+    /// `--rng`: every draw of the scenario from generator `r`.
+    fn set_rng(&mut self, r: RngKind) {
+        match self {
+            Self::Graph(f) => {
+                f.common.rng = r;
+                for g in &mut f.lowered {
+                    g.rng = r;
+                }
+            }
+            Self::Legacy(c) => c.rng = r,
+        }
+    }
+    fn build(self) -> Result<Box<dyn crate::scenario::Scenario>, InputError> {
+        match self {
+            Self::Graph(f) => Ok(Box::new(crate::graph::GraphScenario::from_file(*f)?)),
+            Self::Legacy(c) => build(*c),
+        }
+    }
+}
+
 impl Catalog {
     /// Loads the built-ins, then each config file in order. `rng` overrides every
     /// scenario's generator when given.
@@ -65,10 +106,7 @@ impl Catalog {
         let mut profiles = ProfileRegistry::builtin()?;
         let mut commons = Vec::new();
         for (file, text) in BUILTIN_SCENARIOS {
-            commons.push(parse_scenario_config(
-                &format!("built-in configs/{file}"),
-                text,
-            )?);
+            commons.push(Source::parse(&format!("built-in configs/{file}"), text)?);
         }
         let mut from_configs = Vec::new();
         for path in configs {
@@ -82,7 +120,8 @@ impl Catalog {
                 profiles.add_revealed(orders)?;
                 continue;
             }
-            let common = parse_scenario_config(&path.display().to_string(), &text)?;
+            let source = Source::parse(&path.display().to_string(), &text)?;
+            let common = source.common();
             if from_configs.contains(&common.name) {
                 return Err(InputError::flag(
                     "--config",
@@ -94,24 +133,26 @@ impl Catalog {
                 )
                 .into());
             }
-            from_configs.push(common.name.clone());
-            match commons.iter().position(|c| c.name == common.name) {
-                Some(i) => commons[i] = common,
-                None => commons.push(common),
+            let name = common.name.clone();
+            from_configs.push(name.clone());
+            match commons.iter().position(|c| c.common().name == name) {
+                Some(i) => commons[i] = source,
+                None => commons.push(source),
             }
         }
         let mut scenarios = Vec::new();
-        for mut common in commons {
-            profiles.add(&common.file, &common.extra_profiles)?;
+        for mut source in commons {
             if let Some(r) = rng {
-                common.rng = r;
+                source.set_rng(r);
             }
+            let common = source.common();
+            profiles.add(&common.file, &common.extra_profiles)?;
             for spec in &common.profiles {
                 profiles.resolve(spec, "default_profiles").map_err(|e| {
                     InputError::config(&common.file, "default_profiles", e.to_string())
                 })?;
             }
-            scenarios.push(build(common)?);
+            scenarios.push(source.build()?);
         }
         for s in &scenarios {
             let names: Vec<&str> = s.policies().iter().map(|p| p.name.as_str()).collect();

@@ -155,9 +155,17 @@ pub fn per_run(catalog: &Catalog, g: &Group) -> (u64, String) {
         }
     }
     let mut r: u128 = 1;
-    for key in ["steps", "accum", "rounds", "inner_steps"] {
-        if let Some(v) = c.model.get(key).and_then(|v| v.as_integer()) {
-            r = r.saturating_mul(v.max(1) as u128);
+    // Legacy configs keep these in [model]; scenario-language files in [train] and
+    // [train.outer] (which `model` holds as tables).
+    let train = c.model.get("train").and_then(|v| v.as_table());
+    let outer = train
+        .and_then(|t| t.get("outer"))
+        .and_then(|v| v.as_table());
+    for key in ["steps", "accum", "micro_steps", "rounds", "inner_steps"] {
+        for table in [Some(&c.model), train, outer].into_iter().flatten() {
+            if let Some(v) = table.get(key).and_then(|v| v.as_integer()) {
+                r = r.saturating_mul(v.max(1) as u128);
+            }
         }
     }
     let bytes = (3 * 8 * numel)

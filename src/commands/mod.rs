@@ -10,6 +10,7 @@ use crate::cli::Action;
 use crate::config::RngKind;
 
 pub mod bench;
+pub mod check;
 pub mod explain;
 pub mod list;
 pub mod merge;
@@ -62,6 +63,7 @@ pub fn dispatch(action: Action) -> anyhow::Result<i32> {
             emit(&list::list(&c)?);
             Ok(0)
         }
+        Action::Check(path) => check::check(&path),
     }
 }
 

@@ -1,4 +1,6 @@
-//! Scenarios: one file per mirrored test.
+//! Scenarios: the [`Scenario`] trait every mirrored test implements, and the hand-written
+//! scenario kinds that are not yet graphs (DiLoCo). Tests described in the scenario language
+//! run through [`crate::graph::GraphScenario`].
 //!
 //! A scenario runs one (parametrization, profile, seed) as three computations of the same
 //! model code, and records what its checks compare into three [`Trace`]s:
@@ -17,8 +19,6 @@ use crate::trace::Trace;
 
 pub mod diloco;
 pub mod maxtext_diloco;
-pub mod row_parallel;
-pub mod tied_row_parallel;
 
 /// One check of a parametrization.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,22 +161,19 @@ pub trait Scenario: Send + Sync {
 /// Builds a scenario from a parsed config.
 pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
     match common.kind.as_str() {
-        tied_row_parallel::KIND => Ok(Box::new(tied_row_parallel::TiedRowParallel::new(common)?)),
-        row_parallel::KIND => Ok(Box::new(row_parallel::RowParallel::new(common)?)),
         maxtext_diloco::KIND => Ok(Box::new(maxtext_diloco::MaxtextDiloco::new(common)?)),
         diloco::KIND => Ok(Box::new(diloco::Diloco::new(common)?)),
         other => Err(InputError::config(
             &common.file,
             "scenario",
-            unknown_name("scenario kind", other, KINDS),
+            format!(
+                "{}; other tests are files in the scenario language (docs/scenario-language.md: \
+                 no `scenario` key, a [[layers]] list), as configs/deepspeed_row_parallel.toml",
+                unknown_name("scenario kind", other, KINDS)
+            ),
         )),
     }
 }
 
 /// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[
-    tied_row_parallel::KIND,
-    row_parallel::KIND,
-    maxtext_diloco::KIND,
-    diloco::KIND,
-];
+pub const KINDS: &[&str] = &[maxtext_diloco::KIND, diloco::KIND];

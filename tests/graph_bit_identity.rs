@@ -1,0 +1,260 @@
+//! Bit-identity gate of the graph executor for T1 (`deepspeed-tied-row-parallel`) and T2
+//! (`deepspeed-row-parallel`), the two built-ins that were hand-written modules
+//! (`src/scenario/tied_row_parallel.rs`, `row_parallel.rs`, removed in the commit that
+//! switched the built-ins to the scenario language).
+//!
+//! Before the removal this file compared the executor's three traces (f64, reference,
+//! sharded: every value's bits, every slot's check, step and role, the condition and
+//! self-expected slots included) with the modules' for every parametrization, every built-in
+//! profile and six modified ones, every mutant, 30 seeds (10 per mutant), torch and ChaCha
+//! generators, with the graphs built by hand and lowered from the language files, and the
+//! metadata (ids, checks, check names, derived mutants in order, policies, comparison). It
+//! also wrote `tests/data/graph_golden_t1t2.txt` from the modules: one FNV-1a digest of 10
+//! seeds' traces per (parametrization, profile, mutant), 900 lines. What remains:
+//! - both graph paths (built by hand from the legacy tables in `tests/data/legacy/`, and the
+//!   built-in language files as the product loads them) reproduce every golden digest;
+//! - the two paths give identical traces, slot by slot and bit by bit, for 30 seeds under
+//!   both generators;
+//! - the digest separates different computations (it is not constant).
+
+#[path = "common/legacy_graphs.rs"]
+mod legacy_graphs;
+
+use legacy_graphs::{t1_graphs, t2_graphs};
+use seedsweep::catalog::Catalog;
+use seedsweep::config::{parse_scenario_config, RngKind};
+use seedsweep::graph::scenario::merged_check_names;
+use seedsweep::graph::GraphScenario;
+use seedsweep::mutant::Mutant;
+use seedsweep::profile::ProfileRegistry;
+use seedsweep::scenario::{Scenario, Workspace};
+
+const T1: &str = include_str!("data/legacy/deepspeed_tied_row_parallel.toml");
+const T2: &str = include_str!("data/legacy/deepspeed_row_parallel.toml");
+
+/// The scenario from graphs built by hand, and the built-in from its language file.
+fn pair(text: &str, file: &str, rng: Option<&str>) -> (Box<dyn Scenario>, Box<dyn Scenario>) {
+    let text = match rng {
+        Some(r) => text.replace("rng = \"torch\"", &format!("rng = \"{r}\"")),
+        None => text.to_string(),
+    };
+    let common = parse_scenario_config(file, &text).unwrap();
+    let mut catalog =
+        Catalog::load(&[] as &[&str], rng.map(|r| RngKind::parse(r).unwrap())).unwrap();
+    let i = catalog.scenario_index(&common.name, "--scenario").unwrap();
+    let from_file = catalog.scenarios.swap_remove(i);
+    let graphs = if common.name == "deepspeed-tied-row-parallel" {
+        t1_graphs(&common)
+    } else {
+        t2_graphs(&common)
+    };
+    let names = merged_check_names(&graphs);
+    let hand = GraphScenario::new(common, graphs, names, from_file.summary()).unwrap();
+    (Box::new(hand), from_file)
+}
+
+fn same_traces(
+    a: &seedsweep::scenario::Traces,
+    b: &seedsweep::scenario::Traces,
+) -> Result<(), String> {
+    for (name, x, y) in [
+        ("f64", &a.f64, &b.f64),
+        ("reference", &a.reference, &b.reference),
+        ("sharded", &a.sharded, &b.sharded),
+    ] {
+        if x.slots != y.slots {
+            return Err(format!(
+                "{name}: slots differ: {:?} vs {:?}",
+                x.slots.len(),
+                y.slots.len()
+            ));
+        }
+        if let Some(i) = (0..x.values.len().max(y.values.len()))
+            .find(|&i| x.values.get(i).map(|v| v.to_bits()) != y.values.get(i).map(|v| v.to_bits()))
+        {
+            return Err(format!(
+                "{name}: value {i} differs: {:?} vs {:?}",
+                x.values.get(i),
+                y.values.get(i)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn profiles() -> Vec<seedsweep::profile::Profile> {
+    let reg = ProfileRegistry::builtin().unwrap();
+    let mut out: Vec<_> = reg.profiles().cloned().collect();
+    for spec in [
+        "cpu-fma+mkl-threads-2",
+        "cpu-fma+tanh-cr",
+        "cpu-fma+allreduce-tree",
+        "cpu-fma+allreduce-bf16",
+        "cpu-fma+torch-avx512",
+        "f32+allreduce-rank-order",
+    ] {
+        out.push(reg.resolve(spec, "--profile").unwrap());
+    }
+    out
+}
+
+fn gate(text: &str, file: &str, rng: Option<&str>, seeds: u64) {
+    let (a, b) = pair(text, file, rng);
+    assert_eq!(a.param_ids(), b.param_ids());
+    assert_eq!(a.all_check_names(), b.all_check_names());
+    assert_eq!(a.mutants(), b.mutants());
+    assert_eq!(a.policies(), b.policies());
+    let mut mutants: Vec<Option<Mutant>> = vec![None];
+    mutants.extend(a.mutants().iter().copied().map(Some));
+    let (mut wa, mut wb) = (Workspace::default(), Workspace::default());
+    for param in 0..a.param_ids().len() {
+        assert_eq!(a.checks(param), b.checks(param), "checks of param {param}");
+        for profile in profiles() {
+            for &mutant in &mutants {
+                wa.mutant = mutant;
+                wb.mutant = mutant;
+                let first = a.common().first_seed;
+                // Every seed for the clean runs; a third of them for each mutant.
+                let n = if mutant.is_none() {
+                    seeds
+                } else {
+                    seeds.div_ceil(3)
+                };
+                for seed in first..first + n {
+                    a.run(param, seed, &profile, &mut wa);
+                    b.run(param, seed, &profile, &mut wb);
+                    if let Err(e) = same_traces(&wa.traces, &wb.traces) {
+                        panic!(
+                            "{file} param {} profile {} mutant {:?} seed {seed}: {e}",
+                            a.param_ids()[param],
+                            profile.name,
+                            mutant.map(|m| m.name())
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// FNV-1a 64 over every slot (check, step, micro, role, length) and every value's bits of the
+/// three traces.
+fn digest(t: &seedsweep::scenario::Traces, h: &mut u64) {
+    let mut eat = |x: u64| {
+        for b in x.to_le_bytes() {
+            *h ^= b as u64;
+            *h = h.wrapping_mul(0x100000001b3);
+        }
+    };
+    for tr in [&t.f64, &t.reference, &t.sharded] {
+        for s in &tr.slots {
+            eat(s.check as u64);
+            eat(s.step.step as u64);
+            eat(s.step.micro.map_or(u64::MAX, |m| m as u64));
+            eat(s.role as u64);
+            eat(s.len as u64);
+        }
+        for v in &tr.values {
+            eat(v.to_bits());
+        }
+    }
+}
+
+/// One line per (parametrization, profile, mutant): the digest of 10 seeds' traces.
+fn golden_lines(s: &dyn Scenario, name: &str) -> Vec<String> {
+    let mut mutants: Vec<Option<Mutant>> = vec![None];
+    mutants.extend(s.mutants().iter().copied().map(Some));
+    let mut ws = Workspace::default();
+    let mut out = Vec::new();
+    for (param, id) in s.param_ids().iter().enumerate() {
+        for profile in profiles() {
+            for &mutant in &mutants {
+                ws.mutant = mutant;
+                let mut h = 0xcbf29ce484222325u64;
+                let first = s.common().first_seed;
+                for seed in first..first + 10 {
+                    s.run(param, seed, &profile, &mut ws);
+                    digest(&ws.traces, &mut h);
+                }
+                out.push(format!(
+                    "{name} {id} {} {} {h:016x}",
+                    profile.name,
+                    mutant.map_or("clean", |m| m.name())
+                ));
+            }
+        }
+    }
+    out
+}
+
+const GOLDEN: &str = include_str!("data/graph_golden_t1t2.txt");
+
+/// The golden digests were written from the hand-written T1/T2 modules, before their
+/// removal, by this test's earlier form; both graph paths must reproduce every line.
+#[test]
+fn graphs_reproduce_the_golden_digests_of_the_hand_written_modules() {
+    let (mut hand, mut file) = (Vec::new(), Vec::new());
+    for (text, name) in [(T1, "t1"), (T2, "t2")] {
+        let (a, b) = pair(text, name, None);
+        hand.extend(golden_lines(a.as_ref(), &a.common().name));
+        file.extend(golden_lines(b.as_ref(), &b.common().name));
+    }
+    assert_eq!(GOLDEN.lines().count(), hand.len());
+    for ((want, h), f) in GOLDEN.lines().zip(&hand).zip(&file) {
+        assert_eq!(want, h, "graphs built by hand");
+        assert_eq!(want, f, "built-in language file");
+    }
+}
+
+#[test]
+fn hand_built_and_file_lowered_graphs_give_identical_traces() {
+    gate(T1, "t1", None, 30);
+    gate(T2, "t2", None, 30);
+}
+
+#[test]
+fn so_do_they_under_the_chacha_generator() {
+    gate(T1, "t1-chacha", Some("chacha"), 6);
+    gate(T2, "t2-chacha", Some("chacha"), 6);
+}
+
+#[test]
+fn the_comparison_and_the_digest_detect_a_different_computation() {
+    // Seeds 8173 and 8174 draw different weights: both must tell the runs apart.
+    let (a, b) = pair(T1, "t1", None);
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "--profile")
+        .unwrap();
+    let (mut wa, mut wb) = (Workspace::default(), Workspace::default());
+    a.run(1, 8173, &profile, &mut wa);
+    b.run(1, 8174, &profile, &mut wb);
+    assert!(same_traces(&wa.traces, &wb.traces).is_err());
+    let (mut ha, mut hb) = (0u64, 0u64);
+    digest(&wa.traces, &mut ha);
+    digest(&wb.traces, &mut hb);
+    assert_ne!(ha, hb);
+    b.run(1, 8173, &profile, &mut wb);
+    assert!(same_traces(&wa.traces, &wb.traces).is_ok());
+}
+
+#[test]
+fn merged_check_names_keep_each_graphs_order() {
+    let common = parse_scenario_config("t2", T2).unwrap();
+    let graphs = t2_graphs(&common);
+    assert_eq!(
+        merged_check_names(&graphs),
+        [
+            "logits",
+            "loss",
+            "input_grad",
+            "projection_grad",
+            "head_grad",
+            "bias_grad",
+            "sgd_update",
+            "projection_weight",
+            "head_weight",
+            "bias"
+        ]
+    );
+}
