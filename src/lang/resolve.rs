@@ -14,7 +14,7 @@ use super::spec::{
 };
 
 /// Most tensor elements a graph may hold (inputs, parameters and activations, once each).
-pub const MAX_GRAPH_ELEMENTS: usize = 1 << 26;
+pub const MAX_GRAPH_ELEMENTS: usize = 1 << 30;
 
 /// Element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -989,7 +989,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
         return Err(ctx.err(
             "dims",
             format!(
-                "the graph's tensors hold {elements} elements; allowed: at most {MAX_GRAPH_ELEMENTS} (2^26), since every one is kept in f32 and f64 with its gradient; use smaller dims"
+                "the graph's tensors hold {elements} elements; allowed: at most {MAX_GRAPH_ELEMENTS} (2^30), since every one is kept in f32 and f64 with its gradient; use smaller dims"
             ),
         ));
     }
