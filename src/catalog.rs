@@ -12,6 +12,46 @@ use crate::mutant::Mutant;
 use crate::profile::{Profile, ProfileRegistry};
 use crate::scenario::{build, Scenario};
 
+/// A scenario config as parsed: a file in the scenario language, or a hand-written
+/// scenario's config (`scenario = "<kind>"`).
+enum Source {
+    Lang(Box<crate::lang::ScenarioFile>),
+    Legacy(Box<crate::config::CommonConfig>),
+}
+
+impl Source {
+    fn parse(file: &str, text: &str) -> Result<Self, InputError> {
+        Ok(if crate::lang::is_scenario_file(text) {
+            Self::Lang(Box::new(crate::lang::parse_file(file, text)?))
+        } else {
+            Self::Legacy(Box::new(parse_scenario_config(file, text)?))
+        })
+    }
+    fn common(&self) -> &crate::config::CommonConfig {
+        match self {
+            Self::Lang(f) => &f.common,
+            Self::Legacy(c) => c,
+        }
+    }
+    fn set_rng(&mut self, rng: RngKind) {
+        match self {
+            Self::Lang(f) => {
+                f.common.rng = rng;
+                for g in &mut f.lowered {
+                    g.rng = rng;
+                }
+            }
+            Self::Legacy(c) => c.rng = rng,
+        }
+    }
+    fn build(self) -> Result<Box<dyn Scenario>, InputError> {
+        match self {
+            Self::Lang(f) => crate::lang::build::build(*f),
+            Self::Legacy(c) => build(*c),
+        }
+    }
+}
+
 /// Scenarios and profiles.
 pub struct Catalog {
     /// Scenarios, built-ins first in a fixed order, then configs (a config with a built-in's
@@ -56,47 +96,6 @@ pub struct Group {
     pub tolerances: Vec<Vec<Tolerance>>,
     /// The bug injected into the sharded computation; `None` for the clean run.
     pub mutant: Option<Mutant>,
-}
-
-/// A parsed scenario config: a file in the scenario language (run by the graph executor) or
-/// a config of a hand-written scenario kind.
-enum Source {
-    Graph(Box<crate::lang::ScenarioFile>),
-    Legacy(Box<crate::config::CommonConfig>),
-}
-
-impl Source {
-    fn parse(file: &str, text: &str) -> Result<Self, InputError> {
-        if crate::lang::is_scenario_file(text) {
-            Ok(Self::Graph(Box::new(crate::lang::parse_file(file, text)?)))
-        } else {
-            Ok(Self::Legacy(Box::new(parse_scenario_config(file, text)?)))
-        }
-    }
-    fn common(&self) -> &crate::config::CommonConfig {
-        match self {
-            Self::Graph(f) => &f.common,
-            Self::Legacy(c) => c,
-        }
-    }
-    /// `--rng`: every draw of the scenario from generator `r`.
-    fn set_rng(&mut self, r: RngKind) {
-        match self {
-            Self::Graph(f) => {
-                f.common.rng = r;
-                for g in &mut f.lowered {
-                    g.rng = r;
-                }
-            }
-            Self::Legacy(c) => c.rng = r,
-        }
-    }
-    fn build(self) -> Result<Box<dyn crate::scenario::Scenario>, InputError> {
-        match self {
-            Self::Graph(f) => Ok(Box::new(crate::graph::GraphScenario::from_file(*f)?)),
-            Self::Legacy(c) => build(*c),
-        }
-    }
 }
 
 impl Catalog {

@@ -666,8 +666,8 @@ fn numeric_and_enumerated_config_keys_are_checked_naming_the_key() {
         (t1.replace("lr = 0.05", "lr = 1e39"), "train.lr"),
         (t1.replace("zero_stage = 2", "zero_stage = 7"), "zero_stage"),
         (
-            t2.replacen("optimizer = \"sgd\"", "optimizer = \"nope\"", 1),
-            "train.optimizer",
+            t2.replacen("parallel = \"row\"", "parallel = \"rows\"", 1),
+            "layers[2].parallel",
         ),
         (
             t1.replace(
