@@ -28,11 +28,15 @@ script refuses to run under another capability unless --any-capability is given.
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/builtins_torch.py          # all
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/builtins_torch.py --only megatron-tp-mlp
 
-Tensors of at most HEX_LIMIT elements are stored in full (`hex`: 8 hex digits per element,
-big-endian digits of the u32 bit pattern, elements in row-major order); every tensor also
-carries `fnv1a64`, the 64-bit FNV-1a hash of its little-endian f32 bytes, so that large
-tensors (the 128 x 128 weight gradients) are still compared bit for bit while the files stay
-small.
+Seeds follow the scenario language (docs/scenario-language.md): the sweep seed seeds the
+weights (`torch.manual_seed(seed)`, then the modules in construction order with torch's
+defaults), and micro-step m of step s draws its inputs after
+`torch.manual_seed(data_seed + micro_steps*s + m)`.
+
+Every tensor carries `fnv1a64`, the 64-bit FNV-1a hash of its little-endian f32 bytes, so
+every tensor is compared bit for bit; its elements (`hex`: 8 hex digits per element, the u32
+bit pattern, row-major) are stored where it is small (see `compact`), which keeps each file
+at 20-70 KB.
 """
 import argparse
 import json
@@ -46,7 +50,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HEX_LIMIT = 32           # tensors up to this size keep every element at every step
-HEX_LIMIT_FIRST = 800    # ... and up to this size at the first step / micro-step
+HEX_LIMIT_FIRST = 820    # ... and up to this size at the first step / micro-step
 FIRST_SEED = 8173
 
 
@@ -79,11 +83,11 @@ enc_full = enc
 
 
 # Tensors recorded after an optimizer step (their label is the step), not needed in full.
-POST_STEP = {"params", "projection_weight", "head_weight", "bias", "fc1_weight", "fc2_weight",
-             "fc2_bias"}
+POST_STEP = {"params", "projection_weight", "head_weight", "bias", "fc1_weight", "fc1_bias",
+             "fc2_weight", "fc2_bias"}
 
 
-def compact(tensors, first_run):
+def compact(tensors, first_run, hex_limit=HEX_LIMIT):
     """Keeps `hex` of tensors of at most HEX_LIMIT elements, and, in the first run (seed) of
     each parametrization, of at most HEX_LIMIT_FIRST elements at the first step or micro-step
     (label `0.0`, or `0` for a forward / backward tensor, or no label); the digest stays on
@@ -92,7 +96,7 @@ def compact(tensors, first_run):
         name, label = key.split("@", 1) if "@" in key else (key, "")
         n = math.prod(t["shape"]) if t["shape"] else 1
         first = first_run and (label in ("", "0.0") or (label == "0" and name not in POST_STEP))
-        if "hex" in t and not (n <= HEX_LIMIT or (first and n <= HEX_LIMIT_FIRST)):
+        if "hex" in t and not (n <= hex_limit or (first and n <= HEX_LIMIT_FIRST)):
             del t["hex"]
 
 
@@ -186,15 +190,21 @@ TP_LAYER_PARAMS = [  # pytest ids: the lower decorator (tp_overlap_comm) first, 
 TP_HIDDEN = 128
 
 
+TP_DATA_SEED = 0
+
+
 def tp_layer_inputs(seed):
-    """The test's draws: the harness's seed, SequentialLinearModel(128) (one nn.Linear built
-    before the input), input = randn(1, 128); then process_linear_layer's manual_seed(42) and
-    nn.Linear(128, 128)."""
+    """The compared layer and the input, drawn as the scenario language draws them: the sweep
+    seed seeds the weights, `torch.manual_seed(seed); nn.Linear(128, 128)`, which at seed 42 is
+    the test's own `process_linear_layer` (its `torch.manual_seed(42)`); the input,
+    `randn(1, 128)` with requires_grad, after `torch.manual_seed(TP_DATA_SEED)` ([data] seed).
+    (In the test the input comes from whatever state the harness left the generator in, after
+    `SequentialLinearModel(128)`'s draws; it is broadcast from the TP group's first rank, so
+    every rank holds the same input.)"""
     torch.manual_seed(seed)
-    nn.Linear(TP_HIDDEN, TP_HIDDEN)  # SequentialLinearModel.linears[0]
-    x = torch.randn(1, TP_HIDDEN, requires_grad=True)
-    torch.manual_seed(42)
     lin = nn.Linear(TP_HIDDEN, TP_HIDDEN)
+    torch.manual_seed(TP_DATA_SEED)
+    x = torch.randn(1, TP_HIDDEN, requires_grad=True)
     return x, lin
 
 
@@ -205,7 +215,7 @@ def run_tp_row(param, seed):
     # reference: process_linear_layer
     out_ref = lin(x)
     out_ref.sum().backward()
-    ref = {"out": enc(out_ref), "weight_grad": enc(lin.weight.grad), "bias_grad": enc(lin.bias.grad)}
+    ref = {"out@0": enc(out_ref), "weight_grad@0": enc(lin.weight.grad), "bias_grad@0": enc(lin.bias.grad)}
     # sharded: LinearAllreduce (training mode): weight chunked along dim -1, bias replicated
     xs = torch.chunk(x.detach(), tp, dim=-1)
     ws = [nn.Parameter(c.contiguous()) for c in torch.chunk(w0, tp, dim=-1)]
@@ -220,11 +230,11 @@ def run_tp_row(param, seed):
         o.sum().backward()
         partial[r].backward(red.grad)
         outs.append(o)
-    shd = {"out": enc(outs[0]), "weight_grad": enc(torch.cat([w.grad for w in ws], dim=1)),
-           "bias_grad": enc(bs[0].grad)}
+    shd = {"out@0": enc(outs[0]), "weight_grad@0": enc(torch.cat([w.grad for w in ws], dim=1)),
+           "bias_grad@0": enc(bs[0].grad)}
     for r in range(1, tp):
         assert torch.equal(outs[r], outs[0]) and torch.equal(bs[r].grad, bs[0].grad)
-    inputs = {"x": enc_full(x), "weight@init": enc(w0), "bias@init": enc(b0)}
+    inputs = {"x@0": enc_full(x), "weight@init": enc(w0), "bias@init": enc(b0)}
     return {"reference": ref, "sharded": shd}, inputs, {"w": w0, "b": b0}
 
 
@@ -234,7 +244,7 @@ def run_tp_column(param, seed):
     w0, b0 = lin.weight.detach().clone(), lin.bias.detach().clone()
     out_ref = lin(x)
     out_ref.sum().backward()
-    ref = {"out": enc(out_ref), "weight_grad": enc(lin.weight.grad), "bias_grad": enc(lin.bias.grad)}
+    ref = {"out@0": enc(out_ref), "weight_grad@0": enc(lin.weight.grad), "bias_grad@0": enc(lin.bias.grad)}
     # sharded: LinearLayer (training mode): weight and bias chunked along dim 0
     ws = [nn.Parameter(c.contiguous()) for c in torch.chunk(w0, tp, dim=0)]
     bs = [nn.Parameter(c.contiguous()) for c in torch.chunk(b0, tp, dim=0)]
@@ -252,9 +262,9 @@ def run_tp_column(param, seed):
             ws[r].grad = g.view(-1, g.shape[-1]).t().matmul(xin.view(-1, xin.shape[-1]))
             bs[r].grad = g.sum(0)
         outs.append(o)
-    shd = {"out": enc(torch.cat(outs, dim=-1)), "weight_grad": enc(torch.cat([w.grad for w in ws], dim=0)),
-           "bias_grad": enc(torch.cat([b.grad for b in bs], dim=0))}
-    inputs = {"x": enc_full(x), "weight@init": enc(w0), "bias@init": enc(b0)}
+    shd = {"out@0": enc(torch.cat(outs, dim=-1)), "weight_grad@0": enc(torch.cat([w.grad for w in ws], dim=0)),
+           "bias_grad@0": enc(torch.cat([b.grad for b in bs], dim=0))}
+    inputs = {"x@0": enc_full(x), "weight@init": enc(w0), "bias@init": enc(b0)}
     return {"reference": ref, "sharded": shd}, inputs, {"w": w0, "b": b0}
 
 
@@ -268,15 +278,16 @@ MLP_SEQ, MLP_BATCH, MLP_STEPS, MLP_LR, MLP_INPUT_SEED = 4, 2, 3, 0.1, 100
 
 
 def mlp_init(seed, h, f):
-    """Megatron CPU init (_initialize_affine_weight_cpu): master weights drawn in module
-    construction order with init_method_normal(0.02) for fc1 and scaled_init_method_normal
-    (0.02, num_layers=1) = normal(0, 0.02 / sqrt(2)) for fc2; biases zero."""
+    """torch's layer defaults in module construction order, as the language's `[init]
+    scheme = "torch"`: `torch.manual_seed(seed); fc1 = nn.Linear(h, f); fc2 = nn.Linear(f, h)`.
+    (Megatron itself draws its master weights with init_method_normal(0.02) and zeroes the
+    biases; the block's arithmetic, which is what this scenario mirrors, does not depend on
+    the init.)"""
     torch.manual_seed(seed)
-    w1 = torch.empty(f, h)
-    torch.nn.init.normal_(w1, mean=0.0, std=0.02)
-    w2 = torch.empty(h, f)
-    torch.nn.init.normal_(w2, mean=0.0, std=0.02 / math.sqrt(2.0 * 1))
-    return w1, torch.zeros(f), w2, torch.zeros(h)
+    fc1 = nn.Linear(h, f)
+    fc2 = nn.Linear(f, h)
+    return (fc1.weight.detach().clone(), fc1.bias.detach().clone(),
+            fc2.weight.detach().clone(), fc2.bias.detach().clone())
 
 
 def mlp_inputs(step, h):
@@ -354,8 +365,10 @@ def run_mlp(param, seed):
     mlp_run(seed, h, f, 1, ref, inputs)
     mlp_run(seed, h, f, tp, shd)
     w1, b1, w2, b2 = mlp_init(seed, h, f)
-    inputs["fc1_weight@init"] = enc_full(w1)
-    inputs["fc2_weight@init"] = enc_full(w2)
+    inputs["fc1_weight@init"] = enc(w1)
+    inputs["fc1_bias@init"] = enc(b1)
+    inputs["fc2_weight@init"] = enc(w2)
+    inputs["fc2_bias@init"] = enc(b2)
     return {"reference": ref, "sharded": shd}, inputs, None
 
 
@@ -363,16 +376,18 @@ def run_mlp(param, seed):
 # Megatron vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
 # ---------------------------------------------------------------------------------------
 
-CE_PARAMS = [("16-32-2", 16, 32, 2), ("16-32-4", 16, 32, 4)]
+CE_PARAMS = [("16-16-32-2", 16, 16, 32, 2), ("16-16-32-4", 16, 16, 32, 4)]  # tokens, hidden, vocab, tp
+CE_DATA_SEED = 100
 
 
-def vocab_parallel_ce(logits, target, tp):
-    """Megatron's _VocabParallelCrossEntropy forward and backward (grad_output of loss.mean()),
-    rank by rank on vocab slices of `logits`; tp = 1 is the unsharded reference (the same
-    function with a model-parallel world of one, every all-reduce the identity)."""
-    tokens, vocab = logits.shape
-    part = vocab // tp
-    lp = [logits[:, r * part:(r + 1) * part].clone() for r in range(tp)]
+def vocab_parallel_ce(logits_parts, target):
+    """Megatron's _VocabParallelCrossEntropy forward and backward, rank by rank on the ranks'
+    vocab slices (`logits_parts`, each tokens x vocab/tp, contiguous), with the grad_output of
+    `loss.mean()`. One part is Megatron at a model-parallel world of one (every all-reduce the
+    identity). Returns the per-token loss, its mean and every rank's gradient of its slice."""
+    tp = len(logits_parts)
+    tokens, part = logits_parts[0].shape
+    lp = [l.clone() for l in logits_parts]
     maxes = [torch.max(l, dim=-1)[0] for l in lp]
     logits_max = all_reduce_max(maxes)
     pred_parts, sum_parts, masks, mtargets = [], [], [], []
@@ -395,6 +410,7 @@ def vocab_parallel_ce(logits, target, tp):
     else:
         predicted, sum_exp = ring_all_reduce(pred_parts), ring_all_reduce(sum_parts)
     loss = torch.log(sum_exp) - predicted
+    mean = loss.mean()
     grad_out = torch.ones(()).expand(tokens) / tokens  # MeanBackward0: grad.expand(...) / numel
     grads = []
     for r in range(tp):
@@ -404,19 +420,36 @@ def vocab_parallel_ce(logits, target, tp):
         lp[r][arange, mtargets[r]] -= update
         lp[r].mul_(grad_out.unsqueeze(dim=-1))
         grads.append(lp[r])
-    return loss, torch.cat(grads, dim=-1)
+    return loss, mean, grads
 
 
 def run_vocab_ce(param, seed):
-    _, tokens, vocab, tp = param
+    """Megatron's output layer and loss: a ColumnParallelLinear head without bias
+    (gather_output=False: each rank keeps its vocab slice of the logits), then
+    vocab_parallel_cross_entropy and the mean over tokens. Weights from the sweep seed
+    (`torch.manual_seed(seed); nn.Linear(hidden, vocab, bias=False)`), inputs after
+    `torch.manual_seed(100)`: x = randn(tokens, hidden), target = randint(vocab, (tokens,)).
+    Backward as Megatron's linear: grad_W = grad_out.t().matmul(x), grad_x = grad_out.matmul(W)
+    summed over ranks by the column-parallel all-reduce."""
+    _, tokens, hidden, vocab, tp = param
     torch.manual_seed(seed)
-    logits = torch.randn(tokens, vocab)
+    head = nn.Linear(hidden, vocab, bias=False)
+    w = head.weight.detach().clone()
+    torch.manual_seed(CE_DATA_SEED)
+    x = torch.randn(tokens, hidden)
     target = torch.randint(vocab, (tokens,))
     out = {}
     for name, t in (("reference", 1), ("sharded", tp)):
-        loss, grad = vocab_parallel_ce(logits.clone(), target, t)
-        out[name] = {"loss": enc(loss), "logits_grad": enc(grad)}
-    return out, {"logits": enc_full(logits), "target": enc_int(target)}, None
+        cols = chunk_ranges(vocab, t)
+        parts = [torch.matmul(x, w[lo:hi].t()) for lo, hi in cols]
+        _, mean, grads = vocab_parallel_ce(parts, target)
+        dw = torch.cat([g.t().matmul(x) for g in grads], 0)
+        dx_parts = [g.matmul(w[lo:hi]) for g, (lo, hi) in zip(grads, cols)]
+        dx = dx_parts[0] if t == 1 else ring_all_reduce(dx_parts)
+        out[name] = {"logits@0": enc(torch.cat(parts, -1)), "loss@0": enc(mean.reshape(1)),
+                     "head_weight_grad@0": enc(dw), "input_grad@0": enc(dx)}
+    inputs = {"x@0": enc_full(x), "target@0": enc_int(target), "head_weight@init": enc(w)}
+    return out, inputs, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -425,8 +458,11 @@ def run_vocab_ce(param, seed):
 #  test/distributed/fsdp/test_fsdp_grad_acc.py)
 # ---------------------------------------------------------------------------------------
 
-FSDP_PARAMS = [("16-30-4-2", 16, 30, 4, 2)]  # hidden, vocab, dp, micro-steps
+FSDP_PARAMS = [("16-32-4-2", 16, 32, 4, 2)]  # hidden, vocab, dp, micro-steps
 FSDP_LOCAL, FSDP_STEPS, FSDP_LR, FSDP_MOMENTUM, FSDP_INPUT_SEED = 4, 3, 0.01, 0.9, 100
+
+
+FSDP_NAMES = ["fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"]
 
 
 def fsdp_predivide(world):
@@ -472,7 +508,8 @@ def run_fsdp(param, seed):
             (loss / accum).backward()
         ref[f"grad@{step}"] = enc(flat([p.grad for p in model.parameters()]))
         opt.step()
-        ref[f"params@{step}"] = enc(flat([p.detach() for p in model.parameters()]))
+        for pname, p in zip(FSDP_NAMES, model.parameters()):
+            ref[f"{pname}@{step}"] = enc(p.detach())
     # sharded: dp replicas of the module (FSDP all-gathers the same full parameters), each on
     # its rows of the micro-batch; the flat gradient (parameter registration order, padded to a
     # multiple of dp) is divided by the predivide factor, ring-reduce-scattered, divided by
@@ -531,7 +568,8 @@ def run_fsdp(param, seed):
             o.step()
             bufs[r] = o.state[p]["momentum_buffer"]
             shards[r] = p.detach()
-        shd[f"params@{step}"] = enc(torch.cat(shards)[:numel])
+        for pname, p in zip(FSDP_NAMES, unflatten(torch.cat(shards)[:numel])):
+            shd[f"{pname}@{step}"] = enc(p)
     return {"reference": ref, "sharded": shd}, inputs, None
 
 
@@ -609,12 +647,14 @@ def run_uneven(param, seed):
 # ---------------------------------------------------------------------------------------
 
 SCENARIOS = {
-    "deepspeed-tp-row-parallel": (TP_LAYER_PARAMS, run_tp_row, 2),
-    "deepspeed-tp-column-parallel": (TP_LAYER_PARAMS, run_tp_column, 2),
-    "megatron-tp-mlp": (MLP_PARAMS, run_mlp, 2),
-    "megatron-vocab-parallel-ce": (CE_PARAMS, run_vocab_ce, 2),
-    "fsdp-zero2-grad-acc": (FSDP_PARAMS, run_fsdp, 3),
-    "deepspeed-uneven-tp3-row-parallel": (UNEVEN_PARAMS, run_uneven, 2),
+    # name: (parametrizations, runner, seeds, tensors kept in full at every seed up to,
+    #        first seed: the scenario file's first_seed)
+    "deepspeed-tp-row-parallel": (TP_LAYER_PARAMS, run_tp_row, 2, 128, 42),
+    "deepspeed-tp-column-parallel": (TP_LAYER_PARAMS, run_tp_column, 2, 128, 42),
+    "megatron-tp-mlp": (MLP_PARAMS, run_mlp, 2, HEX_LIMIT, FIRST_SEED),
+    "megatron-vocab-parallel-ce": (CE_PARAMS, run_vocab_ce, 2, HEX_LIMIT, FIRST_SEED),
+    "fsdp-zero2-grad-acc": (FSDP_PARAMS, run_fsdp, 3, HEX_LIMIT, FIRST_SEED),
+    "deepspeed-uneven-tp3-row-parallel": (UNEVEN_PARAMS, run_uneven, 2, HEX_LIMIT, FIRST_SEED),
 }
 
 
@@ -622,7 +662,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=sorted(SCENARIOS), action="append")
     ap.add_argument("--out-dir", default="tests/data")
-    ap.add_argument("--first-seed", type=int, default=FIRST_SEED)
+    ap.add_argument("--first-seed", type=int, help="default: each scenario file's first_seed")
     ap.add_argument("--any-capability", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -630,13 +670,15 @@ def main():
     if cap != "AVX2" and not a.any_capability:
         ap.error(f"CPU capability is {cap}; run with ATEN_CPU_CAPABILITY=avx2 (cpu-fma) or pass --any-capability")
     for name in a.only or sorted(SCENARIOS):
-        params, runner, n_seeds = SCENARIOS[name]
+        params, runner, n_seeds, hex_limit, first_seed = SCENARIOS[name]
+        if a.first_seed is not None:
+            first_seed = a.first_seed
         runs = []
         for param in params:
-            for seed in range(a.first_seed, a.first_seed + n_seeds):
+            for seed in range(first_seed, first_seed + n_seeds):
                 comps, inputs, _ = runner(param, seed)
                 for tensors in (inputs, comps["reference"], comps["sharded"]):
-                    compact(tensors, seed == a.first_seed)
+                    compact(tensors, seed == first_seed, hex_limit)
                 runs.append({"param": param[0], "seed": seed, "inputs": inputs, **comps})
         doc = {
             "scenario": name,
