@@ -45,6 +45,17 @@ pub enum Command {
     /// How divergence grows with the reduction length K and the TP degree (synthetic
     /// row-parallel shapes), next to the √K·u theory line; writes scale.csv and scale.svg.
     Scale(ScaleArgs),
+    /// Validate a scenario file (docs/scenario-language.md) and print its resolved graph:
+    /// every tensor's shape per rank, the collectives, the optimizer and the checks.
+    Check(CheckArgs),
+}
+
+/// `check` flags.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A scenario file in the language.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
 }
 
 /// `report` flags.
@@ -475,6 +486,8 @@ pub enum Action {
     Size(crate::app::SizeOptions),
     /// A report: the sweep directory and the output file.
     Report(PathBuf, PathBuf),
+    /// Validate a scenario file and describe its resolved graph.
+    Check(PathBuf),
     /// An explanation query.
     Explain {
         /// Configs and generator.
@@ -560,6 +573,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 csv,
             }
         }
+        Command::Check(a) => Action::Check(a.file),
         Command::Report(a) => {
             let out = a.out.unwrap_or_else(|| a.dir.join("report.html"));
             Action::Report(a.dir, out)

@@ -37,6 +37,10 @@ fn run() -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        seedsweep::cli::Action::Check(path) => {
+            seedsweep::app::emit(&seedsweep::lang::check::check_path(&path)?);
+            Ok(0)
+        }
         seedsweep::cli::Action::Bench(o) => {
             seedsweep::app::emit(&seedsweep::app::bench(&o)?);
             Ok(0)

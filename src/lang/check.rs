@@ -1,0 +1,416 @@
+//! `seedsweep check FILE`: the resolved graph of every parametrization as text: every
+//! tensor's shape per rank, which collectives run over which ranks in which dtype, the
+//! optimizer and steps, and the checks with their tolerance under each default policy.
+
+use std::fmt::Write as _;
+
+use crate::error::InputError;
+use crate::profile::ProfileRegistry;
+
+use super::file::ScenarioFile;
+use super::resolve::{Dtype, Graph, Group, Role, Split};
+use super::spec::{Draw, LossOp, Op, Optimizer, Redraw, Scheme, ShardRule, Wire};
+
+fn shape(s: &[usize]) -> String {
+    let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// A number as a config would write it: `1e-6`, `1.3e-6`, `0.05`, `0`.
+fn num(v: f64) -> String {
+    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// How the default profiles set a collective's buffer (`f32 (ring) in cpu-fma`).
+fn profile_wire(file: &ScenarioFile, registry: &ProfileRegistry) -> String {
+    let parts: Vec<String> = file
+        .common
+        .profiles
+        .iter()
+        .map(|spec| match registry.resolve(spec, "default_profiles") {
+            Ok(p) => format!(
+                "{} {} in {spec}",
+                format!("{:?}", p.wire).to_lowercase(),
+                format!("{:?}", p.allreduce).to_lowercase()
+            ),
+            Err(_) => format!("? in {spec}"),
+        })
+        .collect();
+    parts.join("; ")
+}
+
+fn per_rank(t: &super::resolve::Tensor, tp: usize, dp: usize) -> String {
+    let split = !matches!(t.split, Split::Replicated);
+    let dsplit = t.dp_ranges.is_some();
+    if !split && !dsplit {
+        return "every rank: whole".into();
+    }
+    let mut parts = Vec::new();
+    let tps = if split { tp } else { 1 };
+    let dps = if dsplit { dp } else { 1 };
+    for d in 0..dps {
+        for r in 0..tps {
+            let mut who = String::new();
+            if dsplit {
+                write!(who, "dp{d}").unwrap();
+            }
+            if split {
+                write!(who, "{}tp{r}", if dsplit { "." } else { "" }).unwrap();
+            }
+            parts.push(format!("{who} {}", shape(&t.rank_shape(r, d))));
+        }
+    }
+    let mut s = parts.join(", ");
+    if let Split::Axis { axis, by, .. } = &t.split {
+        write!(s, " (axis {axis} split by {by})").unwrap();
+    }
+    s
+}
+
+fn describe_layer(l: &super::spec::Layer) -> String {
+    match &l.op {
+        Op::Embedding {
+            num,
+            dim,
+            padding_idx,
+        } => format!(
+            "embedding({num}, {dim}, padding_idx={})",
+            padding_idx.map_or("None".to_string(), |p| p.to_string())
+        ),
+        Op::Linear { out, bias, tie } => format!(
+            "linear(out={out}, bias={bias}{})",
+            tie.as_ref()
+                .map_or(String::new(), |t| format!(", weight tied to {t}.weight"))
+        ),
+        Op::Act(a) => a.name().to_string(),
+        Op::LayerNorm { eps, affine } => format!("layernorm(eps={eps}, affine={affine})"),
+        Op::RmsNorm { eps, affine } => format!("rmsnorm(eps={eps}, affine={affine})"),
+        Op::ResidualAdd { other } => format!("residual-add(+ {other})"),
+    }
+}
+
+fn optimizer(o: &Optimizer) -> String {
+    match *o {
+        Optimizer::Sgd { lr, weight_decay } => {
+            format!("sgd(lr={}, weight_decay={})", num(lr), num(weight_decay))
+        }
+        Optimizer::Momentum {
+            lr,
+            momentum,
+            nesterov,
+            weight_decay,
+        } => format!(
+            "sgd(lr={}, momentum={}, nesterov={nesterov}, weight_decay={})",
+            num(lr),
+            num(momentum),
+            num(weight_decay)
+        ),
+        Optimizer::Adam {
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            decoupled,
+        } => format!(
+            "{}(lr={}, betas=({}, {}), eps={}, weight_decay={})",
+            if decoupled { "adamw" } else { "adam" },
+            num(lr),
+            num(betas.0),
+            num(betas.1),
+            num(eps),
+            num(weight_decay)
+        ),
+    }
+}
+
+fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str) {
+    let s = &g.spec;
+    let p = &s.parallel;
+    writeln!(out, "\nparametrization {}", g.id).unwrap();
+    if !s.dims.is_empty() {
+        let dims: Vec<String> = s
+            .dims
+            .iter()
+            .map(|(k, v)| match v {
+                super::node::DimValue::Int(n) => format!("{k} = {n}"),
+                super::node::DimValue::List(l) => format!("{k} = {}", shape(l)),
+            })
+            .collect();
+        writeln!(out, "  dims: {}", dims.join(", ")).unwrap();
+    }
+    let rule = match p.rule {
+        ShardRule::DeepSpeed => format!("deepspeed rule, grain {}", p.grain),
+        ShardRule::Megatron => "megatron rule".to_string(),
+    };
+    writeln!(
+        out,
+        "  parallel: tp {} ({rule}), dp {}, zero stage {}",
+        p.tp, p.dp, p.zero_stage
+    )
+    .unwrap();
+    let seed_rule = match s.data.redraw {
+        Redraw::MicroStep if s.train.micro_steps > 1 => format!(
+            "manual_seed({} + {}*step + micro) before each micro-step's draws",
+            s.data.seed, s.train.micro_steps
+        ),
+        Redraw::MicroStep => format!(
+            "manual_seed({} + step) before each step's draws",
+            s.data.seed
+        ),
+        Redraw::Once => format!("drawn once after manual_seed({}), reused", s.data.seed),
+    };
+    writeln!(out, "  inputs ({seed_rule}):").unwrap();
+    for i in &s.inputs {
+        let draw = match &i.draw {
+            Draw::Randn => "randn".to_string(),
+            Draw::Randint { low, high } => format!("randint({low}, {high})"),
+            Draw::Values(v) => format!("{} values", v.len()),
+        };
+        let mut extra = String::new();
+        for set in &i.set {
+            let idx: Vec<String> = set.index.iter().map(|x| x.to_string()).collect();
+            write!(
+                extra,
+                ", then {}[{}] = {}",
+                i.name,
+                idx.join(", "),
+                set.value
+            )
+            .unwrap();
+        }
+        if i.grad {
+            extra.push_str(", requires_grad");
+        }
+        writeln!(out, "    {:<14} {draw}{extra}", i.name).unwrap();
+    }
+    writeln!(out, "  layers (forward order):").unwrap();
+    for l in &s.layers {
+        let par = if l.parallel.name() == "none" {
+            String::new()
+        } else {
+            format!(", {}-parallel", l.parallel.name())
+        };
+        let attr = if l.attr != l.name {
+            format!(" (attribute {})", l.attr)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "    {:<14} {}{par}  <- {}{attr}",
+            l.name,
+            describe_layer(l),
+            l.input
+        )
+        .unwrap();
+    }
+    let loss = &s.loss;
+    let (what, against) = match &loss.op {
+        LossOp::CrossEntropy { labels } => ("cross-entropy", labels),
+        LossOp::Mse { target } => ("mse", target),
+    };
+    writeln!(
+        out,
+        "    {:<14} {what}({}, {against}, reduction={}{})",
+        "loss",
+        loss.input,
+        if loss.mean { "mean" } else { "sum" },
+        if loss.vocab_parallel {
+            ", vocab-parallel"
+        } else {
+            ""
+        }
+    )
+    .unwrap();
+    writeln!(out, "  tensors (global shape; per rank):").unwrap();
+    for t in &g.tensors {
+        let dt = match t.dtype {
+            Dtype::F32 => "f32",
+            Dtype::I64 => "i64",
+        };
+        let name = match &t.alias_of {
+            Some(a) => format!("{} = {a}", t.name),
+            None => t.name.clone(),
+        };
+        let grad = if g.grads.contains(&t.name) || (t.role == Role::Param && t.alias_of.is_some()) {
+            " +grad"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "    {name:<30} {dt} {:<14} {}{grad}",
+            shape(&t.shape),
+            per_rank(t, p.tp, p.dp)
+        )
+        .unwrap();
+    }
+    writeln!(out, "  collectives:").unwrap();
+    if g.collectives.is_empty() {
+        writeln!(out, "    none (tp = dp = 1)").unwrap();
+    }
+    for c in &g.collectives {
+        let group = match c.group {
+            Group::Tp => "tp",
+            Group::Dp => "dp",
+        };
+        let wire = match c.wire {
+            Wire::Profile => format!("the profile's wire ({wire_note})"),
+            Wire::F32 => "f32".into(),
+            Wire::Bf16 => "bf16".into(),
+        };
+        let axis = c.axis.map_or(String::new(), |a| format!(" on axis {a}"));
+        writeln!(
+            out,
+            "    {:<8} {:<12} {:<14} {} {}{axis} over {group} ranks 0..{}, {wire}",
+            c.phase.name(),
+            c.layer,
+            c.op.name(),
+            c.tensor,
+            shape(&c.shape),
+            c.ranks - 1
+        )
+        .unwrap();
+    }
+    let tr = &s.train;
+    writeln!(
+        out,
+        "  train: {} steps x {} micro-step{}, {}{}",
+        tr.steps,
+        tr.micro_steps,
+        if tr.micro_steps == 1 {
+            ""
+        } else {
+            "s (backward of loss / micro_steps, gradients accumulated)"
+        },
+        optimizer(&tr.optimizer),
+        tr.outer.map_or(String::new(), |o| format!(
+            "; DiLoCo outer loop every {} inner steps: {}",
+            o.sync_every,
+            optimizer(&o.optimizer)
+        ))
+    )
+    .unwrap();
+    let generator = match file.common.rng {
+        crate::config::RngKind::Torch => "one torch generator seeded with the sweep seed",
+        crate::config::RngKind::ChaCha => "ChaCha streams <layer>.weight / <layer>.bias",
+    };
+    writeln!(
+        out,
+        "  init: {} defaults, {generator}, in order {}{}",
+        match s.init.scheme {
+            Scheme::Torch => "torch",
+            Scheme::Flax => "flax",
+        },
+        s.init.order.join(", "),
+        if s.layers
+            .iter()
+            .any(|l| matches!(&l.op, Op::Linear { tie: Some(_), .. }))
+        {
+            if s.init.tied_draws_consumed {
+                " (tied weights drawn, then shared)"
+            } else {
+                " (tied weights not drawn)"
+            }
+        } else {
+            ""
+        }
+    )
+    .unwrap();
+    writeln!(out, "  checks (tolerance atol/rtol per policy):").unwrap();
+    let pols: Vec<&crate::config::Policy> = file
+        .common
+        .default_policies
+        .iter()
+        .filter_map(|n| file.policies.iter().find(|p| &p.name == n))
+        .collect();
+    for c in &g.checks {
+        let tols: Vec<String> = pols
+            .iter()
+            .map(|p| {
+                let t = p.tolerance(&c.name);
+                format!("{} {}/{}", p.name, num(t.atol), num(t.rtol))
+            })
+            .collect();
+        let kind = if c.kind.name() == "value" {
+            String::new()
+        } else {
+            format!(" {}", c.kind.name())
+        };
+        let red = c.reduction.map_or(String::new(), |r| {
+            format!(
+                ", K {} (largest shard {} over {} rank{})",
+                r.k,
+                r.max_shard,
+                r.ranks,
+                if r.ranks == 1 { "" } else { "s" }
+            )
+        });
+        writeln!(
+            out,
+            "    {:<18} {} {} at {}{kind}{red}: {}",
+            c.name,
+            c.tensor,
+            shape(&c.shape),
+            c.at.name(),
+            tols.join(", ")
+        )
+        .unwrap();
+    }
+    for (name, why) in &g.skipped {
+        writeln!(out, "    {name:<18} skipped: {why}").unwrap();
+    }
+}
+
+/// The text `seedsweep check` prints for a validated file.
+pub fn check_text(file: &ScenarioFile) -> Result<String, InputError> {
+    let mut registry = ProfileRegistry::builtin()?;
+    registry.add(&file.common.file, &file.common.extra_profiles)?;
+    for spec in &file.common.profiles {
+        registry.resolve(spec, "default_profiles").map_err(|e| {
+            InputError::config(&file.common.file, "default_profiles", e.to_string())
+        })?;
+    }
+    let wire_note = profile_wire(file, &registry);
+    let c = &file.common;
+    let mut out = String::new();
+    writeln!(out, "{}: ok, scenario {}", c.file, c.name).unwrap();
+    if !c.description.is_empty() {
+        writeln!(out, "  {}", c.description).unwrap();
+    }
+    writeln!(
+        out,
+        "  rng {}, first seed {}, asserted comparison {}, default profiles {}, default policies {}",
+        c.rng.name(),
+        c.first_seed,
+        file.compare.name(),
+        c.profiles.join(", "),
+        c.default_policies.join(", ")
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "  {} parametrization{}, checks {}",
+        file.graphs.len(),
+        if file.graphs.len() == 1 { "" } else { "s" },
+        file.check_names.join(", ")
+    )
+    .unwrap();
+    for g in &file.graphs {
+        graph_text(&mut out, file, g, &wire_note);
+    }
+    Ok(out)
+}
+
+/// Reads, validates and describes the scenario file at `path` (`seedsweep check FILE`).
+pub fn check_path(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("check: cannot read {}", path.display()))?;
+    let file = super::parse_file(&path.display().to_string(), &text)?;
+    Ok(check_text(&file)?)
+}

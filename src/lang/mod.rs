@@ -1,0 +1,18 @@
+//! The scenario language: one TOML file describes a test (`docs/scenario-language.md`).
+//!
+//! The pipeline, in module order:
+//!
+//! ```text
+//! file (top level, policies) -> params (one patched document per [[params]] entry)
+//!   -> spec (typed, dims substituted) -> resolve (shapes per rank, shards, collectives,
+//!   checks; every mismatch found here) -> check (the text `seedsweep check` prints)
+//! ```
+
+pub mod check;
+pub mod file;
+pub mod node;
+pub mod params;
+pub mod resolve;
+pub mod spec;
+
+pub use file::{is_scenario_file, parse_file, ScenarioFile};
