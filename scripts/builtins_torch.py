@@ -510,67 +510,99 @@ def run_fsdp(param, seed):
         opt.step()
         for pname, p in zip(FSDP_NAMES, model.parameters()):
             ref[f"{pname}@{step}"] = enc(p.detach())
-    # sharded: dp replicas of the module (FSDP all-gathers the same full parameters), each on
-    # its rows of the micro-batch; the flat gradient (parameter registration order, padded to a
-    # multiple of dp) is divided by the predivide factor, ring-reduce-scattered, divided by
-    # the postdivide factor and accumulated into the rank's saved shard (first stored, then
-    # `+=`); SGD with momentum on each rank's shard of the flat parameter.
+    shd = fsdp_sharded(seed, h, v, dp, accum, sync_every_micro_step=True)
+    no_sync = fsdp_sharded(seed, h, v, dp, accum, sync_every_micro_step=False)
+    return {"reference": ref, "sharded": shd, "sharded_sync_at_step": no_sync}, inputs, None
+
+
+def fsdp_sharded(seed, h, v, dp, accum, sync_every_micro_step):
+    """FSDP2 (fully_shard) / ZeRO-2 at DP `dp`: every parameter sharded on dim 0 (rank r holds
+    rows [r*n/dp, (r+1)*n/dp)); each rank runs its replica of the module (the all-gathered full
+    parameters: a copy) on its rows of the global micro-batch with (loss / accum).backward().
+    With `sync_every_micro_step` (FSDP's and ZeRO-2's default): after every micro-step each
+    parameter's gradient is divided by the predivide factor, ring-reduce-scattered (rank c
+    receives rows c, summed in the ring order of cpu-fma's all-reduce for chunk c; FSDP2 packs
+    all parameters into one reduce-scatter buffer rank-major, which gives every element the same
+    order), divided by the postdivide factor, and accumulated into the rank's gradient shard
+    (first stored, then +=). Without it (no_sync / set_requires_gradient_sync(False) on all
+    but the last micro-step, the pattern of DeepSpeed's ZeRO-1 and of DDP's no_sync): gradients
+    accumulate locally (first stored, then +=) and are reduce-scattered once after the last
+    micro-step. Then SGD with momentum on every shard."""
     model = fsdp_model(seed, h, v)
-    numel = sum(p.numel() for p in model.parameters())
-    shard = -(-numel // dp)
-    padded = shard * dp
+    full = [p.detach().clone() for p in model.parameters()]
+    for p in full:
+        assert p.shape[0] % dp == 0
     pre = fsdp_predivide(dp)
     post = dp / pre
-    flat_param = torch.zeros(padded)
-    flat_param[:numel] = flat([p.detach() for p in model.parameters()])
-    shards = [flat_param[r * shard:(r + 1) * shard].clone() for r in range(dp)]
-    bufs = [None] * dp
-    shd = {}
 
-    def unflatten(vec):
-        out, off = [], 0
-        for p in model.parameters():
-            out.append(vec[off:off + p.numel()].view_as(p))
-            off += p.numel()
-        return out
+    def rows(p, r):
+        k = p.shape[0] // dp
+        return p[r * k:(r + 1) * k]
+
+    shards = [[rows(p, r).clone() for p in full] for r in range(dp)]
+    bufs = [[None] * len(full) for _ in range(dp)]
+    out = {}
+
+    def reduce_scatter(local):  # local[r][i]: rank r's gradient of parameter i
+        reduced = [[None] * len(full) for _ in range(dp)]
+        for i in range(len(full)):
+            parts = []
+            for r in range(dp):
+                g = local[r][i].clone()
+                if pre > 1:
+                    g.div_(pre)
+                parts.append(g)
+            summed = ring_all_reduce(parts)
+            for r in range(dp):
+                piece = rows(summed, r).clone()
+                if post > 1:
+                    piece.div_(post)
+                reduced[r][i] = piece
+        return reduced
 
     for step in range(FSDP_STEPS):
-        saved = [None] * dp
+        saved = [[None] * len(full) for _ in range(dp)]
+        local_acc = [[None] * len(full) for _ in range(dp)]
         for micro in range(accum):
             x, labels = fsdp_inputs(step, micro, accum, dp, h, v)
-            full = torch.cat(shards)  # all-gather (a copy)
+            params = [torch.cat([shards[r][i] for r in range(dp)]) for i in range(len(full))]
             local = []
             for r in range(dp):
                 replica = fsdp_model(0, h, v)
                 with torch.no_grad():
-                    for p, val in zip(replica.parameters(), unflatten(full)):
+                    for p, val in zip(replica.parameters(), params):
                         p.copy_(val)
-                rows = slice(r * FSDP_LOCAL, (r + 1) * FSDP_LOCAL)
-                loss = F.cross_entropy(replica(x[rows]), labels[rows])
+                sl = slice(r * FSDP_LOCAL, (r + 1) * FSDP_LOCAL)
+                loss = F.cross_entropy(replica(x[sl]), labels[sl])
                 (loss / accum).backward()
-                g = torch.zeros(padded)
-                g[:numel] = flat([p.grad for p in replica.parameters()])
-                if pre > 1:
-                    g.div_(pre)
-                local.append(g)
-            new = ring_reduce_scatter(local)
-            for r in range(dp):
-                if post > 1:
-                    new[r].div_(post)
-                saved[r] = new[r] if saved[r] is None else saved[r].add_(new[r])
-        shd[f"grad@{step}"] = enc(torch.cat(saved)[:numel])
+                local.append([p.grad.detach().clone() for p in replica.parameters()])
+            if sync_every_micro_step:
+                new = reduce_scatter(local)
+                for r in range(dp):
+                    for i in range(len(full)):
+                        saved[r][i] = new[r][i] if saved[r][i] is None else saved[r][i].add_(new[r][i])
+            else:
+                for r in range(dp):
+                    for i in range(len(full)):
+                        g = local[r][i]
+                        local_acc[r][i] = g if local_acc[r][i] is None else local_acc[r][i].add_(g)
+        if not sync_every_micro_step:
+            saved = reduce_scatter(local_acc)
+        out[f"grad@{step}"] = enc(flat([torch.cat([saved[r][i] for r in range(dp)])
+                                        for i in range(len(full))]))
         for r in range(dp):
-            p = nn.Parameter(shards[r])
-            p.grad = saved[r]
-            o = torch.optim.SGD([p], lr=FSDP_LR, momentum=FSDP_MOMENTUM)
-            if bufs[r] is not None:
-                o.state[p]["momentum_buffer"] = bufs[r]
-            o.step()
-            bufs[r] = o.state[p]["momentum_buffer"]
-            shards[r] = p.detach()
-        for pname, p in zip(FSDP_NAMES, unflatten(torch.cat(shards)[:numel])):
-            shd[f"{pname}@{step}"] = enc(p)
-    return {"reference": ref, "sharded": shd}, inputs, None
+            for i in range(len(full)):
+                p = nn.Parameter(shards[r][i])
+                p.grad = saved[r][i]
+                o = torch.optim.SGD([p], lr=FSDP_LR, momentum=FSDP_MOMENTUM)
+                if bufs[r][i] is not None:
+                    o.state[p]["momentum_buffer"] = bufs[r][i]
+                o.step()
+                bufs[r][i] = o.state[p]["momentum_buffer"]
+                shards[r][i] = p.detach()
+        for i, pname in enumerate(FSDP_NAMES):
+            out[f"{pname}@{step}"] = enc(torch.cat([shards[r][i] for r in range(dp)]))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -677,7 +709,7 @@ def main():
         for param in params:
             for seed in range(first_seed, first_seed + n_seeds):
                 comps, inputs, _ = runner(param, seed)
-                for tensors in (inputs, comps["reference"], comps["sharded"]):
+                for tensors in [inputs] + list(comps.values()):
                     compact(tensors, seed == first_seed, hex_limit)
                 runs.append({"param": param[0], "seed": seed, "inputs": inputs, **comps})
         doc = {

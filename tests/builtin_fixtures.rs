@@ -65,11 +65,17 @@ struct Run {
     inputs: BTreeMap<String, Tensor>,
     reference: BTreeMap<String, Tensor>,
     sharded: BTreeMap<String, Tensor>,
+    /// Further simulated computations of the same test (`sharded_sync_at_step`: the FSDP run
+    /// with one reduce-scatter per step instead of one per micro-step).
+    others: BTreeMap<String, BTreeMap<String, Tensor>>,
 }
 
 impl Run {
-    fn comps(&self) -> [(&'static str, &BTreeMap<String, Tensor>); 2] {
-        [("reference", &self.reference), ("sharded", &self.sharded)]
+    /// Every recorded computation: reference, sharded, then the others.
+    fn comps(&self) -> Vec<(&str, &BTreeMap<String, Tensor>)> {
+        let mut v = vec![("reference", &self.reference), ("sharded", &self.sharded)];
+        v.extend(self.others.iter().map(|(k, m)| (k.as_str(), m)));
+        v
     }
 }
 
@@ -128,15 +134,20 @@ fn load(scenario: &str) -> (Value, Vec<Run>) {
             inputs: tensors(&r["inputs"]),
             reference: tensors(&r["reference"]),
             sharded: tensors(&r["sharded"]),
+            others: r
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| {
+                    !["param", "seed", "inputs", "reference", "sharded"].contains(&k.as_str())
+                })
+                .map(|(k, v)| (k.clone(), tensors(v)))
+                .collect(),
         })
         .collect();
     assert!(!runs.is_empty(), "{path}: no runs");
     for run in &runs {
-        for (comp, map) in [
-            ("inputs", &run.inputs),
-            ("reference", &run.reference),
-            ("sharded", &run.sharded),
-        ] {
+        for (comp, map) in [("inputs", &run.inputs)].into_iter().chain(run.comps()) {
             for (key, t) in map {
                 if let Some(bits) = &t.bits {
                     assert_eq!(bits.len(), t.numel(), "{comp} {key}: bits vs shape");
@@ -148,7 +159,7 @@ fn load(scenario: &str) -> (Value, Vec<Run>) {
             if comp != "inputs" {
                 assert_eq!(
                     run.reference.keys().collect::<Vec<_>>(),
-                    run.sharded.keys().collect::<Vec<_>>(),
+                    map.keys().collect::<Vec<_>>(),
                     "{} seed {}: both computations record the same tensors",
                     run.param,
                     run.seed
@@ -662,6 +673,13 @@ struct Agreement {
     per_check: BTreeMap<(String, String), (usize, usize)>,
     /// (param, seed, computation, key, identical) of every compared tensor.
     identical: Vec<(String, u64, String, String, bool)>,
+    /// Check names compared.
+    checked: std::collections::BTreeSet<String>,
+    /// Fixture tensors the scenario does not check.
+    unchecked: std::collections::BTreeSet<String>,
+    /// The product's sharded trace against the fixture's other computations:
+    /// name -> (tensors, identical).
+    others: BTreeMap<String, (usize, usize)>,
 }
 
 fn ordered(bits: u32) -> i64 {
@@ -695,26 +713,27 @@ fn agreement(scenario: &str) -> Agreement {
         s.run(gr.param, run.seed, &gr.profile, &mut ws);
         let checks = s.checks(gr.param);
         for (comp, map) in run.comps() {
+            let main = comp == "reference" || comp == "sharded";
             let trace = if comp == "reference" {
                 &ws.traces.reference
             } else {
                 &ws.traces.sharded
             };
             for (key, want) in map {
-                let (name, step) = key.split_once('@').unwrap();
+                let (name, step) = key.split_once('@').unwrap_or((key, ""));
                 let (check, role) = match name.strip_suffix("_expected") {
                     Some(c) => (c, SlotRole::SelfExpectedF32),
                     None => (name, SlotRole::Value),
                 };
-                let slot = trace
-                    .slots
-                    .iter()
-                    .find(|sl| {
-                        checks[sl.check].name == check
-                            && sl.step.to_string() == step
-                            && sl.role == role
-                    })
-                    .unwrap_or_else(|| panic!("{scenario} {} {comp}: no slot {key}", run.param));
+                let Some(slot) = trace.slots.iter().find(|sl| {
+                    checks[sl.check].name == check && sl.step.to_string() == step && sl.role == role
+                }) else {
+                    // A fixture tensor the scenario does not check (FSDP's flat `grad`).
+                    agg.unchecked
+                        .insert(key.split('@').next().unwrap().to_string());
+                    continue;
+                };
+                agg.checked.insert(check.to_string());
                 let ours: Vec<u32> = trace
                     .data(slot)
                     .iter()
@@ -722,6 +741,12 @@ fn agreement(scenario: &str) -> Agreement {
                     .collect();
                 assert_eq!(ours.len(), want.numel(), "{comp} {key}: length");
                 let same = Some(fnv1a64(&ours)) == want.fnv;
+                if !main {
+                    let e = agg.others.entry(comp.to_string()).or_default();
+                    e.0 += 1;
+                    e.1 += usize::from(same);
+                    continue;
+                }
                 agg.tensors += 1;
                 agg.tensors_same += usize::from(same);
                 let e = agg
@@ -758,6 +783,13 @@ fn agreement(scenario: &str) -> Agreement {
                 }
             }
         }
+        for c in checks {
+            assert!(
+                agg.checked.contains(c.name),
+                "{scenario}: check `{}` has no tensor in the fixture",
+                c.name
+            );
+        }
     }
     eprintln!(
         "{scenario} vs torch at cpu-fma: {}/{} tensors identical, {}/{} elements with bits \
@@ -772,6 +804,15 @@ fn agreement(scenario: &str) -> Agreement {
     );
     for ((comp, check), (n, same)) in &agg.per_check {
         eprintln!("    {comp:9} {check:20} {same}/{n} tensors identical");
+    }
+    for (comp, (n, same)) in &agg.others {
+        eprintln!("    our sharded vs torch's {comp}: {same}/{n} tensors identical");
+    }
+    if !agg.unchecked.is_empty() {
+        eprintln!(
+            "    fixture tensors no check of the scenario records: {:?}",
+            agg.unchecked
+        );
     }
     agg
 }
