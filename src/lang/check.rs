@@ -9,7 +9,7 @@ use crate::profile::ProfileRegistry;
 
 use super::file::ScenarioFile;
 use super::resolve::{Dtype, Graph, Group, Role, Split};
-use super::spec::{Draw, LossOp, Op, Optimizer, Redraw, Scheme, ShardRule, Wire};
+use super::spec::{Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
 
 fn shape(s: &[usize]) -> String {
     let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
@@ -101,12 +101,14 @@ fn optimizer(o: &Optimizer) -> String {
         Optimizer::Momentum {
             lr,
             momentum,
+            dampening,
             nesterov,
             weight_decay,
         } => format!(
-            "sgd(lr={}, momentum={}, nesterov={nesterov}, weight_decay={})",
+            "sgd(lr={}, momentum={}, dampening={}, nesterov={nesterov}, weight_decay={})",
             num(lr),
             num(momentum),
+            num(dampening),
             num(weight_decay)
         ),
         Optimizer::Adam {
@@ -152,23 +154,22 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
         p.tp, p.dp, p.zero_stage
     )
     .unwrap();
-    let seed_rule = match s.data.redraw {
-        Redraw::MicroStep if s.train.micro_steps > 1 => format!(
-            "manual_seed({} + {}*step + micro) before each micro-step's draws",
+    let seed_rule = if s.train.micro_steps > 1 {
+        format!(
+            "torch.manual_seed({} + {}*step + micro) before each micro-step's draws",
             s.data.seed, s.train.micro_steps
-        ),
-        Redraw::MicroStep => format!(
-            "manual_seed({} + step) before each step's draws",
+        )
+    } else {
+        format!(
+            "torch.manual_seed({} + step) before each step's draws",
             s.data.seed
-        ),
-        Redraw::Once => format!("drawn once after manual_seed({}), reused", s.data.seed),
+        )
     };
     writeln!(out, "  inputs ({seed_rule}):").unwrap();
     for i in &s.inputs {
         let draw = match &i.draw {
             Draw::Randn => "randn".to_string(),
-            Draw::Randint { low, high } => format!("randint({low}, {high})"),
-            Draw::Values(v) => format!("{} values", v.len()),
+            Draw::Randint { high } => format!("randint({high})"),
         };
         let mut extra = String::new();
         for set in &i.set {
@@ -215,10 +216,9 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
     };
     writeln!(
         out,
-        "    {:<14} {what}({}, {against}, reduction={}{})",
+        "    {:<14} {what}({}, {against}, mean over tokens{})",
         "loss",
         loss.input,
-        if loss.mean { "mean" } else { "sum" },
         if loss.vocab_parallel {
             ", vocab-parallel"
         } else {
@@ -258,11 +258,7 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
             Group::Tp => "tp",
             Group::Dp => "dp",
         };
-        let wire = match c.wire {
-            Wire::Profile => format!("the profile's wire ({wire_note})"),
-            Wire::F32 => "f32".into(),
-            Wire::Bf16 => "bf16".into(),
-        };
+        let wire = format!("the profile's wire ({wire_note})");
         let axis = c.axis.map_or(String::new(), |a| format!(" on axis {a}"));
         writeln!(
             out,
@@ -289,8 +285,8 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
         },
         optimizer(&tr.optimizer),
         tr.outer.map_or(String::new(), |o| format!(
-            "; DiLoCo outer loop every {} inner steps: {}",
-            o.sync_every,
+            "; DiLoCo outer loop of {} rounds over dp replicas: {}",
+            o.rounds,
             optimizer(&o.optimizer)
         ))
     )
@@ -311,11 +307,7 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
             .iter()
             .any(|l| matches!(&l.op, Op::Linear { tie: Some(_), .. }))
         {
-            if s.init.tied_draws_consumed {
-                " (tied weights drawn, then shared)"
-            } else {
-                " (tied weights not drawn)"
-            }
+            " (tied weights drawn, then shared)"
         } else {
             ""
         }

@@ -50,6 +50,8 @@ pub struct ScenarioFile {
     pub compare: Comparison,
     /// One resolved graph per parametrization, in file order.
     pub graphs: Vec<Graph>,
+    /// The same, lowered to the executor's IR.
+    pub lowered: Vec<crate::graph::ir::ResolvedGraph>,
     /// Every check name of the file, in file order.
     pub check_names: Vec<String>,
     /// The resolved policies (the shared built-ins plus the file's own).
@@ -142,10 +144,13 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
     }
     let patched = params::apply(file, &graph_doc)?;
     let mut graphs = Vec::new();
+    let mut lowered = Vec::new();
     for p in &patched {
         let doc = Obj::new(&p.ctx, "", &p.doc, GRAPH_KEYS)?;
         let spec = parse_spec(&doc)?;
-        graphs.push(resolve(&p.ctx, &p.id, &spec)?);
+        let g = resolve(&p.ctx, &p.id, &spec)?;
+        lowered.push(super::lower::lower(&p.ctx, &g, rng)?);
+        graphs.push(g);
     }
     let mut check_names: Vec<String> = Vec::new();
     for g in &graphs {
@@ -188,6 +193,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         common,
         compare,
         graphs,
+        lowered,
         check_names,
         policies,
     })

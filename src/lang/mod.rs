@@ -5,11 +5,13 @@
 //! ```text
 //! file (top level, policies) -> params (one patched document per [[params]] entry)
 //!   -> spec (typed, dims substituted) -> resolve (shapes per rank, shards, collectives,
-//!   checks; every mismatch found here) -> check (the text `seedsweep check` prints)
+//!   checks; every mismatch found here) -> lower (the executor's IR, `graph::ir`)
+//!   -> check (the text `seedsweep check` prints)
 //! ```
 
 pub mod check;
 pub mod file;
+pub mod lower;
 pub mod node;
 pub mod params;
 pub mod resolve;

@@ -10,7 +10,7 @@ use crate::model::tp::shard_ranges;
 
 use super::node::Ctx;
 use super::spec::{
-    At, Check, CheckKind, Draw, LayerParallel, LossOp, Op, Optimizer, ShardRule, Spec, Wire,
+    At, Check, CheckKind, Draw, LayerParallel, LossOp, Op, Optimizer, ShardRule, Spec,
 };
 
 /// Element type of a tensor.
@@ -157,8 +157,6 @@ pub struct Collective {
     pub group: Group,
     /// Number of ranks.
     pub ranks: usize,
-    /// Buffer dtype.
-    pub wire: Wire,
     /// Axis for gathers and scatters.
     pub axis: Option<usize>,
 }
@@ -174,6 +172,23 @@ pub struct CheckReduction {
     pub ranks: usize,
 }
 
+/// What a check records, by tensor name (a parameter by the name of its storage's user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckWhat {
+    /// A layer's output.
+    Activation(String),
+    /// The loss.
+    Loss,
+    /// The gradient of an input or activation.
+    Grad(String),
+    /// A parameter's accumulated gradient (tied: the whole tied gradient).
+    ParamGrad(String),
+    /// A parameter after the optimizer step.
+    Param(String),
+    /// The sgd-update self-consistency check of a parameter.
+    SgdUpdate(String),
+}
+
 /// A check that records.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedCheck {
@@ -183,6 +198,8 @@ pub struct ResolvedCheck {
     pub tensor: String,
     /// The tensor it reads after aliases (`embedding.weight` for a tied `head.weight`).
     pub target: String,
+    /// What it records.
+    pub what: CheckWhat,
     /// Shape of the compared tensor.
     pub shape: Vec<usize>,
     /// When it records.
@@ -341,7 +358,6 @@ impl Builder<'_> {
         op: CollectiveOp,
         tensor: String,
         shape: Vec<usize>,
-        wire: Wire,
         axis: Option<usize>,
     ) {
         let ranks = self.spec.parallel.tp;
@@ -354,7 +370,6 @@ impl Builder<'_> {
                 shape,
                 group: Group::Tp,
                 ranks,
-                wire,
                 axis,
             });
         }
@@ -490,7 +505,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             CollectiveOp::AllReduce,
                             out_name.clone(),
                             s,
-                            layer.wire,
                             None,
                         );
                         (
@@ -513,7 +527,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             CollectiveOp::AllGather,
                             out_name.clone(),
                             s,
-                            layer.wire,
                             Some(axis),
                         );
                         (
@@ -556,7 +569,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                     CollectiveOp::AllGather,
                                     x.name.clone(),
                                     x.shape.clone(),
-                                    layer.wire,
                                     Some(0),
                                 );
                                 b.coll(
@@ -565,7 +577,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                     CollectiveOp::ReduceScatter,
                                     format!("{}.grad", x.name),
                                     x.shape.clone(),
-                                    layer.wire,
                                     Some(0),
                                 );
                             }
@@ -589,7 +600,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                 CollectiveOp::AllGather,
                                 out_name.clone(),
                                 out_shape.clone(),
-                                layer.wire,
                                 Some(last),
                             );
                             Split::Replicated
@@ -608,7 +618,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                 CollectiveOp::AllReduce,
                                 format!("{}.grad", x.name),
                                 x.shape.clone(),
-                                layer.wire,
                                 None,
                             );
                         }
@@ -629,7 +638,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                         CollectiveOp::AllGather,
                                         format!("{}.grad", x.name),
                                         x.shape.clone(),
-                                        layer.wire,
                                         Some(x.shape.len() - 1),
                                     );
                                 }
@@ -658,7 +666,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             CollectiveOp::AllReduce,
                             out_name.clone(),
                             out_shape.clone(),
-                            layer.wire,
                             None,
                         );
                         (
@@ -788,7 +795,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             CollectiveOp::AllReduce,
                             n,
                             vec![h],
-                            layer.wire,
                             None,
                         );
                         if matches!(layer.op, Op::LayerNorm { .. }) {
@@ -799,7 +805,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                 CollectiveOp::AllReduce,
                                 n,
                                 vec![h],
-                                layer.wire,
                                 None,
                             );
                         }
@@ -943,7 +948,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         CollectiveOp::AllReduce,
                         format!("loss.{what}"),
                         l.shape.clone(),
-                        super::spec::Wire::Profile,
                         None,
                     );
                 }
@@ -1017,7 +1021,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 shape: p.shape.clone(),
                 group: Group::Dp,
                 ranks: par.dp,
-                wire: Wire::Profile,
                 axis: (op == CollectiveOp::ReduceScatter && phase == Phase::Step).then_some(0),
             });
         }
@@ -1025,12 +1028,15 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     // Checks.
     let mut checks = Vec::new();
     let mut skipped = Vec::new();
+    let mut indexed = Vec::new();
     for (ci, c) in spec.checks.iter().enumerate() {
         match resolve_check(ctx, &b, spec, &grads, ci, c)? {
-            Ok(rc) => checks.push(rc),
+            Ok(rc) => indexed.push((ci, rc)),
             Err(why) => skipped.push((c.name.clone(), why)),
         }
     }
+    check_order(ctx, spec, &indexed)?;
+    checks.extend(indexed.into_iter().map(|(_, c)| c));
     if checks.is_empty() {
         return Err(ctx.err("checks", "every check is skipped in this parametrization; allowed: at least one check that records"));
     }
@@ -1044,6 +1050,43 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
         skipped,
         grads,
     })
+}
+
+/// Where in a micro-step a check records (the executor's three phases).
+fn phase_of(what: &CheckWhat) -> u8 {
+    match what {
+        CheckWhat::Activation(_) | CheckWhat::Loss => 0,
+        CheckWhat::Grad(_) | CheckWhat::ParamGrad(_) => 1,
+        CheckWhat::Param(_) | CheckWhat::SgdUpdate(_) => 2,
+    }
+}
+
+/// Checks that the file lists checks in the order they first record: micro-step checks
+/// before step-end ones (when there are several micro-steps), and within one micro-step
+/// activations and the loss, then gradients, then parameters.
+fn check_order(
+    ctx: &Ctx,
+    spec: &Spec,
+    checks: &[(usize, ResolvedCheck)],
+) -> Result<(), InputError> {
+    let last = spec.train.micro_steps - 1;
+    let key = |c: &ResolvedCheck| {
+        let micro = if c.at == At::MicroStep { 0 } else { last };
+        (micro, phase_of(&c.what))
+    };
+    for w in checks.windows(2) {
+        let ((_, a), (j, b)) = (&w[0], &w[1]);
+        if key(b) < key(a) {
+            return Err(ctx.err(
+                &format!("checks[{j}]"),
+                format!(
+                    "check `{}` records before `{}` (listed above it), and the output lists checks in the order they first record; allowed: list checks at every micro-step before checks at the step's end, and within one micro-step activations and the loss, then gradients, then parameters",
+                    b.name, a.name
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Resolves one check: `Ok(Ok(check))` when it records, `Ok(Err(why))` when it is optional
@@ -1082,55 +1125,17 @@ fn resolve_check(
             ))
         }
     };
-    if matches!(c.tensor.as_str(), "params" | "outer.params") {
-        if spec.train.outer.is_none() {
-            return Err(ctx.err(&path, format!("`{}` exists with a DiLoCo outer loop only; allowed: add [train.outer], or another tensor ({})", c.tensor, listing())));
-        }
-        let want = match c.kind {
-            CheckKind::OuterUnchanged => Some("outer.params"),
-            CheckKind::ReplicasEqualOuter => Some("params"),
-            _ => None,
-        };
-        if let Some(w) = want {
-            if w != c.tensor {
-                return Err(ctx.err(
-                    &path,
-                    format!(
-                        "a `{}` check reads `{w}`; allowed: tensor = \"{w}\"",
-                        c.kind.name()
-                    ),
-                ));
-            }
-        }
-        if c.kind == CheckKind::SgdUpdate {
-            return Err(ctx.err(&format!("checks[{ci}].kind"), "sgd-update compares one parameter; allowed: a `<layer>.weight` or `<layer>.bias` tensor"));
-        }
-        let n: usize = b
-            .tensors
-            .iter()
-            .filter(|t| t.role == Role::Param && t.alias_of.is_none())
-            .map(|t| t.shape.iter().product::<usize>())
-            .sum();
-        let at = c.at.unwrap_or(At::Sync);
-        return Ok(Ok(ResolvedCheck {
-            name: c.name.clone(),
-            tensor: c.tensor.clone(),
-            target: c.tensor.clone(),
-            shape: vec![n],
-            at,
-            kind: c.kind,
-            reduction: None,
-        }));
-    }
     let Some(t) = b.get(base).or_else(|| b.get(&format!("{base}.out"))) else {
         // A parameter the layer does not have (bias = false) is "never computed".
         if let Some((layer, part)) = base.rsplit_once('.') {
             if let Some(l) = spec.layers.iter().find(|l| l.name == layer) {
-                return missing(format!(
-                    "`{}` is never computed: layer `{layer}` ({}) has no {part}",
-                    c.tensor,
-                    l.op.name()
-                ));
+                if matches!(part, "weight" | "bias") {
+                    return missing(format!(
+                        "`{}` is never computed: layer `{layer}` ({}) has no {part}",
+                        c.tensor,
+                        l.op.name()
+                    ));
+                }
             }
         }
         return Err(ctx.err(
@@ -1138,51 +1143,79 @@ fn resolve_check(
             format!("no tensor is named `{}`; allowed: {}", c.tensor, listing()),
         ));
     };
-    let target = t.alias_of.clone().unwrap_or_else(|| t.name.clone());
-    if is_grad {
-        if !grads.contains(&target) {
-            let why = match t.role {
-                Role::Input => format!("`{}` is never computed: input `{}` has grad = false (set grad = true, as the test's requires_grad)", c.tensor, t.name),
-                _ => format!("`{}` is not a gradient seedsweep keeps (gradients of parameters and of inputs with grad = true)", c.tensor),
-            };
-            return missing(why);
+    let storage = t.alias_of.clone().unwrap_or_else(|| t.name.clone());
+    let what = match (t.role, is_grad) {
+        (Role::Loss, false) => CheckWhat::Loss,
+        (Role::Activation, false) | (Role::Input, false) => {
+            if t.role == Role::Input {
+                return Err(ctx.err(&path, format!("`{}` is an input as drawn, the same in every computation, so there is nothing to compare; allowed: a computed tensor ({})", t.name, listing())));
+            }
+            CheckWhat::Activation(t.name.clone())
         }
-        if t.role == Role::Param && spec.parallel.zero_stage >= 2 {
-            return missing(format!(
-                "`{}` is never whole: zero_stage = {} partitions parameter gradients",
-                c.tensor, spec.parallel.zero_stage
+        (Role::Param, false) => {
+            if c.kind == CheckKind::SgdUpdate {
+                CheckWhat::SgdUpdate(t.name.clone())
+            } else {
+                CheckWhat::Param(t.name.clone())
+            }
+        }
+        (Role::Param, true) => {
+            if spec.parallel.zero_stage >= 2 {
+                return missing(format!(
+                    "`{}` is never whole: zero_stage = {} partitions parameter gradients",
+                    c.tensor, spec.parallel.zero_stage
+                ));
+            }
+            CheckWhat::ParamGrad(t.name.clone())
+        }
+        (Role::Input, true) => {
+            if !grads.contains(&t.name) {
+                return missing(format!(
+                    "`{}` is never computed: input `{}` has grad = false (set grad = true, as the test's requires_grad)",
+                    c.tensor, t.name
+                ));
+            }
+            CheckWhat::Grad(t.name.clone())
+        }
+        (Role::Activation, true) => CheckWhat::Grad(t.name.clone()),
+        (Role::Loss, true) => {
+            return Err(ctx.err(
+                &path,
+                format!(
+                    "`loss.grad` is the backward seed, not a computed tensor; allowed: {}",
+                    listing()
+                ),
             ));
         }
+    };
+    if c.kind == CheckKind::SgdUpdate && !matches!(what, CheckWhat::SgdUpdate(_)) {
+        return Err(ctx.err(&path, format!("an sgd-update check compares a parameter after the update; `{}` is not a parameter; allowed: a `<layer>.weight` or `<layer>.bias`", c.tensor)));
     }
-    let is_param = t.role == Role::Param;
-    let default_at = if c.kind == CheckKind::SgdUpdate {
-        At::Update
-    } else if is_param {
-        At::Step
-    } else {
-        At::MicroStep
+    let (default_at, allowed_at): (At, &[At]) = match &what {
+        CheckWhat::Activation(_) | CheckWhat::Loss | CheckWhat::Grad(_) => {
+            (At::MicroStep, &[At::MicroStep])
+        }
+        CheckWhat::ParamGrad(_) => (At::Step, &[At::MicroStep, At::Step]),
+        CheckWhat::Param(_) => (At::Step, &[At::Step, At::Update]),
+        CheckWhat::SgdUpdate(_) => (At::Update, &[At::Update]),
     };
     let at = c.at.unwrap_or(default_at);
-    let allowed_at: &[At] = if is_param {
-        if spec.train.outer.is_some() {
-            &[At::MicroStep, At::Step, At::Update, At::Sync]
-        } else {
-            &[At::MicroStep, At::Step, At::Update]
-        }
-    } else {
-        &[At::MicroStep]
-    };
     if !allowed_at.contains(&at) {
+        let why = match &what {
+            CheckWhat::Param(_) => {
+                "is a parameter, which changes only at the optimizer step, and cannot be checked"
+            }
+            CheckWhat::ParamGrad(_) => "is an accumulated gradient and cannot be checked",
+            CheckWhat::SgdUpdate(_) => {
+                "is an sgd-update check, which records at the optimizer step, and cannot be checked"
+            }
+            _ => "is computed at every micro-step and cannot be checked",
+        };
         return Err(ctx.err(
             &at_path,
             format!(
-                "`{}` {} at \"{}\"; allowed: {}",
+                "`{}` {why} at \"{}\"; allowed: {}",
                 c.tensor,
-                if is_param {
-                    "is a parameter and cannot be checked"
-                } else {
-                    "is computed at every micro-step and cannot be checked"
-                },
                 at.name(),
                 allowed_at
                     .iter()
@@ -1192,63 +1225,56 @@ fn resolve_check(
             ),
         ));
     }
-    match c.kind {
-        CheckKind::Value => {}
-        CheckKind::SgdUpdate => {
-            if !is_param || is_grad {
-                return Err(ctx.err(&path, format!("an sgd-update check compares a parameter after the update; `{}` is not a parameter; allowed: a `<layer>.weight` or `<layer>.bias`", c.tensor)));
-            }
-            if !matches!(spec.train.optimizer, Optimizer::Sgd { weight_decay, .. } if weight_decay == 0.0)
-            {
-                return Err(ctx.err(&format!("checks[{ci}].kind"), format!("sgd-update restates `old - lr * grad`, plain SGD's update, and the optimizer is {}; allowed: optimizer = \"sgd\" without weight_decay, or kind = \"value\"", spec.train.optimizer.name())));
-            }
-            if at != At::Update {
-                return Err(ctx.err(
-                    &at_path,
-                    "an sgd-update check records at the optimizer step; allowed: \"update\"",
-                ));
-            }
-        }
-        CheckKind::OuterUnchanged | CheckKind::ReplicasEqualOuter => {
-            return Err(ctx.err(&format!("checks[{ci}].kind"), format!("`{}` checks the DiLoCo outer loop's params; allowed with tensor = \"outer.params\" or \"params\" and [train.outer]", c.kind.name())));
-        }
+    if c.kind == CheckKind::SgdUpdate
+        && !matches!(spec.train.optimizer, Optimizer::Sgd { weight_decay, .. } if weight_decay == 0.0)
+    {
+        return Err(ctx.err(
+            &format!("checks[{ci}].kind"),
+            format!(
+                "sgd-update restates `old - lr * grad`, plain SGD's update, and the optimizer is {}; allowed: optimizer = \"sgd\" without weight_decay, or kind = \"value\"",
+                spec.train.optimizer.name()
+            ),
+        ));
     }
-    let reduction = spec
-        .layers
-        .iter()
-        .find(|l| format!("{}.out", l.name) == t.name && !is_grad)
-        .and_then(|l| match &l.op {
-            Op::Linear { .. } => {
-                let w = b.get(&format!("{}.weight", l.name))?;
-                let k = w.shape[1];
-                Some(match (&l.parallel, &w.split) {
-                    (LayerParallel::Row, Split::Axis { ranges, .. }) => CheckReduction {
-                        k,
-                        max_shard: ranges.iter().map(|r| r.len()).max().unwrap_or(k),
-                        ranks: ranges.len(),
-                    },
-                    _ => CheckReduction {
-                        k,
-                        max_shard: k,
-                        ranks: 1,
-                    },
-                })
-            }
-            _ => None,
-        });
-    let shape = if is_grad {
-        b.get(&target).map(|t| t.shape.clone()).unwrap_or_default()
-    } else {
-        t.shape.clone()
+    let reduction = match &what {
+        CheckWhat::Activation(name) => spec
+            .layers
+            .iter()
+            .find(|l| &format!("{}.out", l.name) == name)
+            .and_then(|l| match &l.op {
+                Op::Linear { .. } => {
+                    let w = b.get(&format!("{}.weight", l.name))?;
+                    let k = w.shape[1];
+                    Some(match (&l.parallel, &w.split) {
+                        (LayerParallel::Row, Split::Axis { ranges, .. }) => CheckReduction {
+                            k,
+                            max_shard: ranges.iter().map(|r| r.len()).max().unwrap_or(k),
+                            ranks: ranges.len(),
+                        },
+                        _ => CheckReduction {
+                            k,
+                            max_shard: k,
+                            ranks: 1,
+                        },
+                    })
+                }
+                _ => None,
+            }),
+        _ => None,
     };
+    let shape = b
+        .get(&storage)
+        .map(|s| s.shape.clone())
+        .unwrap_or_else(|| t.shape.clone());
     Ok(Ok(ResolvedCheck {
         name: c.name.clone(),
         tensor: c.tensor.clone(),
         target: if is_grad {
-            format!("{target}.grad")
+            format!("{storage}.grad")
         } else {
-            target
+            storage
         },
+        what,
         shape,
         at,
         kind: c.kind,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::error::InputError;
 
-use super::node::{check_name, Ctx, DimValue, Obj, MAX_SIZE};
+use super::node::{check_name, DimValue, Obj, MAX_SIZE};
 
 /// DeepSpeed's or Megatron's rule for splitting a size over ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,22 +32,12 @@ pub struct Parallel {
     pub zero_stage: u8,
 }
 
-/// When inputs are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Redraw {
-    /// Every micro-step, after `manual_seed(seed + micro_steps·s + m)`.
-    MicroStep,
-    /// Once, reused at every step.
-    Once,
-}
-
 /// `[data]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Data {
-    /// Base seed of the input draws.
+    /// Base seed of the input draws: micro-step m of step s draws after
+    /// `manual_seed(seed + micro_steps·s + m)`.
     pub seed: u64,
-    /// When inputs are drawn.
-    pub redraw: Redraw,
 }
 
 /// How an input is drawn.
@@ -55,15 +45,11 @@ pub struct Data {
 pub enum Draw {
     /// Standard normal float32.
     Randn,
-    /// int64 in `low..high`.
+    /// int64 in `0..high`.
     Randint {
-        /// Inclusive lower bound.
-        low: i64,
         /// Exclusive upper bound.
         high: i64,
     },
-    /// Constants, row-major.
-    Values(Vec<f64>),
 }
 
 /// One fix-up `name[index] = value` after the draw.
@@ -72,7 +58,7 @@ pub struct SetOp {
     /// Multi-index into the input.
     pub index: Vec<usize>,
     /// The value.
-    pub value: f64,
+    pub value: i64,
 }
 
 /// One `[[inputs]]` entry.
@@ -207,17 +193,6 @@ impl LayerParallel {
     }
 }
 
-/// Dtype of a layer's collectives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    /// The profile's.
-    Profile,
-    /// float32.
-    F32,
-    /// bfloat16.
-    Bf16,
-}
-
 /// One `[[layers]]` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layer {
@@ -231,10 +206,6 @@ pub struct Layer {
     pub parallel: LayerParallel,
     /// The test's attribute name.
     pub attr: String,
-    /// Collective dtype.
-    pub wire: Wire,
-    /// Fixed initial values (weight, bias), row-major.
-    pub init: Option<(Vec<f64>, Option<Vec<f64>>)>,
 }
 
 /// The loss op.
@@ -259,8 +230,6 @@ pub struct Loss {
     pub op: LossOp,
     /// The logits / prediction.
     pub input: String,
-    /// `mean` (true) or `sum`.
-    pub mean: bool,
     /// Vocab-parallel.
     pub vocab_parallel: bool,
 }
@@ -281,6 +250,8 @@ pub enum Optimizer {
         lr: f64,
         /// Momentum.
         momentum: f64,
+        /// Dampening.
+        dampening: f64,
         /// Nesterov.
         nesterov: bool,
         /// L2 weight decay.
@@ -329,8 +300,8 @@ impl Optimizer {
 /// `[train.outer]`: DiLoCo.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outer {
-    /// Inner steps between syncs.
-    pub sync_every: usize,
+    /// Outer rounds, each of `train.steps` inner steps.
+    pub rounds: usize,
     /// Outer optimizer (SGD family).
     pub optimizer: Optimizer,
 }
@@ -364,8 +335,6 @@ pub struct Init {
     pub order: Vec<String>,
     /// Scheme.
     pub scheme: Scheme,
-    /// Whether a tied layer draws its own weight first.
-    pub tied_draws_consumed: bool,
 }
 
 /// When a check records.
@@ -377,8 +346,6 @@ pub enum At {
     Step,
     /// At the optimizer step, labelled by its last micro-step.
     Update,
-    /// After every DiLoCo sync.
-    Sync,
 }
 
 impl At {
@@ -388,7 +355,6 @@ impl At {
             Self::MicroStep => "micro-step",
             Self::Step => "step",
             Self::Update => "update",
-            Self::Sync => "sync",
         }
     }
 }
@@ -400,10 +366,6 @@ pub enum CheckKind {
     Value,
     /// The parameter after the update against `old - lr·grad` as the test writes it.
     SgdUpdate,
-    /// DiLoCo: outer parameters unchanged at a non-sync step.
-    OuterUnchanged,
-    /// DiLoCo: every replica equals the outer parameters after a sync.
-    ReplicasEqualOuter,
 }
 
 impl CheckKind {
@@ -412,8 +374,6 @@ impl CheckKind {
         match self {
             Self::Value => "value",
             Self::SgdUpdate => "sgd-update",
-            Self::OuterUnchanged => "outer-unchanged",
-            Self::ReplicasEqualOuter => "replicas-equal-outer",
         }
     }
 }
@@ -468,8 +428,6 @@ const LAYER_KEYS: &[&str] = &[
     "inputs",
     "parallel",
     "attr",
-    "wire",
-    "init",
     "num",
     "dim",
     "padding_idx",
@@ -613,46 +571,19 @@ fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
 
 fn parse_data(doc: &Obj<'_>) -> Result<Data, InputError> {
     let empty = toml::Table::new();
-    let o = doc.opt_table("data", &["seed", "redraw"])?.unwrap_or(Obj {
+    let o = doc.opt_table("data", &["seed"])?.unwrap_or(Obj {
         ctx: doc.ctx,
         path: "data".into(),
         table: &empty,
     });
     Ok(Data {
         seed: o.int("seed", 0, i64::MAX / 2, 0)? as u64,
-        redraw: match o.choice("redraw", &["micro-step", "once"], "micro-step")? {
-            "once" => Redraw::Once,
-            _ => Redraw::MicroStep,
-        },
     })
-}
-
-/// Numbers of a `values` key, flattened row-major.
-fn numbers(ctx: &Ctx, path: &str, v: &toml::Value, out: &mut Vec<f64>) -> Result<(), InputError> {
-    match v {
-        toml::Value::Integer(i) => out.push(*i as f64),
-        toml::Value::Float(f) if f.is_finite() => out.push(*f),
-        toml::Value::Array(a) => {
-            for (i, x) in a.iter().enumerate() {
-                numbers(ctx, &format!("{path}[{i}]"), x, out)?;
-            }
-        }
-        v => {
-            return Err(ctx.err(
-                path,
-                format!(
-                    "{} is not allowed; allowed: finite numbers, in nested lists",
-                    super::node::type_name(v)
-                ),
-            ))
-        }
-    }
-    Ok(())
 }
 
 /// The value of a layer key named by a fix-up (`embedding.padding_idx`), from the raw
 /// layers: `Ok(None)` when the layer exists but the key is not set.
-fn layer_key_value(doc: &Obj<'_>, path: &str, name: &str) -> Result<Option<f64>, InputError> {
+fn layer_key_value(doc: &Obj<'_>, path: &str, name: &str) -> Result<Option<i64>, InputError> {
     let (layer, key) = name.split_once('.').unwrap_or((name, ""));
     let layers = match doc.table.get("layers") {
         Some(toml::Value::Array(a)) => a.as_slice(),
@@ -663,18 +594,17 @@ fn layer_key_value(doc: &Obj<'_>, path: &str, name: &str) -> Result<Option<f64>,
         if t.get("name").and_then(|n| n.as_str()) == Some(layer) {
             return match t.get(key) {
                 None => Ok(None),
-                Some(toml::Value::Integer(i)) => Ok(Some(*i as f64)),
-                Some(toml::Value::Float(f)) => Ok(Some(*f)),
+                Some(toml::Value::Integer(i)) => Ok(Some(*i)),
                 Some(_) => Err(doc.ctx.err(
                     path,
-                    format!("`{name}` is not a number; allowed: a number, a dim, or a numeric layer key"),
+                    format!("`{name}` is not an integer; allowed: an integer, a dim, or an integer layer key"),
                 )),
             };
         }
     }
     Err(doc.ctx.err(
         path,
-        format!("`{name}` names no dim and no layer key; allowed: a number, a dim, or `<layer>.<key>` such as `embedding.padding_idx`"),
+        format!("`{name}` names no dim and no layer key; allowed: an integer, a dim, or `<layer>.<key>` such as `embedding.padding_idx`"),
     ))
 }
 
@@ -683,71 +613,39 @@ fn parse_inputs(
     dims: &BTreeMap<String, DimValue>,
 ) -> Result<Vec<Input>, InputError> {
     let mut out: Vec<Input> = Vec::new();
-    for o in doc.tables(
-        "inputs",
-        &[
-            "name", "draw", "shape", "high", "low", "values", "set", "grad",
-        ],
-    )? {
+    for o in doc.tables("inputs", &["name", "draw", "shape", "high", "set", "grad"])? {
         let name = o.name("name", false)?.to_string();
         if out.iter().any(|i| i.name == name) {
             return Err(o.err("name", format!("input `{name}` is defined twice")));
         }
         let shape = o.shape("shape", dims)?;
-        let draw_kind = o.req_choice("draw", &["randn", "randint", "values"])?;
-        for (k, only) in [
-            ("high", "randint"),
-            ("low", "randint"),
-            ("values", "values"),
-        ] {
-            if o.has(k) && draw_kind != only {
-                return Err(o.err(
-                    k,
-                    format!("`{k}` is not allowed with draw = \"{draw_kind}\"; allowed only with draw = \"{only}\""),
-                ));
+        let draw_kind = o.req_choice("draw", &["randn", "randint"])?;
+        let draw = if draw_kind == "randn" {
+            for k in ["high", "set"] {
+                if o.has(k) {
+                    return Err(o.err(
+                        k,
+                        format!("`{k}` is not allowed with draw = \"randn\"; allowed only with draw = \"randint\""),
+                    ));
+                }
             }
-        }
-        let draw = match draw_kind {
-            "randn" => Draw::Randn,
-            "randint" => {
-                let low = o.int("low", 0, i64::from(u32::MAX), 0)?;
-                let high = match o.table.get("high") {
+            Draw::Randn
+        } else {
+            let high =
+                match o.table.get("high") {
                     None => return Err(o.err(
                         "high",
                         "`high` is required with draw = \"randint\"; allowed: an integer or a dim",
                     )),
-                    Some(toml::Value::Integer(i)) => *i,
                     Some(v) => super::node::size_value(o.ctx, &o.key_path("high"), v, dims)? as i64,
                 };
-                if high <= low || high > i64::from(u32::MAX) {
-                    return Err(o.err(
-                        "high",
-                        format!("{high} is not allowed; allowed: {}..={}", low + 1, u32::MAX),
-                    ));
-                }
-                Draw::Randint { low, high }
+            if high < 2 {
+                return Err(o.err(
+                    "high",
+                    format!("{high} is not allowed; allowed: 2..={MAX_SIZE}"),
+                ));
             }
-            _ => {
-                let Some(v) = o.table.get("values") else {
-                    return Err(o.err(
-                        "values",
-                        "`values` is required with draw = \"values\"; allowed: numbers in nested lists",
-                    ));
-                };
-                let mut vals = Vec::new();
-                numbers(o.ctx, &o.key_path("values"), v, &mut vals)?;
-                let n: usize = shape.iter().product();
-                if vals.len() != n {
-                    return Err(o.err(
-                        "values",
-                        format!(
-                            "{} numbers for shape {shape:?} is not allowed; allowed: exactly {n}",
-                            vals.len()
-                        ),
-                    ));
-                }
-                Draw::Values(vals)
-            }
+            Draw::Randint { high }
         };
         let mut set = Vec::new();
         for s in o.tables("set", &["index", "value"])?.iter() {
@@ -786,33 +684,25 @@ fn parse_inputs(
             }
             let val_path = s.key_path("value");
             let value = match s.table.get("value") {
-                Some(toml::Value::Integer(i)) => Some(*i as f64),
-                Some(toml::Value::Float(f)) if f.is_finite() => Some(*f),
+                Some(toml::Value::Integer(i)) => Some(*i),
                 Some(toml::Value::String(n)) => match dims.get(n.as_str()) {
-                    Some(DimValue::Int(d)) => Some(*d as f64),
+                    Some(DimValue::Int(d)) => Some(*d as i64),
                     Some(DimValue::List(_)) => {
-                        return Err(o.ctx.err(&val_path, format!("dim `{n}` is a list; allowed: a number, an integer dim, or a layer key")))
+                        return Err(o.ctx.err(
+                            &val_path,
+                            format!("dim `{n}` is a list; allowed: an integer, an integer dim, or a layer key"),
+                        ))
                     }
                     None => layer_key_value(doc, &val_path, n)?,
                 },
                 _ => {
                     return Err(o.ctx.err(
                         &val_path,
-                        "`value` is required; allowed: a number, a dim, or a layer key such as `embedding.padding_idx`",
+                        "`value` is required; allowed: an integer, a dim, or a layer key such as `embedding.padding_idx`",
                     ))
                 }
             };
             if let Some(value) = value {
-                if let Draw::Randint { .. } = draw {
-                    if value.fract() != 0.0 {
-                        return Err(o.ctx.err(
-                            &val_path,
-                            format!(
-                                "{value} is not allowed in an int64 input; allowed: an integer"
-                            ),
-                        ));
-                    }
-                }
                 set.push(SetOp { index, value });
             }
         }
@@ -854,7 +744,7 @@ fn parse_layers(
         let op_name = o.req_choice("op", OPS)?;
         let own = op_keys(op_name);
         for k in o.table.keys() {
-            let common = ["name", "op", "input", "parallel", "attr", "wire", "init"];
+            let common = ["name", "op", "input", "parallel", "attr"];
             if !common.contains(&k.as_str()) && !own.contains(&k.as_str()) {
                 let mut allowed: Vec<&str> = common.to_vec();
                 allowed.extend_from_slice(own);
@@ -952,11 +842,6 @@ fn parse_layers(
             "sequence" => LayerParallel::Sequence,
             _ => LayerParallel::None,
         };
-        let wire = match o.choice("wire", &["profile", "f32", "bf16"], "profile")? {
-            "f32" => Wire::F32,
-            "bf16" => Wire::Bf16,
-            _ => Wire::Profile,
-        };
         let attr = match o.opt_str("attr")? {
             Some(a) => {
                 check_name(o, "attr", a, true)?;
@@ -964,48 +849,19 @@ fn parse_layers(
             }
             None => name.clone(),
         };
-        let init =
-            match o.opt_table("init", &["weight", "bias"])? {
-                None => None,
-                Some(t) => {
-                    let mut w = Vec::new();
-                    match t.table.get("weight") {
-                        Some(v) => numbers(o.ctx, &t.key_path("weight"), v, &mut w)?,
-                        None => return Err(t.err(
-                            "weight",
-                            "`weight` is required in a layer's init; allowed: numbers, row-major",
-                        )),
-                    }
-                    let b = match t.table.get("bias") {
-                        None => None,
-                        Some(v) => {
-                            let mut b = Vec::new();
-                            numbers(o.ctx, &t.key_path("bias"), v, &mut b)?;
-                            Some(b)
-                        }
-                    };
-                    Some((w, b))
-                }
-            };
         out.push(Layer {
             name,
             op,
             input,
             parallel,
             attr,
-            wire,
-            init,
         });
     }
     Ok(out)
 }
 
 fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
-    let Some(o) = doc.opt_table(
-        "loss",
-        &["op", "input", "labels", "target", "reduction", "parallel"],
-    )?
-    else {
+    let Some(o) = doc.opt_table("loss", &["op", "input", "labels", "target", "parallel"])? else {
         return Err(doc.err(
             "loss",
             "a [loss] table is required; allowed ops: cross-entropy, mse",
@@ -1051,7 +907,6 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
         Some(s) => s.to_string(),
         None => layers.last().map(|l| l.name.clone()).unwrap_or_default(),
     };
-    let mean = o.choice("reduction", &["mean", "sum"], "mean")? == "mean";
     let vocab_parallel = o.choice("parallel", &["none", "vocab"], "none")? == "vocab";
     if vocab_parallel && matches!(op, LossOp::Mse { .. }) {
         return Err(o.err(
@@ -1062,7 +917,6 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
     Ok(Loss {
         op,
         input,
-        mean,
         vocab_parallel,
     })
 }
@@ -1071,6 +925,7 @@ const OPT_KEYS: &[&str] = &[
     "optimizer",
     "lr",
     "momentum",
+    "dampening",
     "betas",
     "eps",
     "weight_decay",
@@ -1116,6 +971,7 @@ fn parse_optimizer(
     Ok(match name {
         "sgd" => {
             only("momentum", "momentum, nesterov")?;
+            only("dampening", "momentum, nesterov")?;
             only("betas", "adam, adamw")?;
             only("eps", "adam, adamw")?;
             Optimizer::Sgd {
@@ -1134,12 +990,19 @@ fn parse_optimizer(
                     "0 <= momentum < 1",
                     0.9,
                 )?,
+                dampening: o.float(
+                    "dampening",
+                    |v| (0.0..1.0).contains(&v),
+                    "0 <= dampening < 1",
+                    0.0,
+                )?,
                 nesterov: name == "nesterov",
                 weight_decay: wd(0.0)?,
             }
         }
         _ => {
             only("momentum", "momentum, nesterov")?;
+            only("dampening", "momentum, nesterov")?;
             let betas = match o.table.get("betas") {
                 None => (0.9, 0.999),
                 Some(toml::Value::Array(a)) if a.len() == 2 => {
@@ -1181,13 +1044,13 @@ fn parse_train(doc: &Obj<'_>) -> Result<Train, InputError> {
     let steps = o.req_int("steps", 1, 1000)? as usize;
     let micro_steps = o.int("micro_steps", 1, 64, 1)? as usize;
     let optimizer = parse_optimizer(&o, false, "")?;
-    let mut ok = vec!["sync_every"];
+    let mut ok = vec!["rounds"];
     ok.extend_from_slice(OPT_KEYS);
     ok.retain(|k| *k != "betas" && *k != "eps");
     let outer = match o.opt_table("outer", &ok)? {
         None => None,
         Some(t) => Some(Outer {
-            sync_every: t.req_int("sync_every", 1, steps as i64)? as usize,
+            rounds: t.req_int("rounds", 1, 1000)? as usize,
             optimizer: parse_optimizer(&t, true, "nesterov")?,
         }),
     };
@@ -1201,13 +1064,11 @@ fn parse_train(doc: &Obj<'_>) -> Result<Train, InputError> {
 
 fn parse_init(doc: &Obj<'_>, layers: &[Layer]) -> Result<Init, InputError> {
     let empty = toml::Table::new();
-    let o = doc
-        .opt_table("init", &["order", "scheme", "tied_draws"])?
-        .unwrap_or(Obj {
-            ctx: doc.ctx,
-            path: "init".into(),
-            table: &empty,
-        });
+    let o = doc.opt_table("init", &["order", "scheme"])?.unwrap_or(Obj {
+        ctx: doc.ctx,
+        path: "init".into(),
+        table: &empty,
+    });
     let weighted: Vec<&str> = layers
         .iter()
         .filter(|l| has_weights(&l.op))
@@ -1251,8 +1112,6 @@ fn parse_init(doc: &Obj<'_>, layers: &[Layer]) -> Result<Init, InputError> {
             "flax" => Scheme::Flax,
             _ => Scheme::Torch,
         },
-        tied_draws_consumed: o.choice("tied_draws", &["consumed", "skipped"], "consumed")?
-            == "consumed",
     })
 }
 
@@ -1283,27 +1142,15 @@ fn parse_checks(doc: &Obj<'_>) -> Result<Vec<Check>, InputError> {
         let at = match o.opt_str("at")? {
             None => None,
             Some(_) => Some(
-                match o.choice("at", &["micro-step", "step", "update", "sync"], "")? {
+                match o.choice("at", &["micro-step", "step", "update"], "")? {
                     "micro-step" => At::MicroStep,
                     "step" => At::Step,
-                    "update" => At::Update,
-                    _ => At::Sync,
+                    _ => At::Update,
                 },
             ),
         };
-        let kind = match o.choice(
-            "kind",
-            &[
-                "value",
-                "sgd-update",
-                "outer-unchanged",
-                "replicas-equal-outer",
-            ],
-            "value",
-        )? {
+        let kind = match o.choice("kind", &["value", "sgd-update"], "value")? {
             "sgd-update" => CheckKind::SgdUpdate,
-            "outer-unchanged" => CheckKind::OuterUnchanged,
-            "replicas-equal-outer" => CheckKind::ReplicasEqualOuter,
             _ => CheckKind::Value,
         };
         out.push(Check {
