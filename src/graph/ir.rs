@@ -452,6 +452,11 @@ pub enum LossKind {
         /// The float target.
         target: InputId,
     },
+    /// `out.sum()` (DeepSpeed's TestTpLayerFwdBwd): the sum of the loss input's elements
+    /// (on a sharded input, each rank's sum of its shard, as each rank of the test computes
+    /// it). Backward: every element's gradient is the seed (`SumBackward` expands it, no
+    /// arithmetic). The value itself is not recorded: the language refuses a check on it.
+    Sum,
 }
 
 /// Training.
