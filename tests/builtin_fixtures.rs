@@ -842,3 +842,63 @@ fn deepspeed_uneven_tp3_matches_torch_in_the_forward() {
         "agreement fell below the measured 2498 elements / 368 tensors: {agg:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// the scenario files
+// ---------------------------------------------------------------------------------------
+
+/// The scenario files of the new built-ins, written in the scenario language.
+const LANG_FILES: &[&str] = &[
+    "configs/deepspeed_tp_row_parallel.toml",
+    "configs/deepspeed_tp_column_parallel.toml",
+    "configs/megatron_tp_mlp.toml",
+    "configs/megatron_vocab_parallel_cross_entropy.toml",
+    "configs/fsdp_zero2_grad_acc.toml",
+    "configs/lang/deepspeed_uneven_tp3_row_parallel.toml",
+];
+
+/// Every file passes `seedsweep check`, names the fixture's scenario and lists every
+/// parametrization the fixture holds runs of.
+#[test]
+fn scenario_files_pass_check_and_match_their_fixtures() {
+    for file in LANG_FILES {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = seedsweep::lang::check::check_path(&path)
+            .unwrap_or_else(|e| panic!("{file}: check failed: {e:#}"));
+        let first = text.lines().next().unwrap();
+        let scenario = first
+            .rsplit("scenario ")
+            .next()
+            .unwrap_or_else(|| panic!("{file}: {first}"));
+        let (_, runs) = load(scenario);
+        for run in &runs {
+            assert!(
+                text.contains(&format!("parametrization {}\n", run.param)),
+                "{file}: no parametrization {}",
+                run.param
+            );
+        }
+    }
+}
+
+/// The `sum` loss (DeepSpeed's `out.sum()`) is accepted, and a check on its value is refused
+/// with the file and key named.
+#[test]
+fn a_check_on_the_value_of_a_sum_loss_is_refused() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("configs/deepspeed_tp_row_parallel.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let bad = text.replace(
+        "name = \"out\"\ntensor = \"linear.out\"",
+        "name = \"out\"\ntensor = \"loss\"",
+    );
+    assert_ne!(bad, text);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, bad).unwrap();
+    let err = format!("{:#}", seedsweep::lang::check::check_path(&p).unwrap_err());
+    assert!(
+        err.contains("bad.toml") && err.contains("checks[0]") && err.contains("sum"),
+        "{err}"
+    );
+}
