@@ -5,5 +5,6 @@
 //!
 //! [`Real`]: crate::real::Real
 
+pub mod condition;
 pub mod layers;
 pub mod tp;

@@ -470,7 +470,7 @@ impl RowParallel {
                 }
                 trace.record(p.idx.logits, label, &bf.logits);
                 if condition {
-                    crate::scenario::tied_row_parallel::record_condition(
+                    crate::model::condition::record_condition(
                         be,
                         &bf.h,
                         &bf.w,

@@ -1,0 +1,587 @@
+//! The executor: one computation of a resolved graph (float64, fp32 reference or fp32
+//! sharded) through a [`Backend`], recording the graph's checks into a [`Trace`].
+//!
+//! The order of every operation is the one the graph's module doc
+//! ([`crate::graph::ir`]) describes; the kernels are those of [`crate::model`], whose doc
+//! comments give their own orders. Buffers live in [`Bufs`], sized on first use and reused.
+
+use std::ops::Range;
+
+use crate::backend::Backend;
+use crate::check::StepLabel;
+use crate::graph::init::InputValue;
+use crate::graph::ir::{
+    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, ResolvedGraph,
+    TensorId,
+};
+use crate::model::condition::record_condition;
+use crate::model::layers::{
+    accumulate, add_row_bias, column_sums, embedding_backward, embedding_lookup, linear, sgd,
+    sgd_unfused, tanh_backward,
+};
+use crate::model::tp::{row_parallel_backward, row_parallel_forward, RowParallelBuffers};
+use crate::mutant::{Mutant, TpFaults};
+use crate::real::Real;
+use crate::scenario::CheckSpec;
+use crate::trace::{SlotRole, Trace};
+
+/// When in a micro-step a check records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// After the forward pass and the loss.
+    Forward,
+    /// After the backward pass and the accumulation.
+    Backward,
+    /// After the optimizer step (last micro-step only).
+    Step,
+}
+
+/// The phase of a check's tensor.
+pub(crate) fn phase(t: CheckTensor) -> Phase {
+    match t {
+        CheckTensor::Activation(_) | CheckTensor::Loss => Phase::Forward,
+        CheckTensor::Grad(_) | CheckTensor::ParamGrad(_) => Phase::Backward,
+        CheckTensor::Param(_) | CheckTensor::SgdUpdate(_) => Phase::Step,
+    }
+}
+
+/// A graph prepared for running: its inputs drawn, its shards and check phases computed.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The graph.
+    pub graph: ResolvedGraph,
+    /// The checks as the engine sees them.
+    pub checks: Vec<CheckSpec>,
+    /// Inputs, `[global micro-step][input]`.
+    pub inputs: Vec<Vec<InputValue>>,
+    /// Per layer: the shards of its split dimension in the sharded computation (one full
+    /// range for an unsplit layer).
+    pub sharded: Vec<Vec<Range<usize>>>,
+    /// Per layer: one full range (the unsharded computation).
+    pub whole: Vec<Vec<Range<usize>>>,
+    /// Per parameter: the parameter whose storage it uses.
+    pub storage: Vec<usize>,
+    /// Per tensor: element count.
+    pub numel: Vec<usize>,
+    /// Per tensor: whether a gradient flows into it.
+    pub needs_grad: Vec<bool>,
+    /// Check indices per phase, in table order.
+    pub by_phase: [Vec<usize>; 3],
+    /// Parameters whose pre-step value an SGD-update check needs.
+    pub keeps_old: Vec<usize>,
+    /// The embedding table tied to a linear weight, if any (its storage index).
+    pub tied_table: Option<usize>,
+    /// The learning rate as the fp32 update sees it.
+    pub lr: f32,
+    /// Per layer: an activation that may overwrite its input (its backward needs only its
+    /// output, and nothing else reads the input: no other layer, check, loss or input draw).
+    pub in_place: Vec<bool>,
+}
+
+/// Model state and activations of one computation.
+#[derive(Debug, Default)]
+pub struct Bufs<R> {
+    params: Vec<Vec<R>>,
+    acts: Vec<Vec<R>>,
+    dacts: Vec<Vec<R>>,
+    dset: Vec<bool>,
+    pgrad: Vec<Vec<R>>,
+    pset: Vec<bool>,
+    acc: Vec<Vec<R>>,
+    old: Vec<Vec<R>>,
+    tmp_p: Vec<R>,
+    tmp_a: Vec<R>,
+    expect: Vec<R>,
+    expect64: Vec<f64>,
+    cond: Vec<R>,
+    /// The embedding's own copy of a tied table (tied-weights-drift), its gradient and
+    /// accumulated gradient.
+    drift: [Vec<R>; 3],
+    rp: RowParallelBuffers<R>,
+}
+
+/// Gives `v` length `n`; contents are unspecified when it already had that length (every
+/// buffer is written before it is read).
+fn sized<R: Real>(v: &mut Vec<R>, n: usize) {
+    if v.len() != n {
+        v.clear();
+        v.resize(n, R::ZERO);
+    }
+}
+
+fn load<R: Real>(v: &mut Vec<R>, src: &[f32]) {
+    v.clear();
+    v.extend(src.iter().map(|&x| R::from_f32(x)));
+}
+
+/// `dst = src` when `first`, else `dst = dst + src` (a second gradient contribution; IEEE
+/// addition is commutative, so two contributions give the same bits in either order).
+fn add_into<R: Real>(dst: &mut [R], src: &[R]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = *d + s;
+    }
+}
+
+impl Plan {
+    fn label(&self, check: usize, s: usize, m: usize) -> StepLabel {
+        match self.graph.checks[check].at {
+            At::MicroStep => StepLabel::micro(s as u32, m as u32),
+            At::Step => StepLabel::step(s as u32),
+        }
+    }
+
+    /// One computation. `sharded` selects the sharded layer splits; `mutant` injects a bug
+    /// (the sharded computation only); `condition` records `Σ|x·w|` beside checks with a
+    /// reduction (the float64 computation).
+    #[allow(clippy::too_many_arguments)]
+    pub fn compute<B: Backend>(
+        &self,
+        be: &mut B,
+        init: &[Vec<f32>],
+        sharded: bool,
+        mutant: Option<Mutant>,
+        condition: bool,
+        bf: &mut Bufs<B::R>,
+        trace: &mut Trace,
+    ) {
+        let g = &self.graph;
+        let shards = if sharded { &self.sharded } else { &self.whole };
+        let faults = TpFaults::of(mutant);
+        let drift = mutant == Some(Mutant::TiedWeightsDrift) && self.tied_table.is_some();
+        let lr = B::R::from_f32(self.lr);
+        let micro_steps = g.train.micro_steps;
+        let scale = if g.loss.divide_by_micro_steps {
+            B::R::ONE / B::R::from_f64(micro_steps as f64)
+        } else {
+            B::R::ONE
+        };
+        let np = g.params.len();
+        bf.params.resize_with(np, Vec::new);
+        bf.pgrad.resize_with(np, Vec::new);
+        bf.acc.resize_with(np, Vec::new);
+        bf.old.resize_with(np, Vec::new);
+        bf.pset.resize(np, false);
+        for (i, p) in g.params.iter().enumerate() {
+            if self.storage[i] != i {
+                continue;
+            }
+            let n: usize = p.shape.iter().product();
+            load(&mut bf.params[i], &init[i]);
+            sized(&mut bf.pgrad[i], n);
+            sized(&mut bf.acc[i], n);
+        }
+        for &i in &self.keeps_old {
+            let n = bf.params[i].len();
+            sized(&mut bf.old[i], n);
+        }
+        if drift {
+            let t = self.tied_table.unwrap_or(0);
+            let n = bf.params[t].len();
+            bf.drift[0].clear();
+            bf.drift[0].extend_from_slice(&bf.params[t]);
+            sized(&mut bf.drift[1], n);
+            sized(&mut bf.drift[2], n);
+        }
+        let nt = g.tensors.len();
+        bf.acts.resize_with(nt, Vec::new);
+        bf.dacts.resize_with(nt, Vec::new);
+        bf.dset.resize(nt, false);
+        for t in 0..nt {
+            sized(&mut bf.acts[t], self.numel[t]);
+            if self.needs_grad[t] {
+                sized(&mut bf.dacts[t], self.numel[t]);
+            }
+        }
+        for s in 0..g.train.steps {
+            for m in 0..micro_steps {
+                let inputs = &self.inputs[s * micro_steps + m];
+                let last = m + 1 == micro_steps;
+                for (d, v) in g.inputs.draws.iter().zip(inputs) {
+                    if let Some(t) = d.tensor {
+                        load(&mut bf.acts[t.0], &v.f);
+                    }
+                }
+                // Forward.
+                for (li, layer) in g.layers.iter().enumerate() {
+                    self.forward(be, li, &layer.op, &shards[li], faults, drift, inputs, bf);
+                }
+                let loss = self.loss(be, inputs, scale, bf);
+                for &c in &self.by_phase[0] {
+                    let decl = &g.checks[c];
+                    if decl.at == At::Step && !last {
+                        continue;
+                    }
+                    let label = self.label(c, s, m);
+                    match decl.tensor {
+                        CheckTensor::Loss => trace.record(c, label, &[loss]),
+                        CheckTensor::Activation(t) => {
+                            trace.record(c, label, &bf.acts[t.0]);
+                            if condition && decl.reduction.is_some() {
+                                self.condition(be, t, c, label, bf, trace);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // Backward.
+                bf.dset.iter_mut().for_each(|d| *d = false);
+                bf.pset.iter_mut().for_each(|d| *d = false);
+                bf.dset[g.loss.input.0] = true;
+                for (li, layer) in g.layers.iter().enumerate().rev() {
+                    self.backward(
+                        be,
+                        &layer.op,
+                        &shards[li],
+                        faults,
+                        mutant,
+                        drift,
+                        inputs,
+                        bf,
+                    );
+                }
+                for i in 0..np {
+                    if self.storage[i] != i {
+                        continue;
+                    }
+                    if !bf.pset[i] {
+                        bf.pgrad[i].fill(B::R::ZERO);
+                    }
+                    if m == 0 {
+                        // The first micro-step's gradient is stored as is: take the buffer
+                        // instead of copying it (every contribution rewrites its target
+                        // whole, so the swapped-out buffer needs no clearing).
+                        std::mem::swap(&mut bf.acc[i], &mut bf.pgrad[i]);
+                    } else {
+                        accumulate(&mut bf.acc[i], &bf.pgrad[i], false);
+                    }
+                }
+                if drift {
+                    let [_, g1, g2] = &mut bf.drift;
+                    accumulate(g2, g1, m == 0);
+                }
+                for &c in &self.by_phase[1] {
+                    let decl = &g.checks[c];
+                    if decl.at == At::Step && !last {
+                        continue;
+                    }
+                    let label = self.label(c, s, m);
+                    match decl.tensor {
+                        CheckTensor::Grad(t) => trace.record(c, label, &bf.dacts[t.0]),
+                        CheckTensor::ParamGrad(p) => {
+                            trace.record(c, label, &bf.acc[self.storage[p.0]])
+                        }
+                        _ => {}
+                    }
+                }
+                if !last {
+                    continue;
+                }
+                // Optimizer step.
+                for &i in &self.keeps_old {
+                    let (old, params) = (&mut bf.old[i], &bf.params[i]);
+                    old.copy_from_slice(params);
+                }
+                for i in 0..np {
+                    if self.storage[i] == i {
+                        sgd(&mut bf.params[i], &bf.acc[i], lr);
+                    }
+                }
+                if drift {
+                    let [w, _, g2] = &mut bf.drift;
+                    sgd(w, g2, lr);
+                }
+                for &c in &self.by_phase[2] {
+                    let label = self.label(c, s, m);
+                    match g.checks[c].tensor {
+                        CheckTensor::Param(p) => {
+                            trace.record(c, label, &bf.params[self.storage[p.0]])
+                        }
+                        CheckTensor::SgdUpdate(p) => {
+                            let i = self.storage[p.0];
+                            trace.record(c, label, &bf.params[i]);
+                            sized(&mut bf.expect, bf.old[i].len());
+                            sgd_unfused(&bf.old[i], &bf.acc[i], lr, &mut bf.expect);
+                            trace.record_role(c, label, SlotRole::SelfExpectedF32, &bf.expect);
+                            let lr64 = lr.to_f64();
+                            bf.expect64.clear();
+                            bf.expect64.extend(
+                                bf.old[i]
+                                    .iter()
+                                    .zip(&bf.acc[i])
+                                    .map(|(&o, &gr)| o.to_f64() - lr64 * gr.to_f64()),
+                            );
+                            trace.record_role(c, label, SlotRole::SelfExpectedF64, &bf.expect64);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn condition<B: Backend>(
+        &self,
+        be: &mut B,
+        t: TensorId,
+        check: usize,
+        label: StepLabel,
+        bf: &mut Bufs<B::R>,
+        trace: &mut Trace,
+    ) {
+        let g = &self.graph;
+        if let Some(Op::Linear { x, weight, .. }) = g.producer(t).map(|l| &l.op) {
+            let (m, k, n) = (g.rows(*x), g.width(*x), g.width(t));
+            let w = &bf.params[self.storage[weight.0]];
+            record_condition(
+                be,
+                &bf.acts[x.0],
+                w,
+                m,
+                k,
+                n,
+                &mut bf.cond,
+                check,
+                label,
+                trace,
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward<B: Backend>(
+        &self,
+        be: &mut B,
+        li: usize,
+        op: &Op,
+        shards: &[Range<usize>],
+        faults: TpFaults,
+        drift: bool,
+        inputs: &[InputValue],
+        bf: &mut Bufs<B::R>,
+    ) {
+        let g = &self.graph;
+        match *op {
+            Op::Embedding {
+                ids, table, out, ..
+            } => {
+                let s = self.storage[table.0];
+                let tbl = if drift && Some(s) == self.tied_table {
+                    &bf.drift[0]
+                } else {
+                    &bf.params[s]
+                };
+                let dim = g.width(out);
+                embedding_lookup(tbl, dim, &inputs[ids.0].i, &mut bf.acts[out.0]);
+            }
+            Op::Linear {
+                x,
+                weight,
+                bias,
+                out,
+                parallel,
+            } => {
+                let (m, k, n) = (g.rows(x), g.width(x), g.width(out));
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let w = &bf.params[self.storage[weight.0]];
+                let b = bias.map(|b| bf.params[self.storage[b.0]].as_slice());
+                let xs = &bf.acts[x.0];
+                match parallel {
+                    LinearParallel::Row if shards.len() > 1 => {
+                        row_parallel_forward(
+                            be, xs, w, &mut y, m, k, n, shards, faults, &mut bf.rp,
+                        );
+                        if let Some(b) = b {
+                            add_row_bias(&mut y, b, n);
+                        }
+                    }
+                    _ => linear(be, xs, w, b, &mut y, m, k, n),
+                }
+                bf.acts[out.0] = y;
+            }
+            Op::Activation { kind, x, out } => {
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                if self.in_place[li] {
+                    // Nothing reads the input after this layer: compute in its buffer.
+                    std::mem::swap(&mut y, &mut bf.acts[x.0]);
+                } else {
+                    y.copy_from_slice(&bf.acts[x.0]);
+                }
+                match kind {
+                    Activation::Tanh => be.tanh(&mut y),
+                    _ => unreachable!("validated by GraphScenario::new"),
+                }
+                bf.acts[out.0] = y;
+            }
+            Op::Norm { .. } | Op::ResidualAdd { .. } => {
+                unreachable!("validated by GraphScenario::new")
+            }
+        }
+    }
+
+    /// Mean loss of this micro-step, with its gradient (seeded with `scale`) in the loss
+    /// input's gradient buffer.
+    fn loss<B: Backend>(
+        &self,
+        be: &mut B,
+        inputs: &[InputValue],
+        scale: B::R,
+        bf: &mut Bufs<B::R>,
+    ) -> B::R {
+        let g = &self.graph;
+        let t = g.loss.input;
+        match g.loss.kind {
+            LossKind::CrossEntropy { labels } => be.cross_entropy(
+                &bf.acts[t.0],
+                &inputs[labels.0].i,
+                g.width(t),
+                scale,
+                &mut bf.dacts[t.0],
+            ),
+            _ => unreachable!("validated by GraphScenario::new"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backward<B: Backend>(
+        &self,
+        be: &mut B,
+        op: &Op,
+        shards: &[Range<usize>],
+        faults: TpFaults,
+        mutant: Option<Mutant>,
+        drift: bool,
+        inputs: &[InputValue],
+        bf: &mut Bufs<B::R>,
+    ) {
+        let g = &self.graph;
+        let out = op.output();
+        if !bf.dset[out.0] {
+            return;
+        }
+        match *op {
+            Op::Embedding {
+                ids,
+                table,
+                padding_idx,
+                parallel: EmbeddingParallel::None | EmbeddingParallel::ColumnShardedLookup,
+                ..
+            } => {
+                let s = self.storage[table.0];
+                let dim = g.width(out);
+                let ids = &inputs[ids.0].i;
+                if drift && Some(s) == self.tied_table {
+                    let mut d = std::mem::take(&mut bf.drift[1]);
+                    embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut d);
+                    bf.drift[1] = d;
+                } else if mutant != Some(Mutant::DroppedEmbeddingGrad) {
+                    let mut dst = self.grad_target(bf, s);
+                    embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut dst);
+                    self.grad_done(bf, s, dst);
+                }
+            }
+            Op::Linear {
+                x,
+                weight,
+                bias,
+                parallel,
+                ..
+            } => {
+                let (m, k, n) = (g.rows(x), g.width(x), g.width(out));
+                let ws = self.storage[weight.0];
+                let drop_w = mutant == Some(Mutant::DroppedHeadGrad)
+                    && parallel == LinearParallel::Row
+                    && shards.len() > 1;
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                let mut dw = (!drop_w).then(|| self.grad_target(bf, ws));
+                let want_dx = self.needs_grad[x.0];
+                let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
+                row_parallel_backward(
+                    be,
+                    &bf.acts[x.0],
+                    &bf.params[ws],
+                    &dy,
+                    dw.as_deref_mut(),
+                    dx.as_deref_mut(),
+                    m,
+                    k,
+                    n,
+                    shards,
+                    if parallel == LinearParallel::Row {
+                        faults
+                    } else {
+                        TpFaults::default()
+                    },
+                    &mut bf.rp,
+                );
+                if let Some(dw) = dw {
+                    self.grad_done(bf, ws, dw);
+                }
+                if let Some(dx) = dx {
+                    self.act_grad_done(bf, x.0, dx);
+                }
+                if let Some(b) = bias {
+                    let bs = self.storage[b.0];
+                    let mut db = self.grad_target(bf, bs);
+                    column_sums(&dy, n, &mut db);
+                    self.grad_done(bf, bs, db);
+                }
+                bf.dacts[out.0] = dy;
+            }
+            Op::Activation { kind, x, .. } => {
+                if !self.needs_grad[x.0] {
+                    return;
+                }
+                let mut dx = self.act_grad_target(bf, x.0);
+                match kind {
+                    Activation::Tanh => tanh_backward(&bf.dacts[out.0], &bf.acts[out.0], &mut dx),
+                    _ => unreachable!("validated by GraphScenario::new"),
+                }
+                self.act_grad_done(bf, x.0, dx);
+            }
+            _ => unreachable!("validated by GraphScenario::new"),
+        }
+    }
+
+    /// The buffer a parameter gradient contribution is written into: the parameter's own
+    /// gradient for its first contribution of the micro-step, else a scratch buffer that
+    /// [`Plan::grad_done`] adds in.
+    fn grad_target<R: Real>(&self, bf: &mut Bufs<R>, p: usize) -> Vec<R> {
+        if bf.pset[p] {
+            let mut t = std::mem::take(&mut bf.tmp_p);
+            sized(&mut t, bf.pgrad[p].len());
+            t
+        } else {
+            std::mem::take(&mut bf.pgrad[p])
+        }
+    }
+
+    fn grad_done<R: Real>(&self, bf: &mut Bufs<R>, p: usize, buf: Vec<R>) {
+        if bf.pset[p] {
+            add_into(&mut bf.pgrad[p], &buf);
+            bf.tmp_p = buf;
+        } else {
+            bf.pgrad[p] = buf;
+            bf.pset[p] = true;
+        }
+    }
+
+    fn act_grad_target<R: Real>(&self, bf: &mut Bufs<R>, t: usize) -> Vec<R> {
+        if bf.dset[t] {
+            let mut v = std::mem::take(&mut bf.tmp_a);
+            sized(&mut v, self.numel[t]);
+            v
+        } else {
+            std::mem::take(&mut bf.dacts[t])
+        }
+    }
+
+    fn act_grad_done<R: Real>(&self, bf: &mut Bufs<R>, t: usize, buf: Vec<R>) {
+        if bf.dset[t] {
+            add_into(&mut bf.dacts[t], &buf);
+            bf.tmp_a = buf;
+        } else {
+            bf.dacts[t] = buf;
+            bf.dset[t] = true;
+        }
+    }
+}
