@@ -437,6 +437,9 @@ impl Plan {
                 scale,
                 &mut bf.dacts[t.0],
             ),
+            LossKind::Sum => {
+                crate::model::sum_loss::sum_loss(&bf.acts[t.0], scale, &mut bf.dacts[t.0])
+            }
             _ => unreachable!("validated by GraphScenario::new"),
         }
     }

@@ -7,4 +7,5 @@
 
 pub mod condition;
 pub mod layers;
+pub mod sum_loss;
 pub mod tp;
