@@ -30,10 +30,6 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../configs/maxtext_diloco.toml"),
     ),
     ("diloco.toml", include_str!("../configs/diloco.toml")),
-    (
-        "deepspeed_uneven_tp3_row_parallel.toml",
-        include_str!("../configs/deepspeed_uneven_tp3_row_parallel.toml"),
-    ),
 ];
 
 /// A tolerance as written in TOML.

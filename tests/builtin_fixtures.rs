@@ -20,9 +20,10 @@
 
 use std::collections::BTreeMap;
 
-use seedsweep::catalog::{Catalog, Selection};
+use seedsweep::graph::GraphScenario;
+use seedsweep::profile::ProfileRegistry;
 use seedsweep::rng::torch::TorchGenerator;
-use seedsweep::scenario::Workspace;
+use seedsweep::scenario::{Scenario, Workspace};
 use seedsweep::trace::SlotRole;
 use serde_json::Value;
 
@@ -690,28 +691,38 @@ fn ordered(bits: u32) -> i64 {
     }
 }
 
-/// Runs every fixture seed of built-in `scenario` at profile `cpu-fma` and compares every
-/// fixture tensor with the trace slot of the same check and step label. A fixture key
-/// `name_expected@step` is the `expected-f32` role of check `name` (the SGD-update check).
-fn agreement(scenario: &str) -> Agreement {
-    let (_, runs) = load(scenario);
-    let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+/// The built-in `file` (a scenario-language file) as the graph executor runs it, or the
+/// executor's refusal (the op or parallelism it does not support yet).
+fn graph_scenario(file: &str) -> Result<GraphScenario, String> {
+    let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let sf = seedsweep::lang::file::parse_file(file, &text).unwrap_or_else(|e| panic!("{e}"));
+    GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
+        .map_err(|e| e.to_string())
+}
+
+/// Runs every fixture seed of `scenario` (built from its file) at profile `cpu-fma` and
+/// compares every fixture tensor with the trace slot of the same check and step label. A
+/// fixture key `name_expected@step` is the `expected-f32` role of check `name` (the
+/// SGD-update check). Fixture tensors no check records are listed, and every check of the
+/// scenario must have fixture tensors.
+fn agreement(fixture: &str, s: &dyn Scenario) -> Agreement {
+    let (_, runs) = load(fixture);
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "test")
+        .unwrap();
     let mut agg = Agreement::default();
     let mut ws = Workspace::default();
     for run in &runs {
-        let groups = catalog
-            .plan(&Selection {
-                scenarios: Some(vec![scenario.into()]),
-                params: Some(vec![run.param.clone()]),
-                profiles: Some(vec!["cpu-fma".into()]),
-                ..Default::default()
-            })
-            .unwrap_or_else(|e| panic!("{scenario} {}: {e}", run.param));
-        assert_eq!(groups.len(), 1);
-        let gr = &groups[0];
-        let s = &catalog.scenarios[gr.scenario];
-        s.run(gr.param, run.seed, &gr.profile, &mut ws);
-        let checks = s.checks(gr.param);
+        let param = s
+            .param_ids()
+            .iter()
+            .position(|p| *p == run.param)
+            .unwrap_or_else(|| panic!("{fixture}: no parametrization {}", run.param));
+        s.run(param, run.seed, &profile, &mut ws);
+        let checks = s.checks(param);
+        let scenario = fixture;
         for (comp, map) in run.comps() {
             let main = comp == "reference" || comp == "sharded";
             let trace = if comp == "reference" {
@@ -725,9 +736,16 @@ fn agreement(scenario: &str) -> Agreement {
                     Some(c) => (c, SlotRole::SelfExpectedF32),
                     None => (name, SlotRole::Value),
                 };
-                let Some(slot) = trace.slots.iter().find(|sl| {
-                    checks[sl.check].name == check && sl.step.to_string() == step && sl.role == role
-                }) else {
+                // With one micro-step per step the fixture labels micro-step tensors `s`;
+                // the executor labels checks at every micro-step `s.0`. Both are accepted.
+                let find = |label: &str| {
+                    trace.slots.iter().find(|sl| {
+                        checks[sl.check].name == check
+                            && sl.step.to_string() == label
+                            && sl.role == role
+                    })
+                };
+                let Some(slot) = find(step).or_else(|| find(&format!("{step}.0"))) else {
                     // A fixture tensor the scenario does not check (FSDP's flat `grad`).
                     agg.unchecked
                         .insert(key.split('@').next().unwrap().to_string());
@@ -792,7 +810,7 @@ fn agreement(scenario: &str) -> Agreement {
         }
     }
     eprintln!(
-        "{scenario} vs torch at cpu-fma: {}/{} tensors identical, {}/{} elements with bits \
+        "{fixture} vs torch at cpu-fma: {}/{} tensors identical, {}/{} elements with bits \
          identical ({:.2} %), max {} ulp; first difference: {}",
         agg.tensors_same,
         agg.tensors,
@@ -830,7 +848,8 @@ fn agreement(scenario: &str) -> Agreement {
 /// 2898 elements with bits in the fixture (86.2 %), 368 of 620 tensors.
 #[test]
 fn deepspeed_uneven_tp3_matches_torch_in_the_forward() {
-    let agg = agreement("deepspeed-uneven-tp3-row-parallel");
+    let s = graph_scenario("configs/deepspeed_uneven_tp3_row_parallel.toml").unwrap();
+    let agg = agreement("deepspeed-uneven-tp3-row-parallel", &s);
     for (param, seed, comp, key, same) in &agg.identical {
         let forward_before_update = key == "logits@0.0" || key == "logits@0.1";
         if comp == "reference" || forward_before_update {
@@ -854,7 +873,7 @@ const LANG_FILES: &[&str] = &[
     "configs/megatron_tp_mlp.toml",
     "configs/megatron_vocab_parallel_cross_entropy.toml",
     "configs/fsdp_zero2_grad_acc.toml",
-    "configs/lang/deepspeed_uneven_tp3_row_parallel.toml",
+    "configs/deepspeed_uneven_tp3_row_parallel.toml",
 ];
 
 /// Every file passes `seedsweep check`, names the fixture's scenario and lists every
@@ -901,4 +920,57 @@ fn a_check_on_the_value_of_a_sum_loss_is_refused() {
         err.contains("bad.toml") && err.contains("checks[0]") && err.contains("sum"),
         "{err}"
     );
+}
+
+/// DeepSpeed's testRowParallel at TP 2 and 4 (both tp_overlap_comm ids, 2 seeds each), run
+/// by the graph executor with the `sum` loss. Measured (torch 2.15, `cpu-fma`): the
+/// gradients match bit for bit in both computations (they are exact: `x[k]` and 1), and
+/// `out` does not, in the reference as in the sharded run: the test's batch is one row, and
+/// MKL's sgemm for a single-row `x` accumulates in another order than the `mkl` split's FMA
+/// chains (a one-off probe of the single chain and of 4/8/16-lane and multi-register FMA
+/// orders reproduced at best 39 of 128 outputs of a 1 x 128 · 128 x 128 product). Asserted: every
+/// gradient tensor identical, and the measured element agreement of `out` as a floor,
+/// 2426 of 4096 elements with bits (59.2 %; max 444 ulp, at small outputs after cancellation).
+#[test]
+fn deepspeed_tp_row_parallel_matches_torch_except_the_single_row_matmul() {
+    let s = graph_scenario("configs/deepspeed_tp_row_parallel.toml").unwrap();
+    let agg = agreement("deepspeed-tp-row-parallel", &s);
+    for ((comp, check), (n, same)) in &agg.per_check {
+        if check != "out" {
+            assert_eq!(n, same, "{comp} {check}: {same}/{n} tensors identical");
+        }
+    }
+    assert!(agg.elements_same >= 2426, "{agg:?}");
+}
+
+/// The files the executor does not run yet, with the exact refusal (what is missing). This
+/// fails as soon as one of them runs, so its comparison with torch gets written then.
+#[test]
+fn executor_refusals_of_the_new_built_ins_are_the_known_ones() {
+    for (file, missing) in [
+        (
+            "configs/deepspeed_tp_column_parallel.toml",
+            "layers[0].parallel`: column parallelism is not supported",
+        ),
+        (
+            "configs/megatron_tp_mlp.toml",
+            "layers[0].parallel`: column parallelism is not supported",
+        ),
+        (
+            "configs/megatron_vocab_parallel_cross_entropy.toml",
+            "layers[0].parallel`: column parallelism is not supported",
+        ),
+        (
+            "configs/fsdp_zero2_grad_acc.toml",
+            "parallel.dp`: data parallelism is not supported",
+        ),
+    ] {
+        match graph_scenario(file) {
+            Ok(_) => panic!("{file} now runs: compare it with its torch fixture here"),
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                assert!(e.contains(missing), "{file}: {e}");
+            }
+        }
+    }
 }

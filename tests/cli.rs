@@ -51,9 +51,7 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     // x 3 comparisons x 2 policies.
     let t1_checks = 4 + 4 + 4 + 3;
     let t2_checks = 8 + 10 + 10;
-    // deepspeed-uneven-tp3-row-parallel: T2's checks at TP 3, 2 params (bias: 10, none: 8).
-    let uneven_checks = 10 + 8;
-    let deepspeed_rows = (t1_checks + t2_checks + uneven_checks) * 3 * 2;
+    let deepspeed_rows = (t1_checks + t2_checks) * 3 * 2;
     // maxtext-diloco (T3) and diloco: 1 param x 2 profiles (f32, tpu-bf16) x 4 checks (loss,
     // outer_unchanged, outer_params, inner_equals_outer) x 3 comparisons x 3 policies each.
     let diloco_rows = 2 * 4 * 3 * 3;
