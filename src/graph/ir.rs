@@ -452,10 +452,7 @@ pub enum LossKind {
         /// The float target.
         target: InputId,
     },
-    /// `out.sum()` (DeepSpeed's TestTpLayerFwdBwd): the sum of the loss input's elements
-    /// (on a sharded input, each rank's sum of its shard, as each rank of the test computes
-    /// it). Backward: every element's gradient is the seed (`SumBackward` expands it, no
-    /// arithmetic). The value itself is not recorded: the language refuses a check on it.
+    /// `out.sum()` (DeepSpeed's layer tests backpropagate the sum of the output).
     Sum,
 }
 
@@ -645,8 +642,9 @@ impl ResolvedGraph {
     /// The mutants this graph's parallelism admits, in [`Mutant::ALL`] order:
     /// a row-parallel linear admits wrong-shard-offset, missing-allreduce, dropped-head-grad
     /// (its weight-gradient contribution dropped), missing-input-grad-gather and
-    /// bf16-allreduce; a weight tied across an embedding and a linear admits
-    /// dropped-embedding-grad and tied-weights-drift.
+    /// bf16-allreduce; a column-parallel linear admits missing-allreduce and bf16-allreduce
+    /// (on its input-gradient all-reduce); a weight tied across an embedding and a linear
+    /// admits dropped-embedding-grad and tied-weights-drift.
     pub fn mutants(&self) -> Vec<Mutant> {
         let row = self.parallel.tp > 1
             && self.layers.iter().any(|l| {
@@ -658,15 +656,24 @@ impl ResolvedGraph {
                     }
                 )
             });
+        let column = self.parallel.tp > 1
+            && self.layers.iter().any(|l| {
+                matches!(
+                    l.op,
+                    Op::Linear {
+                        parallel: LinearParallel::Column | LinearParallel::ColumnGather,
+                        ..
+                    }
+                )
+            });
         let tied = self.tied_embedding_head().is_some();
         Mutant::ALL
             .into_iter()
             .filter(|m| match m {
                 Mutant::WrongShardOffset
-                | Mutant::MissingAllreduce
                 | Mutant::DroppedHeadGrad
-                | Mutant::MissingInputGradGather
-                | Mutant::Bf16Allreduce => row,
+                | Mutant::MissingInputGradGather => row,
+                Mutant::MissingAllreduce | Mutant::Bf16Allreduce => row || column,
                 Mutant::DroppedEmbeddingGrad | Mutant::TiedWeightsDrift => tied,
                 _ => false,
             })

@@ -129,7 +129,13 @@ fn optimizer(o: &Optimizer) -> String {
     }
 }
 
-fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str) {
+fn graph_text(
+    out: &mut String,
+    file: &ScenarioFile,
+    g: &Graph,
+    ir: &crate::graph::ir::ResolvedGraph,
+    wire_note: &str,
+) {
     let s = &g.spec;
     let p = &s.parallel;
     writeln!(out, "\nparametrization {}", g.id).unwrap();
@@ -362,6 +368,17 @@ fn graph_text(out: &mut String, file: &ScenarioFile, g: &Graph, wire_note: &str)
     for (name, why) in &g.skipped {
         writeln!(out, "    {name:<18} skipped: {why}").unwrap();
     }
+    let mutants: Vec<&str> = ir.mutants().iter().map(|m| m.name()).collect();
+    writeln!(
+        out,
+        "  mutants (from the parallelism): {}",
+        if mutants.is_empty() {
+            "none".to_string()
+        } else {
+            mutants.join(", ")
+        }
+    )
+    .unwrap();
 }
 
 /// The text `seedsweep check` prints for a validated file.
@@ -398,8 +415,8 @@ pub fn check_text(file: &ScenarioFile) -> Result<String, InputError> {
         file.check_names.join(", ")
     )
     .unwrap();
-    for g in &file.graphs {
-        graph_text(&mut out, file, g, &wire_note);
+    for (g, ir) in file.graphs.iter().zip(&file.lowered) {
+        graph_text(&mut out, file, g, ir, &wire_note);
     }
     Ok(out)
 }

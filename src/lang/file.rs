@@ -185,7 +185,10 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         if !known.contains(&p.as_str()) {
             return Err(ctx.err(
                 &format!("default_policies[{i}]"),
-                crate::error::unknown_name("policy", p, &known),
+                format!(
+                    "unknown policy `{p}`; allowed: {} (the shared ones and this file's [policies.*])",
+                    known.join(", ")
+                ),
             ));
         }
     }

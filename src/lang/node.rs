@@ -418,7 +418,10 @@ fn dim_names(dims: &BTreeMap<String, DimValue>) -> String {
 fn unknown_dim(ctx: &Ctx, path: &str, name: &str, dims: &BTreeMap<String, DimValue>) -> InputError {
     ctx.err(
         path,
-        format!("unknown dim `{name}`; dims: {}", dim_names(dims)),
+        format!(
+            "unknown dim `{name}`; allowed: an integer or a dim of [dims] ({})",
+            dim_names(dims)
+        ),
     )
 }
 

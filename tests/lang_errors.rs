@@ -1,0 +1,534 @@
+//! Errors in scenario files (docs/scenario-language.md): one test per class, each asserting
+//! that the message names the file, the key path and what is allowed. All of them are found
+//! while parsing and resolving, before anything runs.
+
+use seedsweep::lang::parse_file;
+
+const FILE: &str = "my_test.toml";
+
+/// A small valid file to break: column-parallel -> gelu -> row-parallel, mse.
+const BASE: &str = r#"
+name = "mlp"
+[dims]
+tokens = 8
+hidden = 16
+ffn = 64
+[parallel]
+tp = 4
+shard_rule = "megatron"
+[[inputs]]
+name = "x"
+draw = "randn"
+shape = ["tokens", "hidden"]
+grad = true
+[[inputs]]
+name = "target"
+draw = "randn"
+shape = ["tokens", "hidden"]
+[[layers]]
+name = "fc1"
+op = "linear"
+input = "x"
+out = "ffn"
+parallel = "column"
+[[layers]]
+name = "act"
+op = "gelu"
+[[layers]]
+name = "fc2"
+op = "linear"
+out = "hidden"
+parallel = "row"
+[loss]
+op = "mse"
+target = "target"
+[train]
+steps = 2
+micro_steps = 2
+optimizer = "adamw"
+lr = 1e-3
+[[checks]]
+name = "out"
+tensor = "fc2.out"
+[[checks]]
+name = "input_grad"
+tensor = "x.grad"
+[[checks]]
+name = "fc1_weight"
+tensor = "fc1.weight"
+"#;
+
+/// The error for `text`, as the user sees it.
+fn err(text: &str) -> String {
+    match parse_file(FILE, text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Asserts the message names the file, `key` and every `allowed` fragment.
+fn assert_names(msg: &str, key: &str, allowed: &[&str]) {
+    assert!(msg.starts_with(&format!("{FILE}: key `{key}`:")), "{msg}");
+    assert!(msg.contains("allowed"), "{msg}");
+    for a in allowed {
+        assert!(msg.contains(a), "`{a}` missing from: {msg}");
+    }
+}
+
+fn replace(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from}");
+    BASE.replacen(from, to, 1)
+}
+
+#[test]
+fn the_base_file_and_the_shipped_files_are_valid() {
+    parse_file(FILE, BASE).unwrap();
+    for f in [
+        "configs/lang/deepspeed_row_parallel.toml",
+        "configs/lang/deepspeed_tied_row_parallel.toml",
+        "configs/examples/megatron_mlp_tp4.toml",
+    ] {
+        let text = std::fs::read_to_string(f).unwrap();
+        parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn malformed_toml_names_the_file() {
+    let msg = err("name = \"x\"\n[dims\n");
+    assert!(msg.starts_with(FILE), "{msg}");
+}
+
+#[test]
+fn unknown_keys_name_the_path_and_the_allowed_keys() {
+    assert_names(
+        &err(&replace("name = \"mlp\"", "name = \"mlp\"\nnmae = 1")),
+        "nmae",
+        &["description", "first_seed", "layers"],
+    );
+    // A key another op has.
+    assert_names(
+        &err(&replace("op = \"gelu\"", "op = \"gelu\"\npadding_idx = 0")),
+        "layers[1].padding_idx",
+        &["name, op, input, parallel, attr"],
+    );
+    assert_names(
+        &err(&replace("tp = 4", "tp = 4\ntpp = 2")),
+        "parallel.tpp",
+        &["tp, dp, shard_rule, tp_grain, zero_stage"],
+    );
+}
+
+#[test]
+fn unknown_ops_and_choices_list_what_is_allowed() {
+    assert_names(
+        &err(&replace("op = \"gelu\"", "op = \"swish\"")),
+        "layers[1].op",
+        &[
+            "embedding",
+            "linear",
+            "gelu-tanh",
+            "rmsnorm",
+            "residual-add",
+        ],
+    );
+    assert_names(
+        &err(&replace("parallel = \"row\"", "parallel = \"vocab\"")),
+        "layers[2].parallel",
+        &["none, column, column-gather, row"],
+    );
+    assert_names(
+        &err(&replace("optimizer = \"adamw\"", "optimizer = \"lamb\"")),
+        "train.optimizer",
+        &["sgd, momentum, nesterov, adam, adamw"],
+    );
+}
+
+#[test]
+fn wrong_types_and_ranges_say_what_is_allowed() {
+    assert_names(
+        &err(&replace("tp = 4", "tp = 65")),
+        "parallel.tp",
+        &["1..=64"],
+    );
+    assert_names(
+        &err(&replace("lr = 1e-3", "lr = \"fast\"")),
+        "train.lr",
+        &["0 < lr < 100"],
+    );
+    assert_names(
+        &err(&replace("steps = 2", "steps = 0")),
+        "train.steps",
+        &["1..=1000"],
+    );
+}
+
+#[test]
+fn an_unknown_dim_lists_the_dims() {
+    assert_names(
+        &err(&replace("out = \"ffn\"", "out = \"fnn\"")),
+        "layers[0].out",
+        &["unknown dim `fnn`", "ffn, hidden, tokens"],
+    );
+    assert_names(
+        &err(&replace(
+            "shape = [\"tokens\", \"hidden\"]",
+            "shape = [\"tokens\", \"hiden\"]",
+        )),
+        "inputs[0].shape[1]",
+        &["hiden", "ffn, hidden, tokens"],
+    );
+}
+
+#[test]
+fn a_tp_degree_that_does_not_divide_under_megatron_is_refused() {
+    let msg = err(&replace("tp = 4", "tp = 3"));
+    assert_names(
+        &msg,
+        "layers[0].out",
+        &["64", "tp = 3", "shard_rule = \"deepspeed\""],
+    );
+    // DeepSpeed's rule takes uneven shards, but not an empty one.
+    let text = replace("tp = 4\nshard_rule = \"megatron\"", "tp = 3");
+    parse_file(FILE, &text).unwrap();
+    let msg =
+        err(&replace("tp = 4\nshard_rule = \"megatron\"", "tp = 20")
+            .replace("ffn = 64", "ffn = 16"));
+    assert_names(&msg, "layers[0].out", &["rank 16 gets nothing", "tp <= 16"]);
+}
+
+#[test]
+fn a_tensor_name_that_does_not_exist_lists_the_ones_that_do() {
+    let msg = err(&replace("op = \"gelu\"", "op = \"gelu\"\ninput = \"fc\""));
+    assert_names(
+        &msg,
+        "layers[1].input",
+        &["no tensor is named `fc`", "x, target, fc1"],
+    );
+    // Used before it is computed.
+    let msg = err(&replace("op = \"gelu\"", "op = \"gelu\"\ninput = \"fc2\""));
+    assert_names(
+        &msg,
+        "layers[1].input",
+        &["computed after this one", "an earlier layer"],
+    );
+    // A check on an unknown tensor.
+    let msg = err(&replace("tensor = \"fc2.out\"", "tensor = \"fc3.out\""));
+    assert_names(
+        &msg,
+        "checks[0].tensor",
+        &["no tensor is named `fc3.out`", "fc2.out"],
+    );
+}
+
+const TIED: &str = r#"
+name = "tied"
+[dims]
+vocab = 11
+hidden = 6
+[parallel]
+tp = 2
+[[inputs]]
+name = "ids"
+draw = "randint"
+high = "vocab"
+shape = [2, 3]
+[[inputs]]
+name = "labels"
+draw = "randint"
+high = "vocab"
+shape = [2, 3]
+[[layers]]
+name = "embedding"
+op = "embedding"
+input = "ids"
+num = "vocab"
+dim = "hidden"
+[[layers]]
+name = "head"
+op = "linear"
+out = "vocab"
+bias = false
+parallel = "row"
+tie = "embedding"
+[loss]
+op = "cross-entropy"
+labels = "labels"
+[train]
+steps = 1
+optimizer = "sgd"
+lr = 0.1
+[[checks]]
+name = "logits"
+tensor = "head.out"
+[[checks]]
+name = "tied_grad"
+tensor = "embedding.weight.grad"
+"#;
+
+#[test]
+fn a_tie_between_different_shapes_is_refused() {
+    parse_file(FILE, TIED).unwrap();
+    // The head projects to 10 classes; the table has 11 rows.
+    let msg = err(&TIED.replace("out = \"vocab\"", "out = 10").replace(
+        "high = \"vocab\"\nshape = [2, 3]\n[[layers]]",
+        "high = 10\nshape = [2, 3]\n[[layers]]",
+    ));
+    assert_names(
+        &msg,
+        "layers[1].tie",
+        &["a tie between different shapes", "[10, 6]", "[11, 6]"],
+    );
+    let msg = err(&TIED.replace("tie = \"embedding\"", "tie = \"embeding\""));
+    assert_names(
+        &msg,
+        "layers[1].tie",
+        &["no layer is named `embeding`", "embedding"],
+    );
+}
+
+#[test]
+fn a_check_on_a_tensor_that_is_never_computed_is_refused_unless_optional() {
+    // x.grad without grad = true.
+    let msg = err(&replace("grad = true\n", ""));
+    assert_names(
+        &msg,
+        "checks[1].tensor",
+        &["never computed", "grad = true", "optional = true"],
+    );
+    // The bias of a layer without one.
+    let text = replace("parallel = \"row\"", "parallel = \"row\"\nbias = false")
+        + "[[checks]]\nname = \"fc2_bias\"\ntensor = \"fc2.bias\"\n";
+    assert_names(
+        &err(&text),
+        "checks[3].tensor",
+        &["layer `fc2` (linear) has no bias", "optional = true"],
+    );
+    // Optional: skipped, and the file is valid.
+    let file = parse_file(FILE, &(text + "optional = true\n")).unwrap();
+    assert_eq!(file.graphs[0].skipped.len(), 1);
+    assert_eq!(file.graphs[0].checks.len(), 3);
+    // A full gradient under ZeRO stage 2.
+    let msg = err(&TIED.replace("tp = 2", "tp = 2\nzero_stage = 2"));
+    assert_names(
+        &msg,
+        "checks[1].tensor",
+        &["zero_stage = 2", "optional = true"],
+    );
+}
+
+#[test]
+fn the_loss_needs_its_labels_of_the_right_shape() {
+    let msg = err(&TIED.replace("labels = \"labels\"", ""));
+    assert_names(&msg, "loss.labels", &["randint input"]);
+    let msg = err(&TIED.replace("labels = \"labels\"", "labels = \"lables\""));
+    assert_names(
+        &msg,
+        "loss.labels",
+        &["no input is named `lables`", "ids, labels"],
+    );
+    let msg = err(&TIED.replacen(
+        "shape = [2, 3]\n[[layers]]",
+        "shape = [2, 4]\n[[layers]]",
+        1,
+    ));
+    assert_names(
+        &msg,
+        "loss.labels",
+        &["[2, 4]", "need labels of shape [2, 3]"],
+    );
+    let msg = err(&replace(
+        "target = \"target\"",
+        "target = \"x\"\nlabels = \"x\"",
+    ));
+    assert_names(&msg, "loss.labels", &["mse takes `target`"]);
+}
+
+#[test]
+fn shard_mismatches_between_layers_are_found() {
+    // A column-parallel output read by an op that needs the whole tensor.
+    let msg = err(&replace("parallel = \"row\"", "parallel = \"none\""));
+    assert_names(
+        &msg,
+        "layers[2].input",
+        &[
+            "split on axis 1 by column-parallel `fc1`",
+            "row-parallel",
+            "column-gather",
+        ],
+    );
+    // The mse on an output that stays split.
+    let msg = err(&replace("parallel = \"row\"", "parallel = \"column\""));
+    assert_names(&msg, "layers[2].input", &["needs the whole tensor"]);
+    // Vocab-parallel cross-entropy on whole logits.
+    let msg = err(&TIED.replace(
+        "labels = \"labels\"",
+        "labels = \"labels\"\nparallel = \"vocab\"",
+    ));
+    assert_names(
+        &msg,
+        "loss.parallel",
+        &[
+            "vocab-parallel cross-entropy needs logits split",
+            "column-parallel head",
+        ],
+    );
+    // Ids into a linear layer.
+    let msg = err(&TIED.replace(
+        "op = \"embedding\"\ninput = \"ids\"\nnum = \"vocab\"\ndim = \"hidden\"",
+        "op = \"linear\"\ninput = \"ids\"\nout = \"hidden\"",
+    ));
+    assert_names(&msg, "layers[0].input", &["int64", "through an embedding"]);
+}
+
+#[test]
+fn residual_add_needs_one_shape() {
+    let text = replace(
+        "[loss]",
+        "[[layers]]\nname = \"res\"\nop = \"residual-add\"\ninputs = [\"fc2\", \"act\"]\n[loss]",
+    );
+    assert_names(
+        &err(&text),
+        "layers[3].inputs",
+        &["different shapes", "[8, 16]", "[8, 64]"],
+    );
+}
+
+#[test]
+fn checks_at_a_time_the_tensor_does_not_have_are_refused() {
+    let msg = err(&replace(
+        "tensor = \"fc2.out\"",
+        "tensor = \"fc2.out\"\nat = \"step\"",
+    ));
+    assert_names(
+        &msg,
+        "checks[0].at",
+        &["every micro-step", "\"micro-step\""],
+    );
+    let msg = err(&replace(
+        "tensor = \"fc1.weight\"",
+        "tensor = \"fc1.weight\"\nat = \"micro-step\"",
+    ));
+    assert_names(&msg, "checks[2].at", &["\"step\", \"update\""]);
+    // sgd-update restates plain SGD only.
+    let msg = err(&replace(
+        "tensor = \"fc1.weight\"",
+        "tensor = \"fc1.weight\"\nkind = \"sgd-update\"",
+    ));
+    assert_names(&msg, "checks[2].kind", &["adamw", "optimizer = \"sgd\""]);
+}
+
+#[test]
+fn checks_out_of_recording_order_are_refused() {
+    let text = BASE.replace("[[checks]]\nname = \"out\"\ntensor = \"fc2.out\"\n", "")
+        + "[[checks]]\nname = \"out\"\ntensor = \"fc2.out\"\n";
+    assert_names(
+        &err(&text),
+        "checks[2]",
+        &[
+            "records before `fc1_weight`",
+            "activations and the loss, then gradients, then parameters",
+        ],
+    );
+}
+
+#[test]
+fn params_errors_name_the_entry_and_its_key() {
+    let with = |entries: &str| format!("{TIED}{entries}");
+    // A key that names nothing.
+    let msg = err(&with("[[params]]\nid = \"a\"\nhiden = 7\n"));
+    assert_names(
+        &msg,
+        "params[0].hiden",
+        &[
+            "dims (hidden, vocab)",
+            "layers (embedding, head)",
+            "inputs (ids, labels)",
+        ],
+    );
+    // A bad value in a patched layer key names the entry's key, and the parametrization.
+    let msg = err(&with(
+        "[[params]]\nid = \"a\"\n[[params]]\nid = \"b\"\nhead.bias = \"yes\"\n",
+    ));
+    assert_names(
+        &msg,
+        "params[1].head.bias",
+        &["true, false", "parametrization `b`"],
+    );
+    let msg = err(&with(
+        "[[params]]\nid = \"a\"\n[[params]]\nid = \"b\"\nparallel.tp = 99\n",
+    ));
+    assert_names(&msg, "params[1].parallel.tp", &["1..=64"]);
+    // Duplicate ids.
+    let msg = err(&with("[[params]]\nid = \"a\"\n[[params]]\nid = \"a\"\n"));
+    assert!(
+        msg.starts_with(&format!("{FILE}: key `params[1].id`: duplicate id `a`")),
+        "{msg}"
+    );
+    // A dim override that breaks a shape is found in that parametrization.
+    let msg = err(&with(
+        "[[params]]\nid = \"a\"\n[[params]]\nid = \"b\"\nhidden = 1\n",
+    ));
+    assert_names(
+        &msg,
+        "layers[1].input",
+        &["rank 1 gets nothing", "parametrization `b`"],
+    );
+}
+
+#[test]
+fn policies_may_only_override_checks_the_file_has() {
+    let text = format!("{BASE}[policies.mine]\ndefault = {{ atol = 1e-5, rtol = 1e-5 }}\nchecks.ouput = {{ atol = 0.0, rtol = 0.0 }}\n");
+    let msg = err(&text);
+    assert!(
+        msg.starts_with(&format!("{FILE}: key `policies.mine.checks.ouput`")),
+        "{msg}"
+    );
+    assert!(msg.contains("out, input_grad, fc1_weight"), "{msg}");
+    let msg =
+        err(&format!("{BASE}default_policies = [\"strict\"]\n").replace("[train]", "[train]"));
+    // A top-level key after a table belongs to that table: TOML's rule, named as such.
+    assert!(msg.contains("checks[2].default_policies"), "{msg}");
+    let msg = err(&format!("default_policies = [\"strict\"]\n{BASE}"));
+    assert_names(
+        &msg,
+        "default_policies[0]",
+        &["unknown policy `strict`", "torch-default"],
+    );
+}
+
+#[test]
+fn the_check_command_exits_1_naming_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, replace("parallel = \"row\"", "parallel = \"rows\"")).unwrap();
+    let out = assert_cmd::Command::cargo_bin("seedsweep")
+        .unwrap()
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("bad.toml: key `layers[2].parallel`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("allowed: none, column, column-gather, row"),
+        "{stderr}"
+    );
+    std::fs::write(&path, BASE).unwrap();
+    let out = assert_cmd::Command::cargo_bin("seedsweep")
+        .unwrap()
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("forward  fc2          all-reduce     fc2.out [8, 16] over tp ranks 0..3"),
+        "{stdout}"
+    );
+}
