@@ -6,9 +6,10 @@
 //! file (top level, policies) -> params (one patched document per [[params]] entry)
 //!   -> spec (typed, dims substituted) -> resolve (shapes per rank, shards, collectives,
 //!   checks; every mismatch found here) -> lower (the executor's IR, `graph::ir`)
-//!   -> check (the text `seedsweep check` prints)
+//!   -> check (the text `seedsweep check` prints); build: the runnable scenario (graph executor)
 //! ```
 
+pub mod build;
 pub mod check;
 pub mod file;
 pub mod lower;
