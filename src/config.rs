@@ -30,6 +30,18 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         include_str!("../configs/maxtext_diloco.toml"),
     ),
     ("diloco.toml", include_str!("../configs/diloco.toml")),
+    // Issue 8's new built-ins, in the scenario language, validated against torch in
+    // tests/builtin_fixtures.rs. The other four (deepspeed_tp_column_parallel,
+    // megatron_tp_mlp, megatron_vocab_parallel_cross_entropy, fsdp_zero2_grad_acc) join this
+    // list once the graph executor runs them (column parallelism, data parallelism).
+    (
+        "deepspeed_tp_row_parallel.toml",
+        include_str!("../configs/deepspeed_tp_row_parallel.toml"),
+    ),
+    (
+        "deepspeed_uneven_tp3_row_parallel.toml",
+        include_str!("../configs/deepspeed_uneven_tp3_row_parallel.toml"),
+    ),
 ];
 
 /// A tolerance as written in TOML.

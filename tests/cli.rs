@@ -51,7 +51,11 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     // x 3 comparisons x 2 policies.
     let t1_checks = 4 + 4 + 4 + 3;
     let t2_checks = 8 + 10 + 10;
-    let deepspeed_rows = (t1_checks + t2_checks) * 3 * 2;
+    // Issue 8's built-ins: deepspeed-tp-row-parallel, 4 params x 3 checks (policies deepspeed,
+    // torch-default); deepspeed-uneven-tp3-row-parallel, T2's checks at TP 3 (10 + 8).
+    let tp_layer_checks = 4 * 3;
+    let uneven_checks = 10 + 8;
+    let deepspeed_rows = (t1_checks + t2_checks + tp_layer_checks + uneven_checks) * 3 * 2;
     // maxtext-diloco (T3) and diloco: 1 param x 2 profiles (f32, tpu-bf16) x 4 checks (loss,
     // outer_unchanged, outer_params, inner_equals_outer) x 3 comparisons x 3 policies each.
     let diloco_rows = 2 * 4 * 3 * 3;

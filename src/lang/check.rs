@@ -216,22 +216,28 @@ fn graph_text(
         .unwrap();
     }
     let loss = &s.loss;
-    let (what, against) = match &loss.op {
-        LossOp::CrossEntropy { labels } => ("cross-entropy", labels),
-        LossOp::Mse { target } => ("mse", target),
-    };
-    writeln!(
-        out,
-        "    {:<14} {what}({}, {against}, mean over tokens{})",
-        "loss",
-        loss.input,
-        if loss.vocab_parallel {
-            ", vocab-parallel"
-        } else {
-            ""
+    match &loss.op {
+        LossOp::Sum => writeln!(out, "    {:<14} sum({})", "loss", loss.input).unwrap(),
+        LossOp::CrossEntropy { labels: against } | LossOp::Mse { target: against } => {
+            let what = if matches!(loss.op, LossOp::Mse { .. }) {
+                "mse"
+            } else {
+                "cross-entropy"
+            };
+            writeln!(
+                out,
+                "    {:<14} {what}({}, {against}, mean over tokens{})",
+                "loss",
+                loss.input,
+                if loss.vocab_parallel {
+                    ", vocab-parallel"
+                } else {
+                    ""
+                }
+            )
+            .unwrap();
         }
-    )
-    .unwrap();
+    }
     writeln!(out, "  tensors (global shape; per rank):").unwrap();
     for t in &g.tensors {
         let dt = match t.dtype {

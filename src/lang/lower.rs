@@ -346,6 +346,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
             LossOp::Mse { target } => ir::LossKind::Mse {
                 target: iid(target),
             },
+            LossOp::Sum => ir::LossKind::Sum,
         },
         input: tid(&s.loss.input),
         divide_by_micro_steps: s.train.micro_steps > 1,

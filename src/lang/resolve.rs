@@ -961,6 +961,9 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 ));
             }
         }
+        // `out.sum()` on any sharding: each rank sums its own shard, as the test's ranks do;
+        // the gradient is the seed on every element.
+        LossOp::Sum => {}
         LossOp::Mse { target } => {
             let t = input_tensor("target", target)?;
             if t.dtype != Dtype::F32 || t.shape != lx.shape {
@@ -1164,6 +1167,12 @@ fn resolve_check(
     };
     let storage = t.alias_of.clone().unwrap_or_else(|| t.name.clone());
     let what = match (t.role, is_grad) {
+        (Role::Loss, false) if spec.loss.op == LossOp::Sum => {
+            return Err(ctx.err(
+                &path,
+                "the value of a `sum` loss is not modelled (torch's CPU sum order), only its gradient; allowed: a check on an activation, gradient or parameter",
+            ));
+        }
         (Role::Loss, false) => CheckWhat::Loss,
         (Role::Activation, false) | (Role::Input, false) => {
             if t.role == Role::Input {

@@ -221,6 +221,8 @@ pub enum LossOp {
         /// The target input.
         target: String,
     },
+    /// `out.sum()`: the sum of the input's elements (no labels or target).
+    Sum,
 }
 
 /// `[loss]`.
@@ -864,10 +866,10 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
     let Some(o) = doc.opt_table("loss", &["op", "input", "labels", "target", "parallel"])? else {
         return Err(doc.err(
             "loss",
-            "a [loss] table is required; allowed ops: cross-entropy, mse",
+            "a [loss] table is required; allowed ops: cross-entropy, mse, sum",
         ));
     };
-    let op = match o.req_choice("op", &["cross-entropy", "mse"])? {
+    let op = match o.req_choice("op", &["cross-entropy", "mse", "sum"])? {
         "cross-entropy" => {
             if o.has("target") {
                 return Err(o.err(
@@ -884,6 +886,17 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
             LossOp::CrossEntropy {
                 labels: l.to_string(),
             }
+        }
+        "sum" => {
+            for key in ["labels", "target"] {
+                if o.has(key) {
+                    return Err(o.err(
+                        key,
+                        "sum takes neither labels nor target; allowed: op = \"sum\" with `input` only",
+                    ));
+                }
+            }
+            LossOp::Sum
         }
         _ => {
             if o.has("labels") {
@@ -908,10 +921,10 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
         None => layers.last().map(|l| l.name.clone()).unwrap_or_default(),
     };
     let vocab_parallel = o.choice("parallel", &["none", "vocab"], "none")? == "vocab";
-    if vocab_parallel && matches!(op, LossOp::Mse { .. }) {
+    if vocab_parallel && !matches!(op, LossOp::CrossEntropy { .. }) {
         return Err(o.err(
             "parallel",
-            "\"vocab\" is cross-entropy's; allowed with mse: \"none\"",
+            "\"vocab\" is cross-entropy's; allowed with mse and sum: \"none\"",
         ));
     }
     Ok(Loss {
