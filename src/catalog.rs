@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::check::Tolerance;
-use crate::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
+use crate::config::{parse_scenario_config, CommonConfig, RngKind, BUILTIN_SCENARIOS};
 use crate::error::{unknown_name, InputError};
 use crate::mutant::Mutant;
 use crate::profile::{Profile, ProfileRegistry};
@@ -58,6 +58,16 @@ pub struct Group {
     pub mutant: Option<Mutant>,
 }
 
+/// A scenario config: a file in the scenario language with an outer loop
+/// ([`crate::lang::outer`]), or a hand-written scenario's config.
+fn parse_config(file: &str, text: &str) -> Result<CommonConfig, InputError> {
+    if crate::lang::outer::is_outer_file(text) {
+        crate::lang::outer::parse_common(file, text)
+    } else {
+        parse_scenario_config(file, text)
+    }
+}
+
 impl Catalog {
     /// Loads the built-ins, then each config file in order. `rng` overrides every
     /// scenario's generator when given.
@@ -65,10 +75,7 @@ impl Catalog {
         let mut profiles = ProfileRegistry::builtin()?;
         let mut commons = Vec::new();
         for (file, text) in BUILTIN_SCENARIOS {
-            commons.push(parse_scenario_config(
-                &format!("built-in configs/{file}"),
-                text,
-            )?);
+            commons.push(parse_config(&format!("built-in configs/{file}"), text)?);
         }
         let mut from_configs = Vec::new();
         for path in configs {
@@ -82,7 +89,7 @@ impl Catalog {
                 profiles.add_revealed(orders)?;
                 continue;
             }
-            let common = parse_scenario_config(&path.display().to_string(), &text)?;
+            let common = parse_config(&path.display().to_string(), &text)?;
             if from_configs.contains(&common.name) {
                 return Err(InputError::flag(
                     "--config",

@@ -16,7 +16,6 @@ use crate::profile::Profile;
 use crate::trace::Trace;
 
 pub mod diloco;
-pub mod maxtext_diloco;
 pub mod row_parallel;
 pub mod tied_row_parallel;
 
@@ -163,7 +162,7 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
     match common.kind.as_str() {
         tied_row_parallel::KIND => Ok(Box::new(tied_row_parallel::TiedRowParallel::new(common)?)),
         row_parallel::KIND => Ok(Box::new(row_parallel::RowParallel::new(common)?)),
-        maxtext_diloco::KIND => Ok(Box::new(maxtext_diloco::MaxtextDiloco::new(common)?)),
+        crate::lang::outer::KIND => Ok(Box::new(crate::lang::outer::build(common)?)),
         diloco::KIND => Ok(Box::new(diloco::Diloco::new(common)?)),
         other => Err(InputError::config(
             &common.file,
@@ -174,9 +173,4 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
 }
 
 /// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[
-    tied_row_parallel::KIND,
-    row_parallel::KIND,
-    maxtext_diloco::KIND,
-    diloco::KIND,
-];
+pub const KINDS: &[&str] = &[tied_row_parallel::KIND, row_parallel::KIND, diloco::KIND];
