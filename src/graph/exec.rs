@@ -11,15 +11,24 @@ use crate::backend::Backend;
 use crate::check::StepLabel;
 use crate::graph::init::InputValue;
 use crate::graph::ir::{
-    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, ResolvedGraph,
-    TensorId,
+    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
+    ResolvedGraph, TensorId,
+};
+use crate::model::activations::{
+    gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
+    ActReal,
 };
 use crate::model::condition::record_condition;
 use crate::model::layers::{
     accumulate, add_row_bias, column_sums, embedding_backward, embedding_lookup, linear, sgd,
     sgd_unfused, tanh_backward,
 };
-use crate::model::tp::{row_parallel_backward, row_parallel_forward, RowParallelBuffers};
+use crate::model::loss;
+use crate::model::optim::{adam_step, sgd_step, OptState};
+use crate::model::tp::{
+    column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
+    RowParallelBuffers,
+};
 use crate::mutant::{Mutant, TpFaults};
 use crate::real::Real;
 use crate::scenario::CheckSpec;
@@ -98,6 +107,57 @@ pub struct Bufs<R> {
     /// accumulated gradient.
     drift: [Vec<R>; 3],
     rp: RowParallelBuffers<R>,
+    /// Float targets of the loss (MSE), this micro-step.
+    target: Vec<R>,
+    /// Optimizer state per parameter, and of the drift copy.
+    opt: Vec<OptState<R>>,
+    drift_opt: OptState<R>,
+    opt_scratch: Vec<R>,
+}
+
+/// One optimizer step of `p` with gradient `g`: plain SGD through the fused update of
+/// [`sgd`] (torch's `p.add_(g, alpha=-lr)`), the others through [`crate::model::optim`].
+fn step<R: Real>(
+    opt: Optimizer,
+    lr: R,
+    p: &mut [R],
+    g: &[R],
+    st: &mut OptState<R>,
+    scratch: &mut Vec<R>,
+) {
+    match opt {
+        Optimizer::Sgd {
+            momentum,
+            dampening,
+            nesterov,
+            weight_decay,
+            ..
+        } => {
+            if momentum == 0.0 && weight_decay == 0.0 {
+                sgd(p, g, lr);
+            } else {
+                sgd_step(
+                    p,
+                    g,
+                    lr,
+                    momentum,
+                    dampening,
+                    nesterov,
+                    weight_decay,
+                    st,
+                    scratch,
+                );
+            }
+        }
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => adam_step(p, g, lr, beta1, beta2, eps, weight_decay, decoupled, st),
+    }
 }
 
 /// Gives `v` length `n`; contents are unspecified when it already had that length (every
@@ -143,7 +203,9 @@ impl Plan {
         condition: bool,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
-    ) {
+    ) where
+        B::R: ActReal,
+    {
         let g = &self.graph;
         let shards = if sharded { &self.sharded } else { &self.whole };
         let faults = TpFaults::of(mutant);
@@ -161,6 +223,9 @@ impl Plan {
         bf.acc.resize_with(np, Vec::new);
         bf.old.resize_with(np, Vec::new);
         bf.pset.resize(np, false);
+        bf.opt.resize_with(np, OptState::default);
+        bf.opt.iter_mut().for_each(OptState::reset);
+        bf.drift_opt.reset();
         for (i, p) in g.params.iter().enumerate() {
             if self.storage[i] != i {
                 continue;
@@ -281,14 +346,22 @@ impl Plan {
                     let (old, params) = (&mut bf.old[i], &bf.params[i]);
                     old.copy_from_slice(params);
                 }
+                let opt = g.train.optimizer;
                 for i in 0..np {
                     if self.storage[i] == i {
-                        sgd(&mut bf.params[i], &bf.acc[i], lr);
+                        step(
+                            opt,
+                            lr,
+                            &mut bf.params[i],
+                            &bf.acc[i],
+                            &mut bf.opt[i],
+                            &mut bf.opt_scratch,
+                        );
                     }
                 }
                 if drift {
                     let [w, _, g2] = &mut bf.drift;
-                    sgd(w, g2, lr);
+                    step(opt, lr, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
                 }
                 for &c in &self.by_phase[2] {
                     let label = self.label(c, s, m);
@@ -327,7 +400,9 @@ impl Plan {
         label: StepLabel,
         bf: &mut Bufs<B::R>,
         trace: &mut Trace,
-    ) {
+    ) where
+        B::R: ActReal,
+    {
         let g = &self.graph;
         if let Some(Op::Linear { x, weight, .. }) = g.producer(t).map(|l| &l.op) {
             let (m, k, n) = (g.rows(*x), g.width(*x), g.width(t));
@@ -358,7 +433,9 @@ impl Plan {
         drift: bool,
         inputs: &[InputValue],
         bf: &mut Bufs<B::R>,
-    ) {
+    ) where
+        B::R: ActReal,
+    {
         let g = &self.graph;
         match *op {
             Op::Embedding {
@@ -394,6 +471,9 @@ impl Plan {
                             add_row_bias(&mut y, b, n);
                         }
                     }
+                    LinearParallel::Column | LinearParallel::ColumnGather if shards.len() > 1 => {
+                        column_parallel_forward(be, xs, w, b, &mut y, m, k, n, shards, &mut bf.rp);
+                    }
                     _ => linear(be, xs, w, b, &mut y, m, k, n),
                 }
                 bf.acts[out.0] = y;
@@ -408,7 +488,10 @@ impl Plan {
                 }
                 match kind {
                     Activation::Tanh => be.tanh(&mut y),
-                    _ => unreachable!("validated by GraphScenario::new"),
+                    Activation::Gelu => gelu(&mut y),
+                    Activation::GeluTanh => gelu_tanh(&mut y),
+                    Activation::Relu => relu(&mut y),
+                    Activation::Silu => silu(&mut y),
                 }
                 bf.acts[out.0] = y;
             }
@@ -426,7 +509,10 @@ impl Plan {
         inputs: &[InputValue],
         scale: B::R,
         bf: &mut Bufs<B::R>,
-    ) -> B::R {
+    ) -> B::R
+    where
+        B::R: ActReal,
+    {
         let g = &self.graph;
         let t = g.loss.input;
         match g.loss.kind {
@@ -437,7 +523,14 @@ impl Plan {
                 scale,
                 &mut bf.dacts[t.0],
             ),
-            _ => unreachable!("validated by GraphScenario::new"),
+            LossKind::Mse { target } => {
+                load(&mut bf.target, &inputs[target.0].f);
+                loss::mse(&bf.acts[t.0], &bf.target, scale, &mut bf.dacts[t.0])
+            }
+            LossKind::Sum => loss::sum(&bf.acts[t.0], scale, &mut bf.dacts[t.0]),
+            LossKind::VocabParallelCrossEntropy { .. } => {
+                unreachable!("validated by GraphScenario::new")
+            }
         }
     }
 
@@ -452,7 +545,9 @@ impl Plan {
         drift: bool,
         inputs: &[InputValue],
         bf: &mut Bufs<B::R>,
-    ) {
+    ) where
+        B::R: ActReal,
+    {
         let g = &self.graph;
         let out = op.output();
         if !bf.dset[out.0] {
@@ -495,6 +590,40 @@ impl Plan {
                 let mut dw = (!drop_w).then(|| self.grad_target(bf, ws));
                 let want_dx = self.needs_grad[x.0];
                 let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
+                if matches!(
+                    parallel,
+                    LinearParallel::Column | LinearParallel::ColumnGather
+                ) && shards.len() > 1
+                {
+                    let bs = bias.map(|b| self.storage[b.0]);
+                    let mut db = bs.map(|b| self.grad_target(bf, b));
+                    column_parallel_backward(
+                        be,
+                        &bf.acts[x.0],
+                        &bf.params[ws],
+                        &dy,
+                        dw.as_deref_mut(),
+                        db.as_deref_mut(),
+                        dx.as_deref_mut(),
+                        m,
+                        k,
+                        n,
+                        shards,
+                        faults,
+                        &mut bf.rp,
+                    );
+                    if let Some(dw) = dw {
+                        self.grad_done(bf, ws, dw);
+                    }
+                    if let (Some(b), Some(db)) = (bs, db) {
+                        self.grad_done(bf, b, db);
+                    }
+                    if let Some(dx) = dx {
+                        self.act_grad_done(bf, x.0, dx);
+                    }
+                    bf.dacts[out.0] = dy;
+                    return;
+                }
                 row_parallel_backward(
                     be,
                     &bf.acts[x.0],
@@ -532,9 +661,13 @@ impl Plan {
                     return;
                 }
                 let mut dx = self.act_grad_target(bf, x.0);
+                let (dy, y, xs) = (&bf.dacts[out.0], &bf.acts[out.0], &bf.acts[x.0]);
                 match kind {
-                    Activation::Tanh => tanh_backward(&bf.dacts[out.0], &bf.acts[out.0], &mut dx),
-                    _ => unreachable!("validated by GraphScenario::new"),
+                    Activation::Tanh => tanh_backward(dy, y, &mut dx),
+                    Activation::Relu => relu_backward(dy, y, &mut dx),
+                    Activation::Gelu => gelu_backward(dy, xs, &mut dx),
+                    Activation::GeluTanh => gelu_tanh_backward(dy, xs, &mut dx),
+                    Activation::Silu => silu_backward(dy, xs, &mut dx),
                 }
                 self.act_grad_done(bf, x.0, dx);
             }

@@ -455,6 +455,8 @@ pub enum LossKind {
         /// The float target.
         target: InputId,
     },
+    /// `out.sum()` (DeepSpeed's layer tests backpropagate the sum of the output).
+    Sum,
 }
 
 /// Training.
@@ -703,9 +705,10 @@ impl ResolvedGraph {
     /// The mutants this graph's parallelism admits, in [`Mutant::ALL`] order:
     /// a row-parallel linear admits wrong-shard-offset, missing-allreduce, dropped-head-grad
     /// (its weight-gradient contribution dropped), missing-input-grad-gather and
-    /// bf16-allreduce; a weight tied across an embedding and a linear admits
-    /// dropped-embedding-grad and tied-weights-drift; an outer loop admits no-replica-mean,
-    /// pseudo-grad-sign, no-nesterov and stale-outer-params.
+    /// bf16-allreduce; a column-parallel linear admits missing-allreduce and bf16-allreduce
+    /// (on its input-gradient all-reduce); a weight tied across an embedding and a linear
+    /// admits dropped-embedding-grad and tied-weights-drift; an outer loop admits
+    /// no-replica-mean, pseudo-grad-sign, no-nesterov and stale-outer-params.
     pub fn mutants(&self) -> Vec<Mutant> {
         let row = self.parallel.tp > 1
             && self.layers.iter().any(|l| {
@@ -717,15 +720,24 @@ impl ResolvedGraph {
                     }
                 )
             });
+        let column = self.parallel.tp > 1
+            && self.layers.iter().any(|l| {
+                matches!(
+                    l.op,
+                    Op::Linear {
+                        parallel: LinearParallel::Column | LinearParallel::ColumnGather,
+                        ..
+                    }
+                )
+            });
         let tied = self.tied_embedding_head().is_some();
         Mutant::ALL
             .into_iter()
             .filter(|m| match m {
                 Mutant::WrongShardOffset
-                | Mutant::MissingAllreduce
                 | Mutant::DroppedHeadGrad
-                | Mutant::MissingInputGradGather
-                | Mutant::Bf16Allreduce => row,
+                | Mutant::MissingInputGradGather => row,
+                Mutant::MissingAllreduce | Mutant::Bf16Allreduce => row || column,
                 Mutant::DroppedEmbeddingGrad | Mutant::TiedWeightsDrift => tied,
                 Mutant::NoReplicaMean
                 | Mutant::PseudoGradSign

@@ -146,20 +146,20 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
             "the DiLoCo outer loop is not supported by the executor yet",
         ));
     }
-    match g.train.optimizer {
-        Optimizer::Sgd {
-            momentum,
-            weight_decay,
-            nesterov,
-            ..
-        } if momentum == 0.0 && weight_decay == 0.0 && !nesterov => {}
-        _ => {
-            return Err(err(
-                file,
-                at("train.optimizer".into()),
-                "only plain SGD (no momentum, no weight decay) is supported by the executor yet",
-            ))
-        }
+    let plain_sgd = matches!(
+        g.train.optimizer,
+        Optimizer::Sgd { momentum, weight_decay, .. } if momentum == 0.0 && weight_decay == 0.0
+    );
+    if !plain_sgd
+        && g.checks
+            .iter()
+            .any(|c| matches!(c.tensor, CheckTensor::SgdUpdate(_)))
+    {
+        return Err(err(
+            file,
+            at("checks".into()),
+            "an sgd-update check needs plain SGD (no momentum, no weight decay)",
+        ));
     }
     if g.train.steps == 0 || g.train.micro_steps == 0 {
         return Err(err(
@@ -372,13 +372,7 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 if g.tensors[x.0].shape != g.tensors[out.0].shape {
                     return Err(err(file, key("out"), "must have the input's shape"));
                 }
-                if kind != Activation::Tanh {
-                    return Err(err(
-                        file,
-                        key("op"),
-                        "only tanh is supported by the executor yet",
-                    ));
-                }
+                let _ = kind;
             }
             Op::Norm { .. } | Op::ResidualAdd { .. } => {
                 return Err(err(
@@ -413,11 +407,25 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 }
             }
         }
-        _ => {
+        LossKind::Mse { target } => match g.inputs.draws.get(target.0) {
+            Some(d)
+                if d.kind == DrawKind::Randn
+                    && d.shape.iter().product::<usize>()
+                        == g.tensors[g.loss.input.0].shape.iter().product::<usize>() => {}
+            _ => {
+                return Err(err(
+                    file,
+                    at("loss.target".into()),
+                    "must name a randn input with as many elements as the loss input",
+                ))
+            }
+        },
+        LossKind::Sum => {}
+        LossKind::VocabParallelCrossEntropy { .. } => {
             return Err(err(
                 file,
-                at("loss.kind".into()),
-                "only cross-entropy is supported by the executor yet",
+                at("loss.parallel".into()),
+                "vocab-parallel cross-entropy is not supported by the executor yet",
             ))
         }
     }
@@ -482,13 +490,19 @@ fn plan(g: ResolvedGraph) -> Plan {
                 needs_grad[out.0] = true;
                 let k = g.width(x);
                 whole.push(one(0..k));
-                sharded.push(if parallel == LinearParallel::Row {
-                    g.parallel
+                let n = g.width(out);
+                sharded.push(match parallel {
+                    LinearParallel::Row => g
+                        .parallel
                         .shard_rule
                         .ranges(k, g.parallel.tp)
-                        .unwrap_or_else(|| one(0..k))
-                } else {
-                    one(0..k)
+                        .unwrap_or_else(|| one(0..k)),
+                    LinearParallel::Column | LinearParallel::ColumnGather => g
+                        .parallel
+                        .shard_rule
+                        .ranges(n, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..n)),
+                    LinearParallel::None => one(0..k),
                 });
                 continue;
             }
@@ -536,7 +550,7 @@ fn plan(g: ResolvedGraph) -> Plan {
         .enumerate()
         .map(|(li, l)| match l.op {
             Op::Activation {
-                kind: Activation::Tanh,
+                kind: Activation::Tanh | Activation::Relu,
                 x,
                 ..
             } => {

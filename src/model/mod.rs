@@ -5,6 +5,9 @@
 //!
 //! [`Real`]: crate::real::Real
 
+pub mod activations;
 pub mod condition;
 pub mod layers;
+pub mod loss;
+pub mod optim;
 pub mod tp;

@@ -1,4 +1,5 @@
-//! Tensor parallelism: DeepSpeed's shard sizes and the row-parallel linear layer.
+//! Tensor parallelism: DeepSpeed's shard sizes, the row-parallel and the column-parallel
+//! linear layers.
 
 use std::ops::Range;
 
@@ -246,6 +247,120 @@ pub fn row_parallel_backward<B: Backend>(
                 ks,
             );
             scatter_columns(&buf.g_shard[..m * ks], m, k, cols.clone(), dx);
+        }
+    }
+}
+
+/// Column-parallel linear forward (Megatron `ColumnParallelLinear`, DeepSpeed `LinearLayer`),
+/// `y = x · Wᵀ + b` with the output features `n` split over ranks (`shards`): rank r computes
+/// `x · W[s_r, :]ᵀ` with the backend's matmul (its rows of W are contiguous), then adds its
+/// bias slice `y_r[t][o] = y_r[t][o] + b[s_r][o]` with one rounding (`output + bias` after the
+/// matmul, as both frameworks write it), and its block lands in columns `s_r` of `y` (the
+/// gathered view; an all-gather is a copy). With one shard the caller uses the plain linear
+/// layer instead (torch's `addmm` for an unsharded `nn.Linear`). `x` is `m × k`, `w` is
+/// `n × k`, `y` is `m × n`.
+#[allow(clippy::too_many_arguments)]
+pub fn column_parallel_forward<B: Backend>(
+    be: &mut B,
+    x: &[B::R],
+    w: &[B::R],
+    bias: Option<&[B::R]>,
+    y: &mut [B::R],
+    m: usize,
+    k: usize,
+    n: usize,
+    shards: &[Range<usize>],
+    buf: &mut RowParallelBuffers<B::R>,
+) {
+    for rows in shards {
+        let ns = rows.len();
+        if ns == 0 {
+            continue;
+        }
+        grow(&mut buf.g_shard, m * ns);
+        let part = &mut buf.g_shard[..m * ns];
+        be.matmul_nt(x, &w[rows.start * k..rows.end * k], part, m, k, ns);
+        if let Some(b) = bias {
+            for row in part.chunks_exact_mut(ns) {
+                for (v, &bb) in row.iter_mut().zip(&b[rows.clone()]) {
+                    *v = *v + bb;
+                }
+            }
+        }
+        scatter_columns(part, m, n, rows.clone(), y);
+    }
+}
+
+/// Column-parallel linear backward for `y = x · Wᵀ (+ b)` given `dy` (`m × n`, the gathered
+/// view), rank r working on its columns `dy_r = dy[:, s_r]`:
+/// - `dw` rows `s_r` = `dy_rᵀ · x` (a reduction over the m rows);
+/// - `db[s_r]` = column sums of `dy_r` ([`crate::model::layers::column_sums`]);
+/// - `dx` = the backend's all-reduce over ranks of `dy_r · W[s_r, :]` (each a reduction over
+///   `|s_r|` outputs): the column-parallel input-gradient all-reduce.
+///
+/// `no_allreduce` keeps rank 0's partial (the missing-allreduce mutant); `bf16_inputs`
+/// rounds the partials to bf16 before the all-reduce.
+#[allow(clippy::too_many_arguments)]
+pub fn column_parallel_backward<B: Backend>(
+    be: &mut B,
+    x: &[B::R],
+    w: &[B::R],
+    dy: &[B::R],
+    dw: Option<&mut [B::R]>,
+    db: Option<&mut [B::R]>,
+    dx: Option<&mut [B::R]>,
+    m: usize,
+    k: usize,
+    n: usize,
+    shards: &[Range<usize>],
+    faults: TpFaults,
+    buf: &mut RowParallelBuffers<B::R>,
+) {
+    let tp = shards.len();
+    let (mut dw, mut db) = (dw, db);
+    let want_dx = dx.is_some();
+    if want_dx {
+        grow(&mut buf.partials, tp * m * k);
+    }
+    for (r, rows) in shards.iter().enumerate() {
+        let ns = rows.len();
+        if ns == 0 {
+            if want_dx {
+                buf.partials[r * m * k..(r + 1) * m * k].fill(B::R::ZERO);
+            }
+            continue;
+        }
+        grow(&mut buf.g_shard, m * ns);
+        gather_columns(dy, m, n, rows.clone(), &mut buf.g_shard[..m * ns]);
+        let dyr = &buf.g_shard[..m * ns];
+        if let Some(dw) = dw.as_deref_mut() {
+            be.matmul_tn(dyr, x, &mut dw[rows.start * k..rows.end * k], ns, m, k);
+        }
+        if let Some(db) = db.as_deref_mut() {
+            <B::R as Real>::column_sums(dyr, ns, &mut db[rows.clone()]);
+        }
+        if want_dx {
+            be.matmul(
+                dyr,
+                &w[rows.start * k..rows.end * k],
+                &mut buf.partials[r * m * k..(r + 1) * m * k],
+                m,
+                ns,
+                k,
+            );
+        }
+    }
+    if let Some(dx) = dx {
+        let parts = &mut buf.partials[..tp * m * k];
+        if faults.bf16_inputs {
+            for v in parts.iter_mut() {
+                *v = B::R::from_f64(bf16_rne(v.to_f64() as f32) as f64);
+            }
+        }
+        if faults.no_allreduce {
+            dx.copy_from_slice(&parts[..m * k]);
+        } else {
+            be.all_reduce(parts, tp, dx);
         }
     }
 }
