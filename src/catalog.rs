@@ -6,11 +6,55 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::check::Tolerance;
-use crate::config::{parse_scenario_config, CommonConfig, RngKind, BUILTIN_SCENARIOS};
+use crate::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
 use crate::error::{unknown_name, InputError};
 use crate::mutant::Mutant;
 use crate::profile::{Profile, ProfileRegistry};
 use crate::scenario::{build, Scenario};
+
+/// A scenario config as parsed: a file in the scenario language, or a hand-written
+/// scenario's config (`scenario = "<kind>"`).
+enum Source {
+    Lang(Box<crate::lang::ScenarioFile>),
+    Legacy(Box<crate::config::CommonConfig>),
+}
+
+impl Source {
+    fn parse(file: &str, text: &str) -> Result<Self, InputError> {
+        // A file with a DiLoCo outer loop is read by `lang::outer` into a common config that
+        // `scenario::build` hands to the outer-loop engine.
+        Ok(if crate::lang::outer::is_outer_file(text) {
+            Self::Legacy(Box::new(crate::lang::outer::parse_common(file, text)?))
+        } else if crate::lang::is_scenario_file(text) {
+            Self::Lang(Box::new(crate::lang::parse_file(file, text)?))
+        } else {
+            Self::Legacy(Box::new(parse_scenario_config(file, text)?))
+        })
+    }
+    fn common(&self) -> &crate::config::CommonConfig {
+        match self {
+            Self::Lang(f) => &f.common,
+            Self::Legacy(c) => c,
+        }
+    }
+    fn set_rng(&mut self, rng: RngKind) {
+        match self {
+            Self::Lang(f) => {
+                f.common.rng = rng;
+                for g in &mut f.lowered {
+                    g.rng = rng;
+                }
+            }
+            Self::Legacy(c) => c.rng = rng,
+        }
+    }
+    fn build(self) -> Result<Box<dyn Scenario>, InputError> {
+        match self {
+            Self::Lang(f) => crate::lang::build::build(*f),
+            Self::Legacy(c) => build(*c),
+        }
+    }
+}
 
 /// Scenarios and profiles.
 pub struct Catalog {
@@ -58,16 +102,6 @@ pub struct Group {
     pub mutant: Option<Mutant>,
 }
 
-/// A scenario config: a file in the scenario language with an outer loop
-/// ([`crate::lang::outer`]), or a hand-written scenario's config.
-fn parse_config(file: &str, text: &str) -> Result<CommonConfig, InputError> {
-    if crate::lang::outer::is_outer_file(text) {
-        crate::lang::outer::parse_common(file, text)
-    } else {
-        parse_scenario_config(file, text)
-    }
-}
-
 impl Catalog {
     /// Loads the built-ins, then each config file in order. `rng` overrides every
     /// scenario's generator when given.
@@ -75,7 +109,7 @@ impl Catalog {
         let mut profiles = ProfileRegistry::builtin()?;
         let mut commons = Vec::new();
         for (file, text) in BUILTIN_SCENARIOS {
-            commons.push(parse_config(&format!("built-in configs/{file}"), text)?);
+            commons.push(Source::parse(&format!("built-in configs/{file}"), text)?);
         }
         let mut from_configs = Vec::new();
         for path in configs {
@@ -89,7 +123,8 @@ impl Catalog {
                 profiles.add_revealed(orders)?;
                 continue;
             }
-            let common = parse_config(&path.display().to_string(), &text)?;
+            let source = Source::parse(&path.display().to_string(), &text)?;
+            let common = source.common();
             if from_configs.contains(&common.name) {
                 return Err(InputError::flag(
                     "--config",
@@ -101,24 +136,26 @@ impl Catalog {
                 )
                 .into());
             }
-            from_configs.push(common.name.clone());
-            match commons.iter().position(|c| c.name == common.name) {
-                Some(i) => commons[i] = common,
-                None => commons.push(common),
+            let name = common.name.clone();
+            from_configs.push(name.clone());
+            match commons.iter().position(|c| c.common().name == name) {
+                Some(i) => commons[i] = source,
+                None => commons.push(source),
             }
         }
         let mut scenarios = Vec::new();
-        for mut common in commons {
-            profiles.add(&common.file, &common.extra_profiles)?;
+        for mut source in commons {
             if let Some(r) = rng {
-                common.rng = r;
+                source.set_rng(r);
             }
+            let common = source.common();
+            profiles.add(&common.file, &common.extra_profiles)?;
             for spec in &common.profiles {
                 profiles.resolve(spec, "default_profiles").map_err(|e| {
                     InputError::config(&common.file, "default_profiles", e.to_string())
                 })?;
             }
-            scenarios.push(build(common)?);
+            scenarios.push(source.build()?);
         }
         for s in &scenarios {
             let names: Vec<&str> = s.policies().iter().map(|p| p.name.as_str()).collect();

@@ -335,7 +335,7 @@ fn bad_config_value_names_file_and_key_and_what_is_allowed() {
         .assert()
         .code(1)
         .stderr(predicates_contains("tp65.toml"))
-        .stderr(predicates_contains("model.tp"))
+        .stderr(predicates_contains("parallel.tp"))
         .stderr(predicates_contains("1..=64"));
     let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
         .replace("vocab = 67", "vocab = 67\nvocabb = 3");

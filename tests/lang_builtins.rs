@@ -17,8 +17,8 @@ fn lang(path: &str) -> seedsweep::lang::ScenarioFile {
 fn the_language_files_match_the_hand_written_builtins() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     for path in [
-        "configs/lang/deepspeed_tied_row_parallel.toml",
-        "configs/lang/deepspeed_row_parallel.toml",
+        "configs/deepspeed_tied_row_parallel.toml",
+        "configs/deepspeed_row_parallel.toml",
     ] {
         let file = lang(path);
         let si = catalog
@@ -61,7 +61,7 @@ fn the_language_files_match_the_hand_written_builtins() {
 
 #[test]
 fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
-    let file = lang("configs/lang/deepspeed_tied_row_parallel.toml");
+    let file = lang("configs/deepspeed_tied_row_parallel.toml");
     let g = &file.lowered[1]; // 35-3-False-0
     let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
@@ -95,15 +95,59 @@ fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
     assert_eq!(g.inputs.seed_base, 100);
     // padding_idx = None: no fix-up.
     assert!(file.lowered[0].inputs.fixups.is_empty());
-    // zero_stage 2 reduce-scatters, and its tied_grad check is skipped.
-    assert_eq!(
-        file.lowered[3].train.grad_reduce,
-        seedsweep::graph::ir::GradReduce::ReduceScatter
-    );
+    // zero_stage 2 partitions the gradients: its tied_grad check is skipped.
+    assert_eq!(file.graphs[3].skipped.len(), 1);
+    assert_eq!(file.graphs[3].skipped[0].0, "tied_grad");
+    assert!(file.lowered[3].checks.iter().all(|c| c.name != "tied_grad"));
 }
 
 #[test]
 fn check_prints_the_resolved_tied_head() {
-    let file = lang("configs/lang/deepspeed_tied_row_parallel.toml");
+    let file = lang("configs/deepspeed_tied_row_parallel.toml");
     insta::assert_snapshot!(check_text(&file).unwrap());
+}
+
+#[path = "common/legacy_graphs.rs"]
+mod legacy_graphs;
+
+/// The language files lower to exactly the graphs the executor's bit-identity gate
+/// (tests/graph_bit_identity.rs) proves equal, trace for trace, to the hand-written modules.
+#[test]
+fn the_language_files_lower_to_the_graphs_proven_bit_identical() {
+    for (lang_path, legacy, t1) in [
+        (
+            "configs/deepspeed_tied_row_parallel.toml",
+            include_str!("data/legacy/deepspeed_tied_row_parallel.toml"),
+            true,
+        ),
+        (
+            "configs/deepspeed_row_parallel.toml",
+            include_str!("data/legacy/deepspeed_row_parallel.toml"),
+            false,
+        ),
+    ] {
+        for rng in ["torch", "chacha"] {
+            let common = seedsweep::config::parse_scenario_config(
+                "legacy.toml",
+                &legacy.replace("rng = \"torch\"", &format!("rng = \"{rng}\"")),
+            )
+            .unwrap();
+            let want = if t1 {
+                legacy_graphs::t1_graphs(&common)
+            } else {
+                legacy_graphs::t2_graphs(&common)
+            };
+            let text = std::fs::read_to_string(lang_path)
+                .unwrap()
+                .replace("rng = \"torch\"", &format!("rng = \"{rng}\""));
+            let file = parse_file(lang_path, &text).unwrap();
+            assert_eq!(file.lowered.len(), want.len());
+            for (got, want) in file.lowered.iter().zip(&want) {
+                // `dims` is for printing only; the language lists every dim of the file.
+                let mut got = got.clone();
+                got.dims = want.dims.clone();
+                assert_eq!(&got, want, "{lang_path} {} ({rng})", want.id);
+            }
+        }
+    }
 }

@@ -84,8 +84,8 @@ fn replace(from: &str, to: &str) -> String {
 fn the_base_file_and_the_shipped_files_are_valid() {
     parse_file(FILE, BASE).unwrap();
     for f in [
-        "configs/lang/deepspeed_row_parallel.toml",
-        "configs/lang/deepspeed_tied_row_parallel.toml",
+        "configs/deepspeed_row_parallel.toml",
+        "configs/deepspeed_tied_row_parallel.toml",
         "configs/examples/megatron_mlp_tp4.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
@@ -531,4 +531,10 @@ fn the_check_command_exits_1_naming_the_file_and_key() {
         stdout.contains("forward  fc2          all-reduce     fc2.out [8, 16] over tp ranks 0..3"),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_dim_nothing_uses_is_refused() {
+    let msg = err(&replace("ffn = 64", "ffn = 64\nfnn = 32"));
+    assert_names(&msg, "dims.fnn", &["never used", "refer to it by name"]);
 }

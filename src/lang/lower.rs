@@ -354,7 +354,8 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         steps: s.train.steps,
         micro_steps: s.train.micro_steps,
         optimizer: optimizer(&s.train.optimizer),
-        grad_reduce: if s.parallel.zero_stage >= 2 {
+        // ZeRO 2/3 reduce-scatter the gradients over dp; at dp = 1 nothing is reduced.
+        grad_reduce: if s.parallel.zero_stage >= 2 && s.parallel.dp > 1 {
             ir::GradReduce::ReduceScatter
         } else {
             ir::GradReduce::AllReduce
@@ -377,11 +378,14 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 CheckWhat::Loss => ir::CheckTensor::Loss,
                 CheckWhat::Grad(t) => ir::CheckTensor::Grad(tid(t)),
                 CheckWhat::ParamGrad(p) => ir::CheckTensor::ParamGrad(storage(p)),
-                CheckWhat::Param(p) => ir::CheckTensor::Param(storage(p)),
-                CheckWhat::SgdUpdate(p) => ir::CheckTensor::SgdUpdate(storage(p)),
+                // A tied parameter by its own id: it reads the shared storage.
+                CheckWhat::Param(p) => ir::CheckTensor::Param(param_id(&params, p)),
+                CheckWhat::SgdUpdate(p) => ir::CheckTensor::SgdUpdate(param_id(&params, p)),
             },
             shape: c.shape.clone(),
             at: match c.at {
+                // One micro-step per step: every check is labelled by its step.
+                _ if s.train.micro_steps == 1 => ir::At::Step,
                 At::Step => ir::At::Step,
                 // Step-end tensors at "update" record once per step with the label of its
                 // last micro-step (the IR's MicroStep on a step-end tensor).

@@ -6,12 +6,13 @@
 //! file (top level, policies) -> params (one patched document per [[params]] entry)
 //!   -> spec (typed, dims substituted) -> resolve (shapes per rank, shards, collectives,
 //!   checks; every mismatch found here) -> lower (the executor's IR, `graph::ir`)
-//!   -> check (the text `seedsweep check` prints)
+//!   -> check (the text `seedsweep check` prints); build: the runnable scenario (graph executor)
 //! ```
 //!
 //! Files with a DiLoCo outer loop (`[train.outer]`) are read by [`outer`] into one graph for
 //! the outer-loop engine.
 
+pub mod build;
 pub mod check;
 pub mod file;
 pub mod lower;

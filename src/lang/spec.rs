@@ -1164,6 +1164,34 @@ fn parse_checks(doc: &Obj<'_>) -> Result<Vec<Check>, InputError> {
     Ok(out)
 }
 
+fn strings<'a>(v: &'a toml::Value, out: &mut Vec<&'a str>) {
+    match v {
+        toml::Value::String(s) => out.push(s),
+        toml::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        toml::Value::Table(t) => t.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// A dim nothing refers to is a misspelling or a leftover; both are refused.
+fn unused_dims(doc: &Obj<'_>, dims: &BTreeMap<String, DimValue>) -> Result<(), InputError> {
+    let mut used = Vec::new();
+    for (k, v) in doc.table {
+        if k != "dims" {
+            strings(v, &mut used);
+        }
+    }
+    for d in dims.keys() {
+        if !used.contains(&d.as_str()) {
+            return Err(doc.ctx.err(
+                &format!("dims.{d}"),
+                format!("dim `{d}` is never used; allowed: refer to it by name (`out = \"{d}\"`, `shape = [\"{d}\"]`) or remove it"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the graph part of a (patched) document.
 pub fn parse_spec(doc: &Obj<'_>) -> Result<Spec, InputError> {
     let dims = parse_dims(doc)?;
@@ -1175,6 +1203,7 @@ pub fn parse_spec(doc: &Obj<'_>) -> Result<Spec, InputError> {
     let train = parse_train(doc)?;
     let init = parse_init(doc, &layers)?;
     let checks = parse_checks(doc)?;
+    unused_dims(doc, &dims)?;
     Ok(Spec {
         dims,
         parallel,
