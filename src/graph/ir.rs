@@ -583,6 +583,17 @@ pub enum OuterData {
         /// Targets, `replicas × batch × out`.
         y: Vec<f32>,
     },
+    /// Drawn per sweep seed from ChaCha streams keyed by (seed, name)
+    /// ([`crate::graph::outer::draw_teacher`]): every kernel `N(0, 1/fan_in)` (streams
+    /// `init.w1`, `init.w2` in layer order), every bias 0 (flax's `nnx.Linear` defaults); a
+    /// linear teacher `T ~ N(0, 1/in)` (`data.teacher`) with bias `~ N(0, 1)`
+    /// (`data.teacher.bias`); replica r's batch `x ~ N(0, 1)` (`data.replica{r}.x`) and
+    /// `y = x·T + tb + noise_std·ε`, `ε ~ N(0, 1)` (`data.replica{r}.noise`), in f64 and rounded
+    /// once to f32. The batch is reused at every inner step, as in MaxText's test.
+    Teacher {
+        /// Standard deviation of the target noise.
+        noise_std: f64,
+    },
 }
 
 /// What an outer-loop check records.

@@ -79,16 +79,10 @@ use crate::model::layers::{add_row_bias, column_sums_generic, tanh_inplace};
 use crate::mutant::Mutant;
 use crate::profile::{Profile, XlaMode};
 use crate::real::Real;
+use crate::rng::chacha::ChaChaStream;
 use crate::scenario::{CheckSpec, Traces};
 use crate::trace::{SlotRole, Trace};
-
-/// Every check a DiLoCo scenario records.
-pub(crate) const CHECK_NAMES: &[&str] = &[
-    "loss",
-    "outer_unchanged",
-    "outer_params",
-    "inner_equals_outer",
-];
+use std::fmt::Write as _;
 
 /// The model one replica trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,16 +91,6 @@ pub enum ModelKind {
     Linear,
     /// `pred = tanh(x·W1 + b1)·W2 + b2`.
     Mlp,
-}
-
-impl ModelKind {
-    /// `linear` or `mlp`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Linear => "linear",
-            Self::Mlp => "mlp",
-        }
-    }
 }
 
 /// The inner optimizer, as optax writes it. Constants are rounded once to the computation's
@@ -191,51 +175,6 @@ impl DilocoSpec {
                 self.inputs * self.hidden + self.hidden + self.hidden * self.outputs + self.outputs
             }
         }
-    }
-
-    /// The checks and their indices: `loss`, `outer_unchanged` (only when some step does not
-    /// sync), `outer_params` and `inner_equals_outer` (only when some step syncs), in the order
-    /// of their first recorded slot.
-    pub(crate) fn checks(&self) -> (Vec<CheckSpec>, CheckIdx) {
-        let np = self.n_params();
-        let mut checks = Vec::new();
-        let mut add = |c: CheckSpec| {
-            checks.push(c);
-            checks.len() - 1
-        };
-        let loss = add(CheckSpec::new("loss", vec![]));
-        let any_plain = (1..=self.steps).any(|k| k % self.inner_steps != 0);
-        let any_sync = self.steps >= self.inner_steps;
-        // Step 1 is a non-sync step whenever there is one at all (H > 1), so it comes first.
-        let outer_unchanged = any_plain.then(|| {
-            add(CheckSpec {
-                name: "outer_unchanged",
-                shape: vec![np],
-                self_consistent: true,
-                reduction: None,
-            })
-        });
-        let (outer_params, inner_equals_outer) = if any_sync {
-            let o = add(CheckSpec::new("outer_params", vec![np]));
-            let i = add(CheckSpec {
-                name: "inner_equals_outer",
-                shape: vec![self.replicas, np],
-                self_consistent: true,
-                reduction: None,
-            });
-            (Some(o), Some(i))
-        } else {
-            (None, None)
-        };
-        (
-            checks,
-            CheckIdx {
-                loss,
-                outer_unchanged,
-                outer_params,
-                inner_equals_outer,
-            },
-        )
     }
 }
 
@@ -450,14 +389,6 @@ fn inner_step<B: Backend>(
 /// The execution modes both DiLoCo scenarios mirror ([`XlaMode`]), as profile modifiers.
 pub(crate) const EXECUTION_MODIFIERS: &[&str] = &["xla-eager", "xla-jit"];
 
-/// The bugs both DiLoCo scenarios can inject into their sync (see [`compute`]).
-pub(crate) const MUTANTS: &[Mutant] = &[
-    Mutant::NoReplicaMean,
-    Mutant::PseudoGradSign,
-    Mutant::NoNesterov,
-    Mutant::StaleOuterParams,
-];
-
 /// One DiLoCo run in one computation, recording its checks (module doc), its inner steps in
 /// execution mode `mode`. `collective` selects the backend's all-reduce for the two sums (the
 /// sharded run) or the rank-order sum (the reference and the f64 run).
@@ -657,6 +588,75 @@ pub(crate) fn run_three(
     );
 }
 
+/// Draws seed `seed`'s data into `d` ([`OuterData::Teacher`]). `name` is a
+/// reused buffer for stream names and `teacher` for the teacher weights, so nothing is
+/// allocated once they have grown.
+///
+/// Order: the standard deviations `sqrt(1/fan_in)` are computed in f64 and rounded once
+/// to f32, then passed to [`ChaChaStream::fill_normal`] (values in index order, row-major).
+/// Streams: `init.w1` (then `init.w2` for mlp), `data.teacher`, `data.teacher.bias`, and
+/// per replica r in order `data.replica{r}.x` then `data.replica{r}.noise` (one normal per
+/// target, example-major). Target `y[e][o]`: `acc = 0; acc += x[e][i]·T[i][o]` for i
+/// ascending, in f64 (products of f32 values are exact there); then `acc + tb[o]`, then
+/// `+ noise_std·ε` (f64, the built-in's `noise_std` is 0.1), rounded once to f32.
+pub fn draw_teacher(
+    s: &DilocoSpec,
+    noise_std: f64,
+    seed: u64,
+    d: &mut DilocoData,
+    name: &mut String,
+    teacher: &mut Vec<f32>,
+) {
+    let (ni, nh, no, nb) = (s.inputs, s.hidden, s.outputs, s.batch);
+    d.init.clear();
+    d.init.resize(s.n_params(), 0.0);
+    let std_in = (1.0 / ni as f64).sqrt() as f32;
+    match s.model {
+        ModelKind::Linear => {
+            ChaChaStream::new(seed, "init.w1").fill_normal(&mut d.init[..ni * no], 0.0, std_in);
+        }
+        ModelKind::Mlp => {
+            ChaChaStream::new(seed, "init.w1").fill_normal(&mut d.init[..ni * nh], 0.0, std_in);
+            let w2 = ni * nh + nh;
+            let std_h = (1.0 / nh as f64).sqrt() as f32;
+            ChaChaStream::new(seed, "init.w2").fill_normal(
+                &mut d.init[w2..w2 + nh * no],
+                0.0,
+                std_h,
+            );
+        }
+    }
+    teacher.clear();
+    teacher.resize(ni * no + no, 0.0);
+    let (tw, tb) = teacher.split_at_mut(ni * no);
+    ChaChaStream::new(seed, "data.teacher").fill_normal(tw, 0.0, std_in);
+    ChaChaStream::new(seed, "data.teacher.bias").fill_normal(tb, 0.0, 1.0);
+    d.x.clear();
+    d.x.resize(s.replicas * nb * ni, 0.0);
+    d.y.clear();
+    d.y.resize(s.replicas * nb * no, 0.0);
+    for r in 0..s.replicas {
+        let x = &mut d.x[r * nb * ni..(r + 1) * nb * ni];
+        name.clear();
+        let _ = write!(name, "data.replica{r}.x");
+        ChaChaStream::new(seed, name).fill_normal(x, 0.0, 1.0);
+        name.clear();
+        let _ = write!(name, "data.replica{r}.noise");
+        let mut noise = ChaChaStream::new(seed, name);
+        let y = &mut d.y[r * nb * no..(r + 1) * nb * no];
+        for e in 0..nb {
+            for o in 0..no {
+                let mut acc = 0.0f64;
+                for i in 0..ni {
+                    acc += x[e * ni + i] as f64 * tw[i * no + o] as f64;
+                }
+                let eps = noise.normal_f32(0.0, 1.0) as f64;
+                y[e * no + o] = (acc + tb[o] as f64 + noise_std * eps) as f32;
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A graph with an outer loop, as a scenario.
 
@@ -690,6 +690,9 @@ pub struct OuterScenario {
 #[derive(Debug, Default)]
 pub struct OuterBuffers {
     three: ThreeBufs,
+    data: DilocoData,
+    name: String,
+    teacher: Vec<f32>,
 }
 
 #[cfg(test)]
@@ -881,6 +884,8 @@ fn spec_of(file: &str, g: &ResolvedGraph) -> Result<(DilocoSpec, DilocoData), In
                 y: y.clone(),
             }
         }
+        // Drawn per seed in `run`.
+        OuterData::Teacher { .. } => DilocoData::default(),
     };
     Ok((spec, data))
 }
@@ -972,7 +977,10 @@ impl OuterScenario {
         let (checks, idx, names) = checks_of(&file, &graph, &spec)?;
         let policies = resolve_policies(&common, &names)?;
         let mutants = graph.mutants();
-        let summary = summary(&spec);
+        let summary = match o_data(&graph) {
+            Some(OuterData::Teacher { .. }) => drawn_summary(&spec),
+            _ => summary(&spec),
+        };
         Ok(Self {
             common,
             graph,
@@ -992,6 +1000,30 @@ impl OuterScenario {
     pub fn graph(&self) -> &ResolvedGraph {
         &self.graph
     }
+}
+
+fn o_data(g: &ResolvedGraph) -> Option<&OuterData> {
+    g.train.outer.as_ref().map(|o| &o.data)
+}
+
+/// `list`'s line for an outer-loop run on drawn data.
+fn drawn_summary(s: &DilocoSpec) -> String {
+    let shape = match s.model {
+        ModelKind::Linear => format!("linear {}->{}", s.inputs, s.outputs),
+        ModelKind::Mlp => format!("mlp {}->{}->{}", s.inputs, s.hidden, s.outputs),
+    };
+    format!(
+        "{shape}, batch {} per replica, {} replicas, sync every {} inner steps ({} steps), \
+         inner {}, outer sgd lr {} momentum {}{}",
+        s.batch,
+        s.replicas,
+        s.inner_steps,
+        s.steps,
+        s.inner.name(),
+        s.outer_lr,
+        s.outer_momentum,
+        if s.nesterov { " nesterov" } else { "" }
+    )
 }
 
 /// `list`'s line for a fixed-data outer-loop run.
@@ -1043,7 +1075,7 @@ impl Scenario for OuterScenario {
         &self.policies
     }
     fn seed_dependent(&self) -> bool {
-        // Fixed data (the only kind of outer-loop data so far) draws nothing.
+        // Fixed data draws nothing.
         !matches!(
             self.graph.train.outer.as_ref().map(|o| &o.data),
             Some(OuterData::Fixed { .. })
@@ -1055,15 +1087,29 @@ impl Scenario for OuterScenario {
     fn summary(&self) -> String {
         self.summary.clone()
     }
-    fn run(&self, _param: usize, _seed: u64, profile: &Profile, ws: &mut Workspace) {
+    fn run(&self, _param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
         let mut traces = std::mem::take(&mut ws.traces);
         let kernels = ws.kernels;
         let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<OuterBuffers>();
+        let data = match self.graph.train.outer.as_ref().map(|o| &o.data) {
+            Some(OuterData::Teacher { noise_std }) => {
+                draw_teacher(
+                    &self.spec,
+                    *noise_std,
+                    seed,
+                    &mut bufs.data,
+                    &mut bufs.name,
+                    &mut bufs.teacher,
+                );
+                &bufs.data
+            }
+            _ => &self.data,
+        };
         run_three(
             &self.spec,
             &self.idx,
-            &self.data,
+            data,
             profile,
             kernels,
             mutant,
@@ -1406,5 +1452,214 @@ mod tests {
         assert_eq!(steps(s.idx.inner_equals_outer.unwrap()), [3]);
         assert!(!s.seed_dependent());
         assert_eq!(s.asserted_comparison(), Comparison::ShardedVsF64);
+    }
+}
+
+#[cfg(test)]
+mod diloco_tests {
+    //! The synthetic sweep (`configs/diloco.toml`) on this engine.
+
+    use super::*;
+    use crate::profile::ProfileRegistry;
+
+    const BUILTIN: &str = include_str!("../../configs/diloco.toml");
+
+    fn scenario(text: &str) -> Result<OuterScenario, InputError> {
+        crate::lang::outer::build(crate::lang::outer::parse_common("test.toml", text)?)
+    }
+
+    fn values(t: &Trace, check: usize) -> Vec<f64> {
+        t.slots
+            .iter()
+            .filter(|s| s.check == check && s.role == SlotRole::Value)
+            .flat_map(|s| t.data(s).iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn default_config_trains_the_outer_model() {
+        // The synthetic defaults must train stably: the f64 loss after the last round is below
+        // half the first step's loss for every one of these seeds (a diverging or frozen outer
+        // optimizer would not be).
+        let s = scenario(BUILTIN).unwrap();
+        let profile = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve("f32", "--profile")
+            .unwrap();
+        let mut ws = Workspace::default();
+        for seed in 0..20 {
+            s.run(0, seed, &profile, &mut ws);
+            let loss = values(&ws.traces.f64, s.idx.loss);
+            assert_eq!(loss.len(), s.spec.steps);
+            let (first, last) = (loss[0], *loss.last().unwrap());
+            assert!(
+                last.is_finite() && last < 0.5 * first,
+                "seed {seed}: loss {first} -> {last}"
+            );
+        }
+    }
+
+    #[test]
+    fn draws_depend_on_the_seed_only() {
+        let s = scenario(BUILTIN).unwrap();
+        let (mut a, mut b, mut c) = (
+            DilocoData::default(),
+            DilocoData::default(),
+            DilocoData::default(),
+        );
+        let (mut name, mut teacher) = (String::new(), Vec::new());
+        draw_teacher(&s.spec, 0.1, 7, &mut a, &mut name, &mut teacher);
+        draw_teacher(&s.spec, 0.1, 8, &mut b, &mut name, &mut teacher);
+        draw_teacher(&s.spec, 0.1, 7, &mut c, &mut name, &mut teacher);
+        assert_eq!(a, c);
+        assert_ne!(a.x, b.x);
+        assert_ne!(a.init, b.init);
+        // Replicas see different data.
+        let n = s.spec.batch * s.spec.inputs;
+        assert_ne!(a.x[..n], a.x[n..2 * n]);
+    }
+
+    #[test]
+    fn sync_and_unchanged_checks_record_where_the_schedule_says() {
+        let s = scenario(BUILTIN).unwrap();
+        let profile = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve("f32", "--profile")
+            .unwrap();
+        let mut ws = Workspace::default();
+        s.run(0, 3, &profile, &mut ws);
+        let h = s.spec.inner_steps as u32;
+        for slot in &ws.traces.sharded.slots {
+            let sync = slot.step.step % h == 0;
+            if Some(slot.check) == s.idx.outer_unchanged {
+                assert!(!sync, "outer_unchanged at sync step {}", slot.step);
+            }
+            if Some(slot.check) == s.idx.outer_params
+                || Some(slot.check) == s.idx.inner_equals_outer
+            {
+                assert!(sync, "sync check at step {}", slot.step);
+            }
+        }
+    }
+
+    #[test]
+    fn the_exact_checks_catch_a_broken_sync() {
+        // Self-consistency must be able to fail: corrupt one replica's parameters after the
+        // sync in a recorded trace and the expected slot no longer equals the value.
+        let s = scenario(BUILTIN).unwrap();
+        let profile = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve("f32", "--profile")
+            .unwrap();
+        let mut ws = Workspace::default();
+        s.run(0, 1, &profile, &mut ws);
+        let c = s.idx.inner_equals_outer.unwrap();
+        let mut checked = 0;
+        crate::evaluate::for_each_pair(
+            &ws.traces,
+            c,
+            &s.checks[c],
+            crate::evaluate::Comparison::ShardedVsRef,
+            |_, a, e| {
+                assert_eq!(a, e, "inner == outer after every sync");
+                checked += 1;
+            },
+        );
+        assert_eq!(checked, s.spec.steps / s.spec.inner_steps);
+        // The value slot really holds the replicas' state: a perturbed copy differs.
+        let slot = ws
+            .traces
+            .sharded
+            .slots
+            .iter()
+            .find(|sl| sl.check == c && sl.role == SlotRole::Value)
+            .copied()
+            .unwrap();
+        ws.traces.sharded.values[slot.start + slot.len - 1] += 1.0;
+        let mut differs = false;
+        crate::evaluate::for_each_pair(
+            &ws.traces,
+            c,
+            &s.checks[c],
+            crate::evaluate::Comparison::ShardedVsRef,
+            |_, a, e| differs |= a != e,
+        );
+        assert!(differs);
+    }
+
+    #[test]
+    fn mlp_and_adamw_configs_run_and_train() {
+        let text = include_str!("../../tests/data/diloco_variants/mlp_adamw.toml");
+        let s = scenario(text).unwrap();
+        assert_eq!(s.graph.id, "mlp-r3-h3-adamw");
+        assert_eq!((s.spec.model, s.spec.hidden), (ModelKind::Mlp, 8));
+        let profile = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve("tpu-bf16", "--profile")
+            .unwrap();
+        let mut ws = Workspace::default();
+        s.run(0, 5, &profile, &mut ws);
+        let loss = values(&ws.traces.f64, s.idx.loss);
+        assert!(loss.last().unwrap() < &loss[0], "{loss:?}");
+        // bf16 matmul inputs move the sharded run away from f64.
+        assert_ne!(
+            values(&ws.traces.sharded, s.idx.loss),
+            values(&ws.traces.f64, s.idx.loss)
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_file_key_and_what_is_allowed() {
+        let cases = [
+            (
+                "op = \"linear\"",
+                "op = \"cnn\"",
+                "layers[0].op",
+                "linear, tanh",
+            ),
+            ("dp = 4", "dp = 65", "parallel.dp", "1..=64"),
+            (
+                "optimizer = \"sgd\"",
+                "optimizer = \"adam\"",
+                "train.optimizer",
+                "sgd, adamw",
+            ),
+            ("lr = 0.1", "lr = -1.0", "train.lr", "0 < lr"),
+            (
+                "momentum = 0.9",
+                "momentum = 1.0",
+                "train.outer.momentum",
+                "< 1",
+            ),
+            (
+                "lr = 0.1",
+                "lr = 0.1\nbetas = [0.8, 0.9]",
+                "train.betas",
+                "adamw",
+            ),
+            (
+                "steps = 12",
+                "steps = 12\nrounds = 3",
+                "train.rounds",
+                "steps",
+            ),
+            (
+                "draw = \"teacher\"",
+                "draw = \"randn\"",
+                "inputs",
+                "teacher",
+            ),
+            ("rng = \"chacha\"", "rng = \"torch\"", "rng", "chacha"),
+            ("dp = 4", "dp = 3", "inputs", "replicas"),
+        ];
+        for (from, to, key, allowed) in cases {
+            assert!(BUILTIN.contains(from), "config lacks {from}");
+            let err = scenario(&BUILTIN.replacen(from, to, 1))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("test.toml"), "{err}");
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(err.contains(allowed), "{allowed}: {err}");
+        }
     }
 }

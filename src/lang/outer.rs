@@ -3,8 +3,10 @@
 //!
 //! The surface is the language's (`docs/scenario-language.md`, "DiLoCo outer loop"): the same
 //! top-level keys, `[parallel] dp` = the replicas, `[[inputs]]` with `draw = "fixed"` and their
-//! `values` (the global batch, replica r taking block r of the leading axis), `[[layers]]`
-//! (`linear` with a bias, `tanh`), `[init] values` for every parameter, `[loss] op = "mse"`,
+//! `values`, or `randn` and `teacher` drawn per seed (the global batch, replica r taking block
+//! r of the leading axis), `[[layers]]`
+//! (`linear` with a bias, `tanh`), `[init] values` for every parameter or `scheme = "flax"`,
+//! `[loss] op = "mse"`,
 //! `[train]` (the inner optimizer, `steps` = inner steps in all), `[train.outer]`
 //! (`sync_period`, the outer optimizer, the JAX `execution` mode), `[[checks]]` on `loss`,
 //! `outer` and `replicas`, `[[params]]` (one entry naming the test's id) and `[policies.*]`.
@@ -202,27 +204,48 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
             ))
         }
     };
-    // Inputs: fixed values.
+    // Inputs: fixed values, or drawn per seed (randn model input, teacher targets).
     let mut tensors: Vec<TensorDecl> = Vec::new();
     let mut fixed: BTreeMap<String, Vec<f32>> = BTreeMap::new();
     let mut input_names = Vec::new();
-    for inp in doc.tables("inputs", &["name", "draw", "shape", "values"])? {
+    let mut drawn: Vec<(String, &str)> = Vec::new();
+    let mut noise_std = None;
+    for inp in doc.tables("inputs", &["name", "draw", "shape", "values", "noise_std"])? {
         let name = inp.name("name", false)?;
-        inp.req_choice("draw", &["fixed"])?;
+        let draw = inp.req_choice("draw", &["fixed", "randn", "teacher"])?;
         let sh = shape(&inp, "shape")?;
-        let v = values(&inp, "values")?;
         let n: usize = sh.iter().product();
-        if v.len() != n || sh.len() != 2 {
-            return Err(inp.err(
-                "values",
-                format!("a [rows, features] input of shape {sh:?} needs {n} values, row-major"),
-            ));
+        if sh.len() != 2 {
+            return Err(inp.err("shape", "an outer-loop input is [rows, features]"));
+        }
+        if draw == "fixed" {
+            let v = values(&inp, "values")?;
+            if v.len() != n {
+                return Err(inp.err(
+                    "values",
+                    format!("a [rows, features] input of shape {sh:?} needs {n} values, row-major"),
+                ));
+            }
+            fixed.insert(name.to_string(), v);
+        } else {
+            if inp.has("values") {
+                return Err(inp.err("values", "only allowed with draw = \"fixed\""));
+            }
+            if draw == "teacher" {
+                noise_std = Some(inp.req_float(
+                    "noise_std",
+                    |v| (0.0..1e3).contains(&v),
+                    "0 <= noise_std < 1000",
+                )?);
+            } else if inp.has("noise_std") {
+                return Err(inp.err("noise_std", "only allowed with draw = \"teacher\""));
+            }
+            drawn.push((name.to_string(), draw));
         }
         tensors.push(TensorDecl {
             name: name.to_string(),
             shape: sh,
         });
-        fixed.insert(name.to_string(), v);
         input_names.push(name.to_string());
     }
     let tensor = |tensors: &[TensorDecl], n: &str| tensors.iter().position(|t| t.name == n);
@@ -298,30 +321,54 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         prev = Some(out_t);
     }
     let last = prev.ok_or_else(|| doc.err("layers", "at least one layer is required"))?;
-    // Init: every parameter's values, flax kernel layout.
+    // Init: every parameter's values (flax kernel layout), or flax's scheme drawn per seed.
     let init = doc
-        .opt_table("init", &["values"])?
-        .ok_or_else(|| doc.err("init", "required: [init] values for every parameter"))?;
-    let Some(toml::Value::Table(vt)) = init.table.get("values") else {
-        return Err(init.err("values", "required: a table of parameter name = [numbers]"));
-    };
-    let allowed: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
-    let iv = Obj::new(&ctx, "init.values", vt, &allowed)?;
+        .opt_table("init", &["values", "scheme"])?
+        .ok_or_else(|| {
+            doc.err(
+                "init",
+                "required: [init] values (fixed) or scheme = \"flax\"",
+            )
+        })?;
     let mut init_flat = Vec::new();
-    for p in &params {
-        let v = values(&iv, &p.name)?;
-        let n: usize = p.shape.iter().product();
-        if v.len() != n {
-            return Err(iv.err(
-                &p.name,
-                format!(
-                    "holds {} values; {} needs {n} (a kernel is [in, out], row-major)",
-                    v.len(),
-                    p.name
-                ),
-            ));
+    let drawn_init = init.has("scheme");
+    if drawn_init {
+        init.req_choice("scheme", &["flax"])?;
+        if init.has("values") {
+            return Err(init.err("values", "give values or scheme = \"flax\", not both"));
         }
-        init_flat.extend(v);
+        for p in &mut params {
+            p.init = if p.name.ends_with(".bias") {
+                ParamInit::Zeros
+            } else {
+                ParamInit::Draw(ir::TorchInit::Normal {
+                    mean: 0.0,
+                    std: (1.0 / p.shape[1] as f64).sqrt(),
+                    zero_row: None,
+                })
+            };
+        }
+    } else {
+        let Some(toml::Value::Table(vt)) = init.table.get("values") else {
+            return Err(init.err("values", "required: a table of parameter name = [numbers]"));
+        };
+        let allowed: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+        let iv = Obj::new(&ctx, "init.values", vt, &allowed)?;
+        for p in &params {
+            let v = values(&iv, &p.name)?;
+            let n: usize = p.shape.iter().product();
+            if v.len() != n {
+                return Err(iv.err(
+                    &p.name,
+                    format!(
+                        "holds {} values; {} needs {n} (a kernel is [in, out], row-major)",
+                        v.len(),
+                        p.name
+                    ),
+                ));
+            }
+            init_flat.extend(v);
+        }
     }
     // Loss.
     let lo = doc
@@ -337,8 +384,41 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         Op::Linear { x, .. } => tensors[x.0].name.clone(),
         _ => String::new(),
     };
-    let xv = fixed.get(&x_name).cloned().unwrap_or_default();
-    let yv = fixed.get(target).cloned().unwrap_or_default();
+    // Either everything is written in the file, or everything is drawn: the model input by
+    // randn, the target by the teacher, the parameters by flax's scheme, all from ChaCha.
+    let data = if drawn.is_empty() && !drawn_init {
+        OuterData::Fixed {
+            init: init_flat,
+            x: fixed.get(&x_name).cloned().unwrap_or_default(),
+            y: fixed.get(target).cloned().unwrap_or_default(),
+        }
+    } else {
+        let want = [(x_name.clone(), "randn"), (target.to_string(), "teacher")];
+        if !drawn_init
+            || drawn.len() != 2
+            || !want
+                .iter()
+                .all(|w| drawn.iter().any(|d| d.0 == w.0 && d.1 == w.1))
+        {
+            return Err(doc.err(
+                "inputs",
+                format!(
+                    "drawn outer-loop data is the model input `{x_name}` by randn, the target \
+                     `{target}` by teacher and [init] scheme = \"flax\"; or write every value \
+                     (draw = \"fixed\" and [init] values)"
+                ),
+            ));
+        }
+        if common.rng != RngKind::ChaCha {
+            return Err(doc.err(
+                "rng",
+                "drawn outer-loop data comes from ChaCha streams; allowed: \"chacha\"",
+            ));
+        }
+        OuterData::Teacher {
+            noise_std: noise_std.unwrap_or(0.0),
+        }
+    };
     if tensors[ti].shape != tensors[last].shape {
         return Err(lo.err(
             "target",
@@ -499,11 +579,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
                 sync_period,
                 steps,
                 default_mode,
-                data: OuterData::Fixed {
-                    init: init_flat,
-                    x: xv,
-                    y: yv,
-                },
+                data,
                 checks: Vec::new(),
             }),
         },

@@ -15,7 +15,6 @@ use crate::fp::matmul::MatmulScratch;
 use crate::profile::Profile;
 use crate::trace::Trace;
 
-pub mod diloco;
 pub mod row_parallel;
 pub mod tied_row_parallel;
 
@@ -163,7 +162,6 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
         tied_row_parallel::KIND => Ok(Box::new(tied_row_parallel::TiedRowParallel::new(common)?)),
         row_parallel::KIND => Ok(Box::new(row_parallel::RowParallel::new(common)?)),
         crate::lang::outer::KIND => Ok(Box::new(crate::lang::outer::build(common)?)),
-        diloco::KIND => Ok(Box::new(diloco::Diloco::new(common)?)),
         other => Err(InputError::config(
             &common.file,
             "scenario",
@@ -173,4 +171,4 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
 }
 
 /// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[tied_row_parallel::KIND, row_parallel::KIND, diloco::KIND];
+pub const KINDS: &[&str] = &[tied_row_parallel::KIND, row_parallel::KIND];
