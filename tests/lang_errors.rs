@@ -538,3 +538,9 @@ fn a_dim_nothing_uses_is_refused() {
     let msg = err(&replace("ffn = 64", "ffn = 64\nfnn = 32"));
     assert_names(&msg, "dims.fnn", &["never used", "refer to it by name"]);
 }
+
+#[test]
+fn a_graph_too_large_to_hold_is_refused_before_anything_is_allocated() {
+    let msg = err(&replace("ffn = 64", "ffn = 1048576").replace("hidden = 16", "hidden = 2048"));
+    assert_names(&msg, "dims", &["at most 1073741824", "smaller dims"]);
+}

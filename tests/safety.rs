@@ -204,7 +204,7 @@ fn resume_refuses_a_changed_config_value_and_names_the_key() {
         .code(1)
         .stderr(
             contains("different sweep")
-                .and(contains("model.lr"))
+                .and(contains("train.lr"))
                 .and(contains("0.5")),
         );
 }
@@ -663,11 +663,11 @@ fn numeric_and_enumerated_config_keys_are_checked_naming_the_key() {
     let t1 = builtin_config("deepspeed_tied_row_parallel.toml");
     let t2 = builtin_config("deepspeed_row_parallel.toml");
     let cases = [
-        (t1.replace("lr = 0.05", "lr = 1e39"), "model.lr"),
+        (t1.replace("lr = 0.05", "lr = 1e39"), "train.lr"),
         (t1.replace("zero_stage = 2", "zero_stage = 7"), "zero_stage"),
         (
-            t2.replacen("head = \"lm_head\"", "head = \"nope\"", 1),
-            "head",
+            t2.replacen("parallel = \"row\"", "parallel = \"rows\"", 1),
+            "layers[2].parallel",
         ),
         (
             t1.replace(

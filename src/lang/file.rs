@@ -43,7 +43,7 @@ pub const KIND: &str = "graph";
 /// A parsed, validated scenario file.
 #[derive(Debug, Clone)]
 pub struct ScenarioFile {
-    /// The common part, as every scenario has it (`model` is empty; `params` holds the raw
+    /// The common part, as every scenario has it (`model` holds the graph tables, for fingerprints; `params` the raw
     /// `[[params]]` entries).
     pub common: CommonConfig,
     /// The comparison the test asserts.
@@ -175,7 +175,12 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         default_policies,
         policy_tables,
         extra_profiles: extra,
-        model: toml::Table::new(),
+        // Every graph key, for the sweep folder's fingerprint (`--resume` names a changed key).
+        model: {
+            let mut m = graph_doc.clone();
+            m.remove("params");
+            m
+        },
         params: raw_params,
     };
     let names: Vec<&str> = check_names.iter().map(|s| s.as_str()).collect();

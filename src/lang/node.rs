@@ -460,6 +460,15 @@ pub fn size_value(
 
 /// Checks a name at `key`: 1 to 64 letters, digits, `-`, `_` (and `.` when `dots`).
 pub fn check_name(o: &Obj<'_>, key: &str, s: &str, dots: bool) -> Result<(), InputError> {
+    if s.len() > 64 {
+        return Err(o.err(
+            key,
+            format!(
+                "a name of {} characters is not allowed; allowed: at most 64",
+                s.len()
+            ),
+        ));
+    }
     let ok = !s.is_empty()
         && s.len() <= 64
         && s.chars()

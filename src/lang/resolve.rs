@@ -13,6 +13,9 @@ use super::spec::{
     At, Check, CheckKind, Draw, LayerParallel, LossOp, Op, Optimizer, ShardRule, Spec,
 };
 
+/// Most tensor elements a graph may hold (inputs, parameters and activations, once each).
+pub const MAX_GRAPH_ELEMENTS: usize = 1 << 30;
+
 /// Element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dtype {
@@ -973,6 +976,22 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 ));
             }
         }
+    }
+    // Refuse a graph too large to hold before anything is allocated: every tensor is kept in
+    // f32 and f64 with its gradient (and optimizer state for parameters).
+    let elements: usize = b
+        .tensors
+        .iter()
+        .filter(|t| t.alias_of.is_none())
+        .map(|t| t.shape.iter().product::<usize>())
+        .sum();
+    if elements > MAX_GRAPH_ELEMENTS {
+        return Err(ctx.err(
+            "dims",
+            format!(
+                "the graph's tensors hold {elements} elements; allowed: at most {MAX_GRAPH_ELEMENTS} (2^30), since every one is kept in f32 and f64 with its gradient; use smaller dims"
+            ),
+        ));
     }
     b.tensors.push(Tensor {
         name: "loss".into(),
