@@ -21,7 +21,11 @@ enum Source {
 
 impl Source {
     fn parse(file: &str, text: &str) -> Result<Self, InputError> {
-        Ok(if crate::lang::is_scenario_file(text) {
+        // A file with a DiLoCo outer loop is read by `lang::outer` into a common config that
+        // `scenario::build` hands to the outer-loop engine.
+        Ok(if crate::lang::outer::is_outer_file(text) {
+            Self::Legacy(Box::new(crate::lang::outer::parse_common(file, text)?))
+        } else if crate::lang::is_scenario_file(text) {
             Self::Lang(Box::new(crate::lang::parse_file(file, text)?))
         } else {
             Self::Legacy(Box::new(parse_scenario_config(file, text)?))

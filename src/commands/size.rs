@@ -49,7 +49,8 @@ fn is_jax(catalog: &Catalog, scenario: &str) -> bool {
         .scenarios
         .iter()
         .find(|s| s.common().name == scenario)
-        .is_some_and(|s| matches!(s.common().kind.as_str(), "maxtext-diloco" | "diloco"))
+        // A JAX test is one whose framework has execution modes (xla-eager / xla-jit).
+        .is_some_and(|s| !s.execution_modifiers().is_empty())
 }
 
 /// Reads a sweep directory's `plan.csv` and `frontiers.bin` into the groups `size` sizes,

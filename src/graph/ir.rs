@@ -158,6 +158,9 @@ pub enum ParamInit {
     Zeros,
     /// All ones (no draw; `nn.LayerNorm` / `RMSNorm` weight).
     Ones,
+    /// Written in the file (a test with hand-written initial values): the values are in
+    /// [`OuterData::Fixed`]'s `init`, nothing is drawn.
+    Fixed,
 }
 
 /// A torch init rule, as the module's `reset_parameters` applies it.
@@ -536,7 +539,14 @@ pub enum GradReduce {
 
 /// DiLoCo's outer loop: `replicas` copies each take `inner_steps` steps of [`Train`], then
 /// the pseudo-gradient `outer - mean(inner)` drives the outer optimizer.
-#[derive(Debug, Clone, Copy, PartialEq)]
+///
+/// A graph with an outer loop runs on the outer-loop engine ([`crate::graph::outer`]), which
+/// mirrors a JAX test (MaxText's `diloco.py`): the replicas are the data-parallel ranks (the
+/// inputs' leading axis split evenly, replica r taking block r), [`Train::optimizer`] is read
+/// with optax's formulas (plain SGD, or [`Optimizer::Adam`] with `decoupled` = `optax.adamw`),
+/// the loss is [`LossKind::Mse`] on the last layer, and every linear weight is stored as a
+/// flax kernel (`[in, out]`, row-major) whatever its [`ParamDecl::shape`] says.
+#[derive(Debug, Clone, PartialEq)]
 pub struct OuterLoop {
     /// Replicas (DiLoCo workers).
     pub replicas: usize,
@@ -544,6 +554,70 @@ pub struct OuterLoop {
     pub rounds: usize,
     /// The outer optimizer (DiLoCo: SGD with Nesterov momentum).
     pub optimizer: Optimizer,
+    /// Sync period H: the replicas synchronise after inner step k (1-based) when
+    /// `k % sync_period == 0`.
+    pub sync_period: usize,
+    /// Inner steps in all: `rounds * sync_period`, or fewer or more when the test stops
+    /// mid-round (MaxText's: 4 steps, H = 3).
+    pub steps: usize,
+    /// The execution mode when the profile leaves `xla` unset (how the test calls the
+    /// step: eager op by op, or under `jax.jit`).
+    pub default_mode: crate::profile::XlaMode,
+    /// Where the initial parameters and the replicas' batches come from.
+    pub data: OuterData,
+    /// The outer loop's checks, in recording order of their first slot (a graph with an
+    /// outer loop has no [`ResolvedGraph::checks`]).
+    pub checks: Vec<OuterCheck>,
+}
+
+/// Initial parameters and data of an outer-loop run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OuterData {
+    /// Fixed values, written in the file (a test with hand-written data): the flat initial
+    /// parameters (every layer's kernel `[in, out]` then its bias, in layer order), the
+    /// inputs and the targets, replica-major.
+    Fixed {
+        /// Initial parameters, flat.
+        init: Vec<f32>,
+        /// Inputs, `replicas × batch × in`.
+        x: Vec<f32>,
+        /// Targets, `replicas × batch × out`.
+        y: Vec<f32>,
+    },
+    /// Drawn per sweep seed from ChaCha streams keyed by (seed, name)
+    /// ([`crate::graph::outer::draw_teacher`]): every kernel `N(0, 1/fan_in)` (streams
+    /// `init.w1`, `init.w2` in layer order), every bias 0 (flax's `nnx.Linear` defaults); a
+    /// linear teacher `T ~ N(0, 1/in)` (`data.teacher`) with bias `~ N(0, 1)`
+    /// (`data.teacher.bias`); replica r's batch `x ~ N(0, 1)` (`data.replica{r}.x`) and
+    /// `y = x·T + tb + noise_std·ε`, `ε ~ N(0, 1)` (`data.replica{r}.noise`), in f64 and rounded
+    /// once to f32. The batch is reused at every inner step, as in MaxText's test.
+    Teacher {
+        /// Standard deviation of the target noise.
+        noise_std: f64,
+    },
+}
+
+/// What an outer-loop check records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OuterCheckKind {
+    /// The reported loss (all-reduce of the replicas' losses / replicas) at every step.
+    Loss,
+    /// Self-consistency at every non-sync step: the outer parameters equal their value
+    /// before the step.
+    OuterUnchanged,
+    /// The outer parameters after every sync.
+    OuterParams,
+    /// Self-consistency after every sync: every replica's parameters equal the outer ones.
+    InnerEqualsOuter,
+}
+
+/// One outer-loop check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OuterCheck {
+    /// Name (policies refer to it).
+    pub name: String,
+    /// What it records.
+    pub kind: OuterCheckKind,
 }
 
 /// One check.
@@ -645,7 +719,8 @@ impl ResolvedGraph {
     /// (its weight-gradient contribution dropped), missing-input-grad-gather and
     /// bf16-allreduce; a column-parallel linear admits missing-allreduce and bf16-allreduce
     /// (on its input-gradient all-reduce); a weight tied across an embedding and a linear
-    /// admits dropped-embedding-grad and tied-weights-drift.
+    /// admits dropped-embedding-grad and tied-weights-drift; an outer loop admits
+    /// no-replica-mean, pseudo-grad-sign, no-nesterov and stale-outer-params.
     pub fn mutants(&self) -> Vec<Mutant> {
         let row = self.parallel.tp > 1
             && self.layers.iter().any(|l| {
@@ -676,7 +751,10 @@ impl ResolvedGraph {
                 | Mutant::MissingInputGradGather => row,
                 Mutant::MissingAllreduce | Mutant::Bf16Allreduce => row || column,
                 Mutant::DroppedEmbeddingGrad | Mutant::TiedWeightsDrift => tied,
-                _ => false,
+                Mutant::NoReplicaMean
+                | Mutant::PseudoGradSign
+                | Mutant::NoNesterov
+                | Mutant::StaleOuterParams => self.train.outer.is_some(),
             })
             .collect()
     }

@@ -8,11 +8,12 @@
 //!
 //! Files: [`ir`] (the data), [`init`] (parameter and input draws), [`exec`] (one
 //! computation of a graph through a backend), [`scenario`] (validation, preparation and the
-//! `Scenario` implementation).
+//! `Scenario` implementation), [`outer`] (the DiLoCo outer-loop engine and its scenario).
 
 pub mod exec;
 pub mod init;
 pub mod ir;
+pub mod outer;
 pub mod scenario;
 
 pub use scenario::GraphScenario;

@@ -361,11 +361,9 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         } else {
             ir::GradReduce::AllReduce
         },
-        outer: s.train.outer.map(|o| ir::OuterLoop {
-            replicas: s.parallel.dp,
-            rounds: o.rounds,
-            optimizer: optimizer(&o.optimizer),
-        }),
+        // A file with [train.outer] is read by `lang::outer` (the outer-loop engine's surface);
+        // this generic lowering only describes its inner graph.
+        outer: None,
     };
     let storage = |name: &str| -> ir::ParamId {
         let p = param_id(&params, name);

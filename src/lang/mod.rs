@@ -8,12 +8,16 @@
 //!   checks; every mismatch found here) -> lower (the executor's IR, `graph::ir`)
 //!   -> check (the text `seedsweep check` prints); build: the runnable scenario (graph executor)
 //! ```
+//!
+//! Files with a DiLoCo outer loop (`[train.outer]`) are read by [`outer`] into one graph for
+//! the outer-loop engine.
 
 pub mod build;
 pub mod check;
 pub mod file;
 pub mod lower;
 pub mod node;
+pub mod outer;
 pub mod params;
 pub mod resolve;
 pub mod spec;

@@ -17,9 +17,6 @@ use crate::fp::matmul::MatmulScratch;
 use crate::profile::Profile;
 use crate::trace::Trace;
 
-pub mod diloco;
-pub mod maxtext_diloco;
-
 /// One check of a parametrization.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckSpec {
@@ -161,8 +158,7 @@ pub trait Scenario: Send + Sync {
 /// Builds a scenario from a parsed config.
 pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
     match common.kind.as_str() {
-        maxtext_diloco::KIND => Ok(Box::new(maxtext_diloco::MaxtextDiloco::new(common)?)),
-        diloco::KIND => Ok(Box::new(diloco::Diloco::new(common)?)),
+        crate::lang::outer::KIND => Ok(Box::new(crate::lang::outer::build(common)?)),
         other => Err(InputError::config(
             &common.file,
             "scenario",
@@ -176,4 +172,4 @@ pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
 }
 
 /// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[maxtext_diloco::KIND, diloco::KIND];
+pub const KINDS: &[&str] = &[crate::lang::outer::KIND];
