@@ -5,6 +5,7 @@ pub mod dump;
 pub mod frontiers;
 pub mod html;
 pub mod output;
+pub mod parquet;
 pub mod svg;
 pub mod table;
 
