@@ -104,7 +104,7 @@ fn block_body(x: &[f32; BLOCK], out: &mut [f32; BLOCK], ok: &mut [bool; BLOCK]) 
         let f = approx(x[i]);
         let a = x[i].abs();
         out[i] = f as f32;
-        ok[i] = (a >= FAST_MIN) & (a <= FAST_MAX) & decided(f);
+        ok[i] = (FAST_MIN..=FAST_MAX).contains(&a) & decided(f);
     }
 }
 
