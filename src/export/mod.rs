@@ -6,6 +6,7 @@ pub mod frontiers;
 pub mod html;
 pub mod output;
 pub mod parquet;
+pub mod rowlog;
 pub mod svg;
 pub mod table;
 
