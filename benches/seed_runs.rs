@@ -1,13 +1,14 @@
 //! T1 seed-runs per second (criterion). One seed-run is one parametrization × one seed ×
 //! the three computations (f64, unsharded fp32, sharded fp32) × 3 steps, plus the evaluation
-//! of every check. The `scalar-reference` rows are the baseline in the same process: the
-//! same seed-run with one scalar dot product per matmul element. `seedsweep bench` prints the
-//! ratio and the 1→2 thread scaling directly.
+//! of every check, through the engine (`seedsweep::engine::unit`, what `sweep` runs per
+//! unit). The `scalar-reference` rows are the baseline in the same process: the same
+//! seed-run with one scalar dot product per matmul element. `seedsweep bench` prints the ratio
+//! and the 1→2 thread scaling directly.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use seedsweep::backend::Kernels;
 use seedsweep::catalog::{Catalog, Selection};
-use seedsweep::evaluate::evaluate;
+use seedsweep::engine::unit;
 use seedsweep::scenario::Workspace;
 
 fn t1_seed_runs(c: &mut Criterion) {
@@ -31,8 +32,7 @@ fn t1_seed_runs(c: &mut Criterion) {
             let mut seed = 8173u64;
             group.bench_function(format!("{id}/{name}"), |b| {
                 b.iter(|| {
-                    s.run(g.param, seed, &g.profile, &mut ws);
-                    evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+                    unit(&catalog, g, seed, &mut ws, &mut out);
                     seed += 1;
                     out[0].usage
                 })

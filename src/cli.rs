@@ -1,16 +1,19 @@
 //! Command-line definitions. This is the only module that knows clap; it turns the parsed
-//! arguments into the typed options of [`crate::app`].
+//! arguments into the typed options of [`crate::commands`].
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::{BenchOptions, Common, ReproOptions, SweepOptions};
 use crate::catalog::Selection;
+use crate::commands::bench::BenchOptions;
+use crate::commands::repro::ReproOptions;
+use crate::commands::sweep::SweepOptions;
+use crate::commands::Common;
 use crate::config::RngKind;
+use crate::engine::evaluate::Comparison;
+use crate::engine::plan::Shard;
 use crate::error::InputError;
-use crate::evaluate::Comparison;
-use crate::sweep::Shard;
 
 /// Seed-sweep numerical divergence harness: mirrors sharded-vs-unsharded ML tests bit-exactly
 /// on the CPU and reports how much of each check's tolerance every seed uses.
@@ -468,11 +471,11 @@ pub enum Action {
     /// A benchmark.
     Bench(BenchOptions),
     /// A merge of shard outputs.
-    Merge(crate::app::MergeOptions),
+    Merge(crate::commands::merge::MergeOptions),
     /// A scale sweep.
-    Scale(crate::app::ScaleOptions),
+    Scale(crate::commands::scale::ScaleOptions),
     /// A sizing run.
-    Size(crate::app::SizeOptions),
+    Size(crate::commands::size::SizeOptions),
     /// A report: the sweep directory and the output file.
     Report(PathBuf, PathBuf),
     /// An explanation query.
@@ -480,7 +483,7 @@ pub enum Action {
         /// Configs and generator.
         common: Common,
         /// The query.
-        query: crate::explain::ExplainQuery,
+        query: crate::commands::explain::ExplainQuery,
         /// CSV instead of a table.
         csv: bool,
     },
@@ -524,8 +527,8 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             if !a.observed.is_finite() {
                 return Err(InputError::flag("--observed", "must be a finite number"));
             }
-            let computation =
-                crate::explain::Computation::parse(&a.computation).ok_or_else(|| {
+            let computation = crate::commands::explain::Computation::parse(&a.computation)
+                .ok_or_else(|| {
                     InputError::flag(
                         "--computation",
                         format!(
@@ -546,7 +549,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             };
             Action::Explain {
                 common: common(&a.select, None)?,
-                query: crate::explain::ExplainQuery {
+                query: crate::commands::explain::ExplainQuery {
                     scenario: a.scenario,
                     param: a.param,
                     check: a.check,
@@ -569,7 +572,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             if common.selection.mutants.is_none() {
                 common.selection.mutants = Some(vec!["all".into()]);
             }
-            Action::Size(crate::app::SizeOptions {
+            Action::Size(crate::commands::size::SizeOptions {
                 common,
                 dir: a.dir,
                 seeds: a.seeds,
@@ -582,7 +585,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 validate: a.validate,
             })
         }
-        Command::Scale(a) => Action::Scale(crate::app::ScaleOptions {
+        Command::Scale(a) => Action::Scale(crate::commands::scale::ScaleOptions {
             common: {
                 no_duplicates("--k", &a.k)?;
                 no_duplicates("--tp", &a.tp)?;
@@ -606,7 +609,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             threads: a.threads,
             out: a.out,
         }),
-        Command::Merge(a) => Action::Merge(crate::app::MergeOptions {
+        Command::Merge(a) => Action::Merge(crate::commands::merge::MergeOptions {
             dirs: a.dirs,
             out: a.out,
         }),

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use crate::catalog::{Catalog, Group};
-use crate::sweep::{GroupMeta, SeedRange};
+use crate::engine::plan::{GroupMeta, SeedRange};
 
 /// The file name inside a sweep folder.
 pub const FILE: &str = "fingerprint.txt";

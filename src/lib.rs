@@ -3,22 +3,25 @@
 //! The pipeline, in module order:
 //!
 //! ```text
-//! config (TOML) -> catalog (scenario × param × profile × seed) -> scenario runs
-//!   (f64, unsharded fp32, sharded fp32; model/ on backend, fp/ kernels, rng/ draws)
-//!   -> trace -> evaluate (checks under tolerance policies) -> sweep (seed-order
-//!   aggregation, stats) -> export (csv, table) / repro (torch-style messages)
+//! config (TOML) -> catalog (scenario × param × profile × mutant)
+//!   -> engine: plan (groups × seeds × shards -> work units)
+//!              run (one seed -> f64, unsharded fp32, sharded fp32 traces; the scenario's
+//!                   model/ code on backend, fp/ kernels, rng/ draws)
+//!              evaluate (checks under tolerance policies -> rows, frontiers)
+//!              aggregate (seed order -> summaries, tails)
+//!   -> commands/ (one file per command) -> export (csv, table, html, ...)
 //! ```
 #![warn(missing_docs)]
 
-pub mod app;
 pub mod backend;
 pub mod catalog;
 pub mod check;
+pub mod checkpoint;
 pub mod cli;
+pub mod commands;
 pub mod config;
+pub mod engine;
 pub mod error;
-pub mod evaluate;
-pub mod explain;
 pub mod export;
 pub mod fingerprint;
 pub mod folder;
@@ -29,13 +32,16 @@ pub mod lock;
 pub mod model;
 pub mod mutant;
 pub mod profile;
+pub mod progress;
 pub mod real;
-pub mod repro;
 pub mod revealed;
 pub mod rng;
-pub mod scale;
 pub mod scenario;
-pub mod size;
+pub mod shard_set;
+pub mod sizing;
 pub mod stats;
-pub mod sweep;
 pub mod trace;
+
+/// The evaluation of one seed's traces, at its former path (scenario code names
+/// `crate::evaluate::Comparison`).
+pub use engine::evaluate;

@@ -248,6 +248,109 @@ fn repro_fail_on_exceed_exits_with_code_3_only_when_a_check_exceeds() {
         .success();
 }
 
+/// The `Mismatched elements: N / M` counts of the torch-style messages in `text`.
+fn mismatch_counts(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("Mismatched elements: "))
+        .map(|rest| {
+            let (n, tail) = rest.split_once(" / ").expect("N / M");
+            let m = tail.split_whitespace().next().expect("M");
+            (n.parse().unwrap(), m.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn repro_mutants_runs_the_mutant_and_shows_its_failure() {
+    // Once the clean run printed its table twice: the mutant was never injected.
+    let out = seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--mutants",
+            "missing-allreduce",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let sections: Vec<&str> = text.split("== ").filter(|s| !s.is_empty()).collect();
+    assert_eq!(
+        sections.len(),
+        2,
+        "one clean and one mutant section:\n{text}"
+    );
+    let (clean, mutant) = (sections[0], sections[1]);
+    let head = |s: &str| s.lines().next().unwrap().to_string();
+    assert!(!head(clean).contains("mutant"), "{}", head(clean));
+    assert!(
+        head(mutant).contains("mutant missing-allreduce"),
+        "the mutant's table names it: {}",
+        head(mutant)
+    );
+    // The clean run: seed 8199's one logit over the old tolerance.
+    assert_eq!(mismatch_counts(clean), vec![(1, 670)]);
+    // Without the all-reduce every rank's logits miss the other ranks' partial sums, so
+    // most elements mismatch, under every policy (torch-default included).
+    let m = mismatch_counts(mutant);
+    assert!(!m.is_empty(), "the mutant fails:\n{mutant}");
+    assert!(
+        m.iter().any(|&(n, total)| total == 670 && 2 * n > total),
+        "most logits mismatch under the mutant: {m:?}"
+    );
+    assert!(mutant.contains("policy torch-default"), "{mutant}");
+    assert!(!clean.contains("policy torch-default"), "{clean}");
+    // Each group's dump has its own file: the mutant's is named for it.
+    let dump = tempfile::tempdir().unwrap();
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--mutants",
+            "missing-allreduce",
+            "--dump",
+        ])
+        .arg(dump.path())
+        .assert()
+        .success();
+    let mut names: Vec<String> = std::fs::read_dir(dump.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199.csv",
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv",
+        ]
+    );
+    // `--fail-on-exceed` counts clean runs only (a mutant is meant to fail), as in `sweep`.
+    seedsweep()
+        .args([
+            "repro",
+            "--seed",
+            "8199",
+            "--param",
+            "35-3-False-0",
+            "--policy",
+            "torch-default",
+            "--mutants",
+            "missing-allreduce",
+            "--fail-on-exceed",
+        ])
+        .assert()
+        .success();
+}
+
 #[test]
 fn list_shows_scenarios_params_checks_profiles_and_policies() {
     let out = seedsweep()

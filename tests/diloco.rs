@@ -49,7 +49,7 @@ fn run_t3(profile: &str) -> (Workspace, usize) {
     let s = &c.scenarios[groups[0].scenario];
     assert!(!s.seed_dependent(), "T3 has fixed data");
     let mut ws = Workspace::default();
-    s.run(groups[0].param, 0, &groups[0].profile, &mut ws);
+    seedsweep::engine::run::run_group(&c, &groups[0], 0, &mut ws);
     let loss = check_index(s.as_ref(), groups[0].param, "loss");
     (ws, loss)
 }
@@ -248,7 +248,7 @@ fn allreduce_order_matters_from_three_replicas_on() {
         let mut sharded = Vec::new();
         let mut reference = Vec::new();
         for g in &groups {
-            s.run(g.param, seed, &g.profile, &mut ws);
+            seedsweep::engine::run::run_group(&c, g, seed, &mut ws);
             sharded.push(values(&ws.traces.sharded, outer));
             reference.push(values(&ws.traces.reference, outer));
         }

@@ -1,9 +1,10 @@
 //! Each injected bug trips the check it should, under the old tolerance and torch's default,
 //! while the clean run of the same seed passes torch's default. Usages are read from the
-//! library's evaluation of one seed.
+//! engine's run and evaluation of one seed (`engine::unit`, as a sweep runs it).
 
 use seedsweep::catalog::{Catalog, Group, Selection};
-use seedsweep::evaluate::{evaluate, Comparison, SeedCheck};
+use seedsweep::engine::evaluate::{Comparison, SeedCheck};
+use seedsweep::engine::unit;
 use seedsweep::scenario::Workspace;
 
 fn run(
@@ -27,10 +28,8 @@ fn run(
         .expect("the selected group");
     let s = &catalog.scenarios[g.scenario];
     let mut ws = Workspace::default();
-    ws.mutant = g.mutant;
-    s.run(g.param, 8173, &g.profile, &mut ws);
     let mut out = Vec::new();
-    evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+    unit(&catalog, g, 8173, &mut ws, &mut out);
     let checks = s
         .checks(g.param)
         .iter()
@@ -219,10 +218,8 @@ fn diloco_mutants_trip_their_checks() {
             let g = groups.iter().find(|g| g.mutant.is_some()).unwrap();
             let s = &catalog.scenarios[g.scenario];
             let mut ws = Workspace::default();
-            ws.mutant = g.mutant;
-            s.run(g.param, 0, &g.profile, &mut ws);
             let mut out = Vec::new();
-            evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+            unit(&catalog, g, 0, &mut ws, &mut out);
             let checks: Vec<String> = s
                 .checks(g.param)
                 .iter()

@@ -14,9 +14,10 @@
 
 use seedsweep::catalog::{Catalog, Selection};
 use seedsweep::check::Tolerance;
-use seedsweep::size::{collect, usages};
+use seedsweep::engine::aggregate::collect_frontiers;
+use seedsweep::engine::plan::SeedRange;
+use seedsweep::sizing::usages;
 use seedsweep::stats::tail::{sizing_bound, tail_estimate};
-use seedsweep::sweep::SeedRange;
 
 #[test]
 fn predictions_from_1000_seed_windows_agree_with_10000_seeds() {
@@ -34,7 +35,7 @@ fn predictions_from_1000_seed_windows_agree_with_10000_seeds() {
         count: 10_000,
         shard: None,
     };
-    let fr = collect(&catalog, &groups, &range);
+    let fr = collect_frontiers(&catalog, &groups, &range, "size");
     let logits = &fr[0][0];
     let all = usages(logits, Tolerance::TORCH_FP32);
     let big = tail_estimate(&all, &[1e-3]).points[0];

@@ -98,7 +98,7 @@ fn compare(file: &str, profile: &str, param: &str) -> (usize, usize, String) {
     let g = &groups[0];
     let s = &catalog.scenarios[g.scenario];
     let mut ws = Workspace::default();
-    s.run(g.param, seed, &g.profile, &mut ws);
+    seedsweep::engine::run::run_group(&catalog, g, seed, &mut ws);
     let checks = s.checks(g.param);
     let (mut compared, mut mismatched, mut first) = (0, 0, String::new());
     for (name, trace) in [

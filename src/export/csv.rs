@@ -13,8 +13,8 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::check::{py_repr, StepLabel};
+use crate::engine::{aggregate::SummaryEntry, evaluate::SeedValues, plan::GroupMeta};
 use crate::evaluate::Comparison;
-use crate::sweep::{GroupMeta, SeedValues, SummaryEntry};
 
 fn float<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&py_repr(*x))
@@ -721,7 +721,7 @@ pub struct ScaleRow<'a> {
 pub fn scale_csv(
     profile: &str,
     policies: &[String],
-    points: &[crate::scale::ScalePoint],
+    points: &[crate::commands::scale::ScalePoint],
 ) -> anyhow::Result<Vec<u8>> {
     let mut rows = Vec::new();
     for pt in points {

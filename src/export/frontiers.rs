@@ -21,7 +21,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::sweep::GroupMeta;
+use crate::engine::plan::GroupMeta;
 
 /// File name in a sweep directory.
 pub const FILE: &str = "frontiers.bin";

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::svg::{self, escape, num, pct, Bar, LogAxis};
 use crate::check::py_repr;
+use crate::engine::plan::GroupMeta;
 use crate::evaluate::Comparison;
-use crate::sweep::GroupMeta;
 
 /// What [`write_report`] wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

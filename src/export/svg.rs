@@ -305,7 +305,7 @@ type PanelExtra<'a> = dyn Fn(&mut String, &dyn Fn(f64) -> f64, &dyn Fn(f64) -> f
 /// point as the probabilistic and deterministic bound shapes. Right, the worst usage of the
 /// sharded-vs-unsharded comparison under `policy` (percent), with the 100 % limit.
 pub fn scale_plot(
-    points: &[crate::scale::ScalePoint],
+    points: &[crate::commands::scale::ScalePoint],
     policy: &str,
     policy_index: usize,
 ) -> String {
@@ -338,7 +338,7 @@ pub fn scale_plot(
                  x0: f64,
                  title_text: &str,
                  ylabel: &str,
-                 series: &dyn Fn(&crate::scale::ScalePoint) -> f64,
+                 series: &dyn Fn(&crate::commands::scale::ScalePoint) -> f64,
                  extra: &PanelExtra<'_>| {
         let vals: Vec<f64> = points
             .iter()

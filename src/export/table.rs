@@ -1,8 +1,9 @@
 //! Plain-text tables for the terminal.
 
 use crate::check::py_repr;
+use crate::engine::aggregate::{GroupAgg, SummaryEntry};
+use crate::engine::plan::GroupMeta;
 use crate::evaluate::Comparison;
-use crate::sweep::{GroupAgg, GroupMeta, SummaryEntry};
 
 /// Left-aligns the first `left` columns and right-aligns the rest, two spaces apart.
 pub fn render(header: &[String], rows: &[Vec<String>], left: usize) -> String {

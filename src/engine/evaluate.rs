@@ -7,9 +7,13 @@
 //!
 //! Self-consistent checks compare a computation's value with the test's formula evaluated
 //! on that computation's own inputs: in fp32 for `-vs-ref`, in f64 for `-vs-f64`.
+//!
+//! Besides the rows ([`evaluate`] into [`SeedCheck`], stored as [`SeedValues`]), one seed's
+//! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
 use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
-use crate::scenario::{CheckSpec, Traces};
+use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
+use crate::stats::frontier::{frontier, prefilter};
 use crate::trace::{Slot, SlotRole, Trace};
 
 /// One of the three comparisons.
@@ -289,6 +293,80 @@ pub fn evaluate(
             });
         }
     }
+}
+
+/// One seed's result for one entry, as `seeds.csv` stores it: the usage in percent
+/// (`100·usage`, one rounding), so that aggregating these values gives the same summary
+/// whether they come from a run or are read back from `seeds.csv` (`merge`, `--resume`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SeedValues {
+    /// `100 · usage`.
+    pub usage_pct: f64,
+    /// Largest |diff| over steps.
+    pub max_abs_diff: f64,
+    /// Step of the worst usage.
+    pub worst_step: StepLabel,
+    /// Mismatched elements at the worst step.
+    pub mismatched: u32,
+    /// Elements at the worst step.
+    pub elements: u32,
+    /// NaN/inf mismatches over steps.
+    pub nonfinite: u32,
+    /// Largest |expected| over steps.
+    pub max_abs_expected: f64,
+    /// Usage of the deterministic error bound, percent (NaN: not a matmul-like check).
+    pub theory_det_pct: f64,
+    /// Usage of the probabilistic error bound, percent (NaN: not a matmul-like check).
+    pub theory_prob_pct: f64,
+}
+
+impl From<&SeedCheck> for SeedValues {
+    fn from(sc: &SeedCheck) -> Self {
+        Self {
+            usage_pct: sc.usage * 100.0,
+            max_abs_diff: sc.max_abs_diff,
+            worst_step: sc.worst_step,
+            mismatched: sc.mismatched,
+            elements: sc.elements,
+            nonfinite: sc.nonfinite,
+            max_abs_expected: sc.max_abs_expected,
+            theory_det_pct: sc.theory_det * 100.0,
+            theory_prob_pct: sc.theory_prob * 100.0,
+        }
+    }
+}
+
+/// The frontiers of one run unit, `[check]`, in the comparison the test asserts, from the
+/// traces left in `ws` by `s.run` (`pts` is scratch). Per element: d = |actual − expected|
+/// (NaN → +∞, and 0 when actual == expected, so equal infinities count as equal), e =
+/// |expected| (0 for a non-finite expected value).
+pub fn unit_frontiers(
+    s: &dyn Scenario,
+    param: usize,
+    ws: &Workspace,
+    pts: &mut Vec<(f64, f64)>,
+) -> Vec<Vec<(f64, f64)>> {
+    let asserted = s.asserted_comparison();
+    s.checks(param)
+        .iter()
+        .enumerate()
+        .map(|(c, spec)| {
+            pts.clear();
+            for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                for (&x, &y) in a.iter().zip(e) {
+                    let d = (x - y).abs();
+                    let d = if d.is_nan() { f64::INFINITY } else { d };
+                    let ey = if y.is_finite() { y.abs() } else { 0.0 };
+                    let d = if x == y { 0.0 } else { d };
+                    pts.push((d, ey));
+                }
+            });
+            prefilter(pts);
+            let mut f = Vec::new();
+            frontier(pts.iter().copied(), &mut f);
+            f
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,172 +1,23 @@
-//! The sweep driver: rayon across (parametrization, profile, seed), deterministic streaming
-//! aggregation in seed order.
-//!
-//! Work units (one group × one seed) are processed in chunks: a chunk runs in parallel, its
-//! results are collected by index, then fed in unit order to the groups' aggregates and to the
-//! output sink before the next chunk starts. Memory is bounded by the chunk size, the output
-//! does not depend on the thread count or on scheduling, and a sink that appends to a file
-//! leaves whole units behind when interrupted, which `--resume` continues from.
-
-use std::ops::Range;
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rayon::prelude::*;
+//! Aggregating in seed order: each group's per-seed rows ([`SeedValues`]) are fed to a
+//! running [`GroupAgg`] in ascending seed order (worst usage, failing seeds, exact quantiles
+//! or bounded histograms with the exact top of the tail), then [`summarize`]d into summary
+//! entries with their tail estimates; and the per-seed frontiers `size` fits are collected
+//! per group in seed order ([`collect_frontiers`]). Seed order makes every aggregate
+//! independent of the thread count and of how the seeds were split into shards.
 
 use crate::catalog::{Catalog, Group};
 use crate::check::{StepLabel, Tolerance};
-use crate::evaluate::{evaluate, Comparison, SeedCheck};
+use crate::engine::evaluate::{unit_frontiers, Comparison, SeedValues};
+use crate::engine::plan::{self, group_seeds, GroupMeta, SeedRange};
+use crate::engine::run::run_group;
 use crate::scenario::Workspace;
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
 use crate::stats::tail::{tail_estimate, TailEstimate};
 
-/// Units per parallel chunk: large enough to keep every thread busy, small enough that the
-/// chunk's results stay a few megabytes.
-pub const CHUNK: usize = 4096;
-
-/// A deterministic slice of the seed range (`--shard i/n`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    /// This shard, `0..count`.
-    pub index: u64,
-    /// Number of shards, >= 1.
-    pub count: u64,
-}
-
-/// Seeds to run.
-#[derive(Debug, Clone)]
-pub struct SeedRange {
-    /// First seed; `None` uses each scenario's configured first seed.
-    pub first: Option<u64>,
-    /// Number of seeds, >= 1.
-    pub count: u64,
-    /// Only this shard's slice: seeds `first + i·count/n .. first + (i+1)·count/n` (integer
-    /// division), and seed-independent scenarios in shard 0 only.
-    pub shard: Option<Shard>,
-}
-
-/// What identifies a group and lays out its results, independent of the catalog (so shard
-/// outputs can be merged without the configs that produced them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupMeta {
-    /// Scenario name.
-    pub scenario: String,
-    /// Parametrization id.
-    pub param: String,
-    /// Profile spec.
-    pub profile: String,
-    /// Mutant name, empty for the clean run.
-    pub mutant: String,
-    /// Check names, in result order.
-    pub checks: Vec<String>,
-    /// Policy names, in result order.
-    pub policies: Vec<String>,
-    /// `tolerances[p][c]`.
-    pub tolerances: Vec<Vec<Tolerance>>,
-    /// The comparison the test asserts.
-    pub asserted: Comparison,
-    /// Whether the seed changes the scenario.
-    pub seed_dependent: bool,
-}
-
-impl GroupMeta {
-    /// The metadata of a planned group.
-    pub fn of(catalog: &Catalog, g: &Group) -> Self {
-        let s = &catalog.scenarios[g.scenario];
-        Self {
-            scenario: s.common().name.clone(),
-            param: s.param_ids()[g.param].to_string(),
-            profile: g.profile.name.clone(),
-            mutant: g.mutant.map(|m| m.name().to_string()).unwrap_or_default(),
-            checks: s
-                .checks(g.param)
-                .iter()
-                .map(|c| c.name.to_string())
-                .collect(),
-            policies: g.policy_names.clone(),
-            tolerances: g.tolerances.clone(),
-            asserted: s.asserted_comparison(),
-            seed_dependent: s.seed_dependent(),
-        }
-    }
-
-    /// Results per seed: checks × comparisons × policies.
-    pub fn entries(&self) -> usize {
-        self.checks.len() * Comparison::ALL.len() * self.policies.len()
-    }
-
-    /// Index of a result in the layout of [`evaluate`].
-    pub fn index(&self, check: usize, comparison: usize, policy: usize) -> usize {
-        (check * Comparison::ALL.len() + comparison) * self.policies.len() + policy
-    }
-}
-
-/// The seeds a group runs in `range` (possibly empty for a shard).
-pub fn group_seeds(catalog: &Catalog, g: &Group, range: &SeedRange) -> Range<u64> {
-    let s = &catalog.scenarios[g.scenario];
-    let first = range.first.unwrap_or(s.common().first_seed);
-    let (lo, hi) = if !s.seed_dependent() {
-        match range.shard {
-            Some(sh) if sh.index != 0 => (0, 0),
-            _ => (0, 1),
-        }
-    } else {
-        match range.shard {
-            None => (0, range.count),
-            Some(sh) => (
-                shard_bound(range.count, sh.index, sh.count),
-                shard_bound(range.count, sh.index + 1, sh.count),
-            ),
-        }
-    };
-    first.wrapping_add(lo)..first.wrapping_add(hi)
-}
-
-/// `count·i/n` without overflow.
-fn shard_bound(count: u64, i: u64, n: u64) -> u64 {
-    ((count as u128 * i as u128) / n as u128) as u64
-}
-
-/// One seed's result for one entry, as `seeds.csv` stores it: the usage in percent
-/// (`100·usage`, one rounding), so that aggregating these values gives the same summary
-/// whether they come from a run or are read back from `seeds.csv` (`merge`, `--resume`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct SeedValues {
-    /// `100 · usage`.
-    pub usage_pct: f64,
-    /// Largest |diff| over steps.
-    pub max_abs_diff: f64,
-    /// Step of the worst usage.
-    pub worst_step: StepLabel,
-    /// Mismatched elements at the worst step.
-    pub mismatched: u32,
-    /// Elements at the worst step.
-    pub elements: u32,
-    /// NaN/inf mismatches over steps.
-    pub nonfinite: u32,
-    /// Largest |expected| over steps.
-    pub max_abs_expected: f64,
-    /// Usage of the deterministic error bound, percent (NaN: not a matmul-like check).
-    pub theory_det_pct: f64,
-    /// Usage of the probabilistic error bound, percent (NaN: not a matmul-like check).
-    pub theory_prob_pct: f64,
-}
-
-impl From<&SeedCheck> for SeedValues {
-    fn from(sc: &SeedCheck) -> Self {
-        Self {
-            usage_pct: sc.usage * 100.0,
-            max_abs_diff: sc.max_abs_diff,
-            worst_step: sc.worst_step,
-            mismatched: sc.mismatched,
-            elements: sc.elements,
-            nonfinite: sc.nonfinite,
-            max_abs_expected: sc.max_abs_expected,
-            theory_det_pct: sc.theory_det * 100.0,
-            theory_prob_pct: sc.theory_prob * 100.0,
-        }
-    }
-}
+/// One group's frontiers in the asserted comparison: `[check][seed]`, each a list of
+/// (|actual − expected|, |expected|) points ([`crate::stats::frontier`]).
+pub type Frontiers = Vec<Vec<Vec<(f64, f64)>>>;
 
 /// The larger of two values where NaN means "none".
 fn max_nan(a: f64, b: f64) -> f64 {
@@ -419,127 +270,6 @@ pub struct SummaryEntry {
     pub theory_prob: f64,
 }
 
-/// One progress-bar factory: stderr, hidden when stderr is not a terminal or when quiet.
-pub fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
-    use std::io::IsTerminal;
-    if quiet || !std::io::stderr().is_terminal() {
-        return ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
-    }
-    let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{prefix} [{bar:40}] {pos}/{len} seed-runs  {per_sec}  eta {eta}",
-        )
-        .expect("static template is valid")
-        .progress_chars("=> "),
-    );
-    pb.set_prefix(what.to_string());
-    pb
-}
-
-/// The work units of a plan, in output order: group-major, then seed.
-pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usize, Range<u64>)> {
-    groups
-        .iter()
-        .enumerate()
-        .map(|(gi, g)| (gi, group_seeds(catalog, g, range)))
-        .collect()
-}
-
-/// Runs one work unit, a group at one seed (its mutant injected into the sharded
-/// computation), in `ws`, and evaluates every check × comparison × policy into `out`.
-pub fn run_unit(
-    catalog: &Catalog,
-    g: &Group,
-    seed: u64,
-    ws: &mut Workspace,
-    out: &mut Vec<SeedCheck>,
-) {
-    let s = &catalog.scenarios[g.scenario];
-    ws.mutant = g.mutant;
-    s.run(g.param, seed, &g.profile, ws);
-    evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
-}
-
-/// Where finished units go, in output order.
-pub trait UnitSink {
-    /// One unit's results.
-    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()>;
-    /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
-    fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
-    /// One unit's tolerance frontiers in the asserted comparison, `[check]` (after
-    /// [`UnitSink::unit`] for the same unit). Default: discarded.
-    fn frontiers(
-        &mut self,
-        _group: usize,
-        _seed: u64,
-        _frontiers: &[Vec<(f64, f64)>],
-    ) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs every unit after the first `skip` (already fed by a resume) on the current rayon
-/// pool, in chunks of [`CHUNK`], feeding `aggs` and the sink for each unit in output order.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    catalog: &Catalog,
-    groups: &[Group],
-    metas: &[GroupMeta],
-    plan: &[(usize, Range<u64>)],
-    skip: u64,
-    aggs: &mut [GroupAgg],
-    quiet: bool,
-    sink: &mut dyn UnitSink,
-) -> anyhow::Result<()> {
-    let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    let pb = progress_bar(total, quiet, "sweep");
-    pb.inc(skip.min(total));
-    // Iterate units lazily in output order, skipping the resumed ones.
-    let mut pending = plan
-        .iter()
-        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)))
-        .skip(skip as usize)
-        .peekable();
-    let mut chunk: Vec<(usize, u64)> = Vec::with_capacity(CHUNK);
-    let mut so_far = skip;
-    while pending.peek().is_some() {
-        chunk.clear();
-        chunk.extend(pending.by_ref().take(CHUNK));
-        let results: Vec<(Vec<SeedCheck>, crate::export::frontiers::SeedFrontiers)> = chunk
-            .par_iter()
-            .map_init(
-                || (Workspace::default(), Vec::new()),
-                |(ws, pts), &(gi, seed)| {
-                    let mut out = Vec::new();
-                    run_unit(catalog, &groups[gi], seed, ws, &mut out);
-                    let g = &groups[gi];
-                    let fr = crate::size::unit_frontiers(
-                        catalog.scenarios[g.scenario].as_ref(),
-                        g.param,
-                        ws,
-                        pts,
-                    );
-                    pb.inc(1);
-                    (out, fr)
-                },
-            )
-            .collect();
-        let mut values = Vec::new();
-        for (&(gi, seed), (res, fr)) in chunk.iter().zip(&results) {
-            values.clear();
-            values.extend(res.iter().map(SeedValues::from));
-            aggs[gi].feed(&metas[gi], seed, &values);
-            sink.unit(gi, seed, &values)?;
-            sink.frontiers(gi, seed, fr)?;
-        }
-        so_far += chunk.len() as u64;
-        sink.chunk_done(so_far)?;
-    }
-    pb.finish_and_clear();
-    Ok(())
-}
-
 /// The summary entries of one group, in result order.
 pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
     let mut out = Vec::with_capacity(meta.entries());
@@ -598,6 +328,67 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
     out
 }
 
+/// Whether a clean group fails its asserted comparison for some seed (`--fail-on-exceed`).
+pub fn exceeded(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> bool {
+    metas
+        .iter()
+        .zip(summaries)
+        .filter(|(m, _)| m.mutant.is_empty())
+        .any(|(m, entries)| {
+            entries
+                .iter()
+                .any(|e| e.comparison == m.asserted && e.failing_seeds > 0)
+        })
+}
+
+/// Runs every group over its seeds of `range` and collects each seed's frontiers in the
+/// asserted comparison, `[group][check][seed]` in seed order, with a progress bar labelled
+/// `what` on a terminal.
+pub fn collect_frontiers(
+    catalog: &Catalog,
+    groups: &[Group],
+    range: &SeedRange,
+    what: &str,
+) -> Vec<Frontiers> {
+    let total: u64 = groups
+        .iter()
+        .map(|g| {
+            let r = group_seeds(catalog, g, range);
+            r.end - r.start
+        })
+        .sum();
+    let pb = crate::progress::bar(total, false, what);
+    let out = groups
+        .iter()
+        .map(|g| {
+            let s = catalog.scenarios[g.scenario].as_ref();
+            let mut t: Frontiers = vec![Vec::new(); s.checks(g.param).len()];
+            plan::in_order(
+                group_seeds(catalog, g, range),
+                || (Workspace::default(), Vec::new()),
+                |(ws, pts), &seed| {
+                    run_group(catalog, g, seed, ws);
+                    pb.inc(1);
+                    unit_frontiers(s, g.param, ws, pts)
+                },
+                |_, per_seed| {
+                    // Transpose to [check][seed].
+                    for seed in per_seed {
+                        for (c, f) in seed.into_iter().enumerate() {
+                            t[c].push(f);
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .expect("collecting frontiers cannot fail");
+            t
+        })
+        .collect();
+    pb.finish_and_clear();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,22 +409,5 @@ mod tests {
         let a = tail_estimate(&full, &TAIL_PROBS);
         let b = tail_estimate(&top.sample(full.len()), &TAIL_PROBS);
         assert_eq!(a, b);
-    }
-
-    #[test]
-    fn shards_partition_the_seed_range() {
-        for count in [1u64, 7, 40, 1000] {
-            for n in 1..=6u64 {
-                let mut next = 0;
-                for i in 0..n {
-                    let lo = shard_bound(count, i, n);
-                    let hi = shard_bound(count, i + 1, n);
-                    assert_eq!(lo, next, "count {count} n {n} i {i}");
-                    assert!(hi >= lo);
-                    next = hi;
-                }
-                assert_eq!(next, count);
-            }
-        }
     }
 }

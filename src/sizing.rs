@@ -1,5 +1,5 @@
-//! `seedsweep size`: recommend tolerances from a seed sweep, and check they still catch the
-//! bugs the test exists for.
+//! Tolerance sizing (the maths of `seedsweep size`): recommend tolerances from a seed sweep,
+//! and check they still catch the bugs the test exists for.
 //!
 //! One sweep (clean runs plus mutants) is run in-process; for every seed and check it keeps
 //! only the small frontier of (|actual − expected|, |expected|) points that can be binding for
@@ -19,16 +19,13 @@ use std::fmt::Write as _;
 
 use rayon::prelude::*;
 
-use crate::catalog::{Catalog, Group};
 use crate::check::{py_repr, Tolerance};
-use crate::evaluate::for_each_pair;
+use crate::engine::plan::GroupMeta;
 use crate::export::table::{pct, render};
-use crate::scenario::{Scenario, Workspace};
-use crate::stats::frontier::{frontier, prefilter, usage};
+use crate::stats::frontier::usage;
 use crate::stats::tail::{
     seeds_needed_empirical, seeds_needed_gpd, sizing_bound, SizingBound, SizingMethod,
 };
-use crate::sweep::{group_seeds, progress_bar, GroupMeta, SeedRange};
 use serde::Serialize;
 
 /// torch's fp32 rtol, the fixed rtol of the atol-only recommendation.
@@ -36,94 +33,7 @@ pub const TORCH_RTOL: f64 = 1.3e-6;
 /// torch's fp32 (atol, rtol), the direction of the balanced recommendation.
 pub const TORCH_PAIR: (f64, f64) = (1e-5, 1.3e-6);
 
-/// Per seed, per check: the frontier in the asserted comparison.
-pub type Frontiers = Vec<Vec<Vec<(f64, f64)>>>;
-
-/// The frontiers of one run unit, `[check]`, in the comparison the test asserts, from the
-/// traces left in `ws` by `s.run` (`pts` is scratch). Per element: d = |actual − expected|
-/// (NaN → +∞, and 0 when actual == expected, so equal infinities count as equal), e =
-/// |expected| (0 for a non-finite expected value).
-pub fn unit_frontiers(
-    s: &dyn Scenario,
-    param: usize,
-    ws: &Workspace,
-    pts: &mut Vec<(f64, f64)>,
-) -> Vec<Vec<(f64, f64)>> {
-    let asserted = s.asserted_comparison();
-    s.checks(param)
-        .iter()
-        .enumerate()
-        .map(|(c, spec)| {
-            pts.clear();
-            for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                for (&x, &y) in a.iter().zip(e) {
-                    let d = (x - y).abs();
-                    let d = if d.is_nan() { f64::INFINITY } else { d };
-                    let ey = if y.is_finite() { y.abs() } else { 0.0 };
-                    let d = if x == y { 0.0 } else { d };
-                    pts.push((d, ey));
-                }
-            });
-            prefilter(pts);
-            let mut f = Vec::new();
-            frontier(pts.iter().copied(), &mut f);
-            f
-        })
-        .collect()
-}
-
-/// Collects frontiers for every group: `[group][check][seed]`, with a progress bar on a
-/// terminal (`what` is its label).
-pub fn collect(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<Frontiers> {
-    collect_labelled(catalog, groups, range, "size")
-}
-
-/// [`collect`] with a progress-bar label.
-pub fn collect_labelled(
-    catalog: &Catalog,
-    groups: &[Group],
-    range: &SeedRange,
-    what: &str,
-) -> Vec<Frontiers> {
-    let total: u64 = groups
-        .iter()
-        .map(|g| {
-            let r = group_seeds(catalog, g, range);
-            r.end - r.start
-        })
-        .sum();
-    let pb = progress_bar(total, false, what);
-    let out = groups
-        .iter()
-        .map(|g| {
-            let s = catalog.scenarios[g.scenario].as_ref();
-            let checks = s.checks(g.param).len();
-            let seeds: Vec<u64> = group_seeds(catalog, g, range).collect();
-            let per_seed: Vec<Vec<Vec<(f64, f64)>>> = seeds
-                .par_iter()
-                .map_init(
-                    || (Workspace::default(), Vec::new()),
-                    |(ws, pts), &seed| {
-                        ws.mutant = g.mutant;
-                        s.run(g.param, seed, &g.profile, ws);
-                        pb.inc(1);
-                        unit_frontiers(s, g.param, ws, pts)
-                    },
-                )
-                .collect();
-            // Transpose to [check][seed].
-            let mut t: Frontiers = vec![Vec::with_capacity(seeds.len()); checks];
-            for seed in per_seed {
-                for (c, f) in seed.into_iter().enumerate() {
-                    t[c].push(f);
-                }
-            }
-            t
-        })
-        .collect();
-    pb.finish_and_clear();
-    out
-}
+pub use crate::engine::aggregate::Frontiers;
 
 /// Per-seed usages (percent) of `tol` over one check's frontiers.
 pub fn usages(frontiers: &[Vec<(f64, f64)>], tol: Tolerance) -> Vec<f64> {

@@ -11,10 +11,23 @@
 
 use crate::catalog::{Catalog, Group, Selection};
 use crate::check::py_repr;
+use crate::commands::{emit, load_catalog, Common};
 use crate::error::{unknown_name, InputError};
 use crate::export::table::render;
 use crate::profile::Profile;
 use crate::scenario::Workspace;
+
+/// Runs `explain`: prints the ranked candidates as a table, or as CSV with `csv`.
+pub fn run(common: &Common, query: &ExplainQuery, csv: bool) -> anyhow::Result<i32> {
+    let catalog = load_catalog(common)?;
+    let (cands, seed) = explain(&catalog, query)?;
+    if csv {
+        emit(&to_csv(&cands));
+    } else {
+        emit(&to_table(query, seed, &cands));
+    }
+    Ok(0)
+}
 
 /// Which computation the value is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +161,7 @@ pub fn explain(
     let mut ws = Workspace::default();
     let mut out = Vec::new();
     for profile in &profiles {
-        s.run(param, seed, profile, &mut ws);
+        crate::engine::run::run_seed(s.as_ref(), param, seed, profile, None, &mut ws);
         let trace = match q.computation {
             Computation::Sharded => &ws.traces.sharded,
             Computation::Reference => &ws.traces.reference,

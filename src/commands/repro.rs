@@ -1,18 +1,71 @@
 //! `seedsweep repro`: re-run one seed and show every failure the way torch printed it.
+//!
+//! Each selected group (clean, and each `--mutants` one with its bug injected into the
+//! sharded computation) is run and evaluated by [`crate::engine::unit`], like one unit of a
+//! sweep; this module only renders the result.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use crate::catalog::{Catalog, Group};
 use crate::check::{compare, torch_mismatch_message};
-use crate::evaluate::{evaluate, for_each_pair, Comparison, SeedCheck};
+use crate::commands::{emit, load_catalog, Common, EXIT_EXCEEDED};
+use crate::engine::evaluate::{for_each_pair, Comparison, SeedCheck};
+use crate::engine::plan::seed_runs_memory;
+use crate::export::prepare_dir;
 use crate::export::table::{pct, render, sci};
 use crate::scenario::Workspace;
+
+/// `repro` options.
+#[derive(Debug, Clone)]
+pub struct ReproOptions {
+    /// Selection and configs.
+    pub common: Common,
+    /// The seed, or each scenario's configured first seed.
+    pub seed: Option<u64>,
+    /// Which comparison gets torch-style messages (default: each scenario's asserted one).
+    pub comparison: Option<Comparison>,
+    /// Exit with [`EXIT_EXCEEDED`] when a check of that comparison exceeds.
+    pub fail_on_exceed: bool,
+    /// Directory for raw trace dumps.
+    pub dump: Option<PathBuf>,
+}
+
+/// Re-runs one seed; returns the process exit code.
+pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
+    let catalog = load_catalog(&o.common)?;
+    let groups = catalog.plan(&o.common.selection)?;
+    crate::limits::check_memory(
+        &[seed_runs_memory(&catalog, &groups, Some(1), 1)],
+        o.common.max_memory,
+    )?;
+    if let Some(dir) = &o.dump {
+        prepare_dir(dir, "--dump")?;
+    }
+    let outcome = repro(
+        &catalog,
+        &groups,
+        |g| {
+            o.seed
+                .unwrap_or(catalog.scenarios[g.scenario].common().first_seed)
+        },
+        o.comparison,
+        o.dump.as_deref(),
+    )?;
+    emit(&outcome.text);
+    Ok(if o.fail_on_exceed && outcome.exceeded {
+        EXIT_EXCEEDED
+    } else {
+        0
+    })
+}
 
 /// What `repro` found.
 pub struct ReproOutcome {
     /// The report text.
     pub text: String,
-    /// Whether any check of the messaged comparison exceeded its tolerance.
+    /// Whether any check of the messaged comparison exceeded its tolerance in a clean
+    /// (non-mutant) group.
     pub exceeded: bool,
 }
 
@@ -20,8 +73,12 @@ pub struct ReproOutcome {
 /// (check, step) of `message_comparison` (default: the comparison each scenario's test
 /// asserts) that exceeds under a selected policy.
 ///
+/// A mutant group's table is headed `mutant NAME`, and its messages show the failure the
+/// bug causes.
+///
 /// With `dump`, each group's raw traces are also written to
-/// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv` (see [`crate::export::dump`]).
+/// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv`, with `__<mutant>` before `__seed`
+/// for a mutant group (see [`crate::export::dump`]).
 pub fn repro(
     catalog: &Catalog,
     groups: &[Group],
@@ -37,15 +94,19 @@ pub fn repro(
         let s = &catalog.scenarios[g.scenario];
         let seed = seed_for(g);
         let param = s.param_ids()[g.param];
-        s.run(g.param, seed, &g.profile, &mut ws);
+        // The group's mutant, if any, is injected into the sharded computation.
+        crate::engine::unit(catalog, g, seed, &mut ws, &mut results);
         let checks = s.checks(g.param);
         let message_comparison = message_comparison.unwrap_or(s.asserted_comparison());
+        // Empty for the clean run; "  mutant NAME" in the header, "__NAME" in dump names.
+        let mutant = g.mutant.map(|m| m.name());
         if let Some(dir) = dump {
             let name = format!(
-                "{}__{}__{}__seed{}.csv",
+                "{}__{}__{}{}__seed{}.csv",
                 s.common().name,
                 param,
                 g.profile.name,
+                mutant.map(|m| format!("__{m}")).unwrap_or_default(),
                 seed
             );
             let path = dir.join(name);
@@ -55,7 +116,6 @@ pub fn repro(
             )?;
             let _ = writeln!(text, "dumped {}", path.display());
         }
-        evaluate(checks, &g.tolerances, &ws.traces, &mut results);
         let seed_note = if s.seed_dependent() {
             format!("seed {seed}")
         } else {
@@ -63,10 +123,11 @@ pub fn repro(
         };
         let _ = writeln!(
             text,
-            "== {} [{}]  profile {}  {}",
+            "== {} [{}]  profile {}{}  {}",
             s.common().name,
             param,
             g.profile.name,
+            mutant.map(|m| format!("  mutant {m}")).unwrap_or_default(),
             seed_note
         );
         let mut header = vec!["check".to_string(), "comparison".to_string()];
@@ -106,7 +167,9 @@ pub fn repro(
                     if compare(a, e, tol).usage <= 1.0 {
                         return;
                     }
-                    exceeded = true;
+                    // A mutant is expected to fail: only clean runs count for
+                    // `--fail-on-exceed`, as in `sweep`.
+                    exceeded |= mutant.is_none();
                     if let Some(msg) =
                         torch_mismatch_message(a, e, &c.shape, tol, message_comparison.both_f32())
                     {

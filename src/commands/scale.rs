@@ -1,6 +1,10 @@
 //! `seedsweep scale`: how rounding divergence grows with the reduction length and the TP
 //! degree, on synthetic row-parallel shapes, next to the error-bound theory.
 //!
+//! Not a scenario: its per-seed measure is one synthetic layer computed three ways and
+//! measured directly (below), with no traces or checks; its seeds run through the engine's
+//! ordered parallel loop ([`crate::engine::plan::in_order`]).
+//!
 //! For each seed (ChaCha streams `scale.x` and `scale.w`, keyed by seed and K), a row-parallel
 //! layer `y = x·Wᵀ` with `x` (`rows × K`, entries tanh of N(0,1), like activations) and `W`
 //! (`cols × K`, N(0,1), like the tied embedding of the DeepSpeed test) is computed three ways:
@@ -12,11 +16,16 @@
 //! should follow √K. The usage of the test's comparison (sharded vs unsharded fp32) under each
 //! policy is reported too: that is the number a tolerance has to cover at production size.
 
-use rayon::prelude::*;
+use std::path::PathBuf;
 
 use crate::backend::{Backend, F32Backend, F64Backend};
 use crate::check::Tolerance;
+use crate::commands::{emit, emitln, load_catalog, Common};
+use crate::engine::plan::in_order;
+use crate::error::InputError;
+use crate::export::{prepare_dir, write_atomic};
 use crate::fp::matmul::MatmulScratch;
+use crate::limits::pool;
 use crate::model::tp::{row_parallel_forward, shard_ranges, RowParallelBuffers};
 use crate::mutant::TpFaults;
 use crate::profile::Profile;
@@ -175,16 +184,22 @@ fn measure(
     out
 }
 
-/// Runs the sweep on the current rayon pool; points in (K, TP) order, TP 1 first per K.
+/// Runs the sweep on the current rayon pool, the seeds of each K through the engine's
+/// ordered parallel loop ([`in_order`]); points in (K, TP) order, TP 1 first per K.
 pub fn run(spec: &ScaleSpec, profile: &Profile) -> Vec<ScalePoint> {
     let mut points = Vec::new();
     for &k in &spec.ks {
-        let per_seed: Vec<SeedMeasure> = (0..spec.seeds)
-            .into_par_iter()
-            .map_init(MatmulScratch::default, |scratch, seed| {
-                measure(spec, profile, k, seed, scratch)
-            })
-            .collect();
+        let mut per_seed: Vec<SeedMeasure> = Vec::new();
+        in_order(
+            0..spec.seeds,
+            MatmulScratch::default,
+            |scratch, &seed| measure(spec, profile, k, seed, scratch),
+            |_, chunk| {
+                per_seed.extend(chunk);
+                Ok(())
+            },
+        )
+        .expect("collecting measures cannot fail");
         let tps: Vec<usize> = std::iter::once(1).chain(spec.tps.iter().copied()).collect();
         for (ti, &tp) in tps.iter().enumerate() {
             let mut errs: Vec<f64> = per_seed.iter().map(|s| s.err[ti]).collect();
@@ -213,6 +228,178 @@ pub fn run(spec: &ScaleSpec, profile: &Profile) -> Vec<ScalePoint> {
         }
     }
     points
+}
+
+/// `scale` options.
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    /// Configs (for profiles).
+    pub common: Common,
+    /// Profile spec.
+    pub profile: String,
+    /// Reduction lengths.
+    pub ks: Vec<usize>,
+    /// TP degrees.
+    pub tps: Vec<usize>,
+    /// Seeds per point.
+    pub seeds: u64,
+    /// Rows of the synthetic input.
+    pub rows: usize,
+    /// Output columns.
+    pub cols: usize,
+    /// Policy names.
+    pub policies: Vec<String>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+/// Runs `scale`: writes `scale.csv` (and `scale.svg`) into `--out` and prints a table.
+pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
+    if o.seeds == 0 {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    for &k in &o.ks {
+        if !(1..=1 << 20).contains(&k) {
+            return Err(InputError::flag(
+                "--k",
+                format!("{k} is out of range; allowed: 1..=1048576"),
+            )
+            .into());
+        }
+    }
+    for &tp in &o.tps {
+        if !(1..=64).contains(&tp) {
+            return Err(
+                InputError::flag("--tp", format!("{tp} is out of range; allowed: 1..=64")).into(),
+            );
+        }
+    }
+    if o.rows == 0 || o.cols == 0 {
+        return Err(InputError::flag("--rows/--cols", "must be >= 1").into());
+    }
+    if o.threads == Some(0) {
+        return Err(
+            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
+        );
+    }
+    crate::limits::check_threads(o.threads)?;
+    let catalog = load_catalog(&o.common)?;
+    for name in &catalog.from_configs {
+        let i = catalog.scenario_index(name, "--config")?;
+        let c = catalog.scenarios[i].common();
+        if c.extra_profiles.profiles.is_empty() && c.extra_profiles.modifiers.is_empty() {
+            return Err(InputError::flag(
+                "--config",
+                format!(
+                    "{} defines no [profiles.*] or [modifiers.*] table; scale draws its own \
+                     synthetic data and uses only a config's profiles",
+                    c.file
+                ),
+            )
+            .into());
+        }
+    }
+    let profile = catalog.profiles.resolve(&o.profile, "--profile")?;
+    {
+        // Per thread, one seed of the largest K: x and W in f32 and f64 (values and magnitudes),
+        // and the m x n outputs of every computation; plus every seed's measures of one K.
+        let kmax = o.ks.iter().copied().max().unwrap_or(1) as u64;
+        let (m, n) = (o.rows as u64, o.cols as u64);
+        let per_seed_run = (m.saturating_add(n))
+            .saturating_mul(kmax)
+            .saturating_mul(4 + 3 * 8)
+            .saturating_add(
+                m.saturating_mul(n)
+                    .saturating_mul(8 * 4 + 4 * (o.tps.len() as u64 + 2)),
+            );
+        let t = (crate::limits::effective_threads(o.threads) as u64).min(o.seeds);
+        let measures = o.seeds.saturating_mul(
+            (o.tps.len() as u64 + 1).saturating_mul(o.policies.len() as u64 + 2) * 8 + 128,
+        );
+        crate::limits::check_memory(
+            &[
+                (
+                    per_seed_run.saturating_mul(t),
+                    format!(
+                        "{t} thread(s) x {} per seed at K = {kmax} (--rows {m}, --cols {n})",
+                        crate::limits::human(per_seed_run)
+                    ),
+                ),
+                (measures, format!("the measures of {} seeds", o.seeds)),
+            ],
+            o.common.max_memory,
+        )?;
+    }
+    let shared = crate::config::builtin_policies()?;
+    let mut policies = Vec::new();
+    for name in &o.policies {
+        let p = shared.iter().find(|p| &p.name == name).ok_or_else(|| {
+            let valid: Vec<&str> = shared.iter().map(|p| p.name.as_str()).collect();
+            InputError::flag(
+                "--policy",
+                crate::error::unknown_name("policy", name, &valid),
+            )
+        })?;
+        policies.push((p.name.clone(), p.default));
+    }
+    let pool = pool(o.threads)?;
+    prepare_dir(&o.out, "--out")?;
+    let spec = ScaleSpec {
+        ks: o.ks.clone(),
+        tps: o.tps.clone(),
+        rows: o.rows,
+        cols: o.cols,
+        seeds: o.seeds,
+        policies,
+    };
+    let points = pool.install(|| run(&spec, &profile));
+    let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
+    write_atomic(&o.out.join("scale.csv"), &csv)?;
+    let svg = crate::export::svg::scale_plot(&points, &o.policies[0], 0);
+    write_atomic(&o.out.join("scale.svg"), svg.as_bytes())?;
+    let mut header: Vec<String> = ["K", "TP", "p50 err/u·Σ|xw|", "p95", "max", "√K"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for p in &o.policies {
+        header.push(format!("{p}: worst"));
+        header.push("p95".into());
+    }
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .map(|pt| {
+            let mut r = vec![
+                pt.k.to_string(),
+                if pt.tp == 1 {
+                    "1 (ref)".into()
+                } else {
+                    pt.tp.to_string()
+                },
+                format!("{:.3}", pt.p50_err),
+                format!("{:.3}", pt.p95_err),
+                format!("{:.3}", pt.max_err),
+                format!("{:.1}", pt.sqrt_k),
+            ];
+            for (w, p) in pt.worst_usage_pct.iter().zip(&pt.p95_usage_pct) {
+                r.push(crate::export::table::pct(w / 100.0));
+                r.push(crate::export::table::pct(p / 100.0));
+            }
+            r
+        })
+        .collect();
+    emitln(&format!(
+        "{} on x (rows x K, tanh N(0,1)) . W^T (cols x K, N(0,1)), {} seeds per point; errors against float64 in units of u*sum|x*w| (u = 2^-24), usage of sharded vs unsharded fp32",
+        profile.name, o.seeds
+    ));
+    emit(&crate::export::table::render(&header, &rows, 0));
+    emitln(&format!(
+        "wrote {} and {}",
+        o.out.join("scale.csv").display(),
+        o.out.join("scale.svg").display()
+    ));
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -1,0 +1,72 @@
+//! `seedsweep merge`: combine the folders of `sweep --shard I/N` into the folder one sweep
+//! over all seeds writes, byte for byte.
+
+use std::path::PathBuf;
+
+use crate::checkpoint::finish_outputs;
+use crate::commands::{emit, emitln};
+use crate::engine::aggregate::{summarize, GroupAgg, SummaryEntry};
+use crate::export::csv::{plan_csv, SeedsWriter};
+use crate::export::table::{mutant_summary, sweep_summary};
+use crate::export::write_atomic;
+use crate::fingerprint::SHARD_KEY;
+
+/// `merge` options.
+#[derive(Debug, Clone)]
+pub struct MergeOptions {
+    /// Shard output directories.
+    pub dirs: Vec<PathBuf>,
+    /// Where the merged files go.
+    pub out: PathBuf,
+}
+
+/// Combines shard outputs into the files one run over all seeds writes, byte for byte: the
+/// shards are read and checked ([`crate::shard_set::read`]), every group's rows are
+/// aggregated in seed order as a sweep aggregates them, and the folder is written as a sweep
+/// writes it.
+pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
+    let set = crate::shard_set::read(&o.dirs, &o.out)?;
+    let (metas, per_group) = (&set.metas, &set.per_group);
+    let lock = crate::folder::prepare_new(&o.out, "--out")?;
+    write_atomic(
+        &o.out.join(crate::fingerprint::FILE),
+        set.fingerprint.with(SHARD_KEY, "none").to_text().as_bytes(),
+    )?;
+    write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices)?)?;
+    let partial = o.out.join("seeds.csv.partial");
+    let mut writer = SeedsWriter::open(&partial, false)?;
+    let mut aggs: Vec<GroupAgg> = metas
+        .iter()
+        .zip(per_group)
+        .map(|(m, l)| GroupAgg::new(m, false, l.len()))
+        .collect();
+    for (gi, list) in per_group.iter().enumerate() {
+        for (seed, vals) in list {
+            aggs[gi].feed(&metas[gi], *seed, vals);
+            writer.write(&metas[gi], *seed, vals)?;
+        }
+    }
+    let summaries: Vec<Vec<SummaryEntry>> = metas
+        .iter()
+        .zip(&aggs)
+        .map(|(m, a)| summarize(m, a))
+        .collect();
+    let frontiers = match crate::shard_set::merge_frontiers(&o.dirs, &o.out, metas, per_group)? {
+        Ok(path) => Some(path),
+        Err(note) => {
+            emitln(&note);
+            None
+        }
+    };
+    let mut written = finish_outputs(&o.out, metas, &aggs, &summaries, Some(writer), &partial)?;
+    written.extend(frontiers);
+    drop(lock);
+    emit(&sweep_summary(metas, &aggs, &summaries));
+    emit(&mutant_summary(metas, &aggs, &summaries));
+    emitln(&format!(
+        "merged {} shard(s); wrote {}",
+        o.dirs.len(),
+        written.join(", ")
+    ));
+    Ok(0)
+}

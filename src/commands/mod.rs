@@ -1,0 +1,84 @@
+//! The commands, independent of clap: typed options in, text and files out; one file per
+//! command. Their seed-runs all go through [`crate::engine`].
+//!
+//! [`dispatch`] runs the [`Action`] that [`crate::cli`] parsed.
+
+use std::path::PathBuf;
+
+use crate::catalog::{Catalog, Selection};
+use crate::cli::Action;
+use crate::config::RngKind;
+
+pub mod bench;
+pub mod explain;
+pub mod list;
+pub mod merge;
+pub mod report;
+pub mod repro;
+pub mod scale;
+pub mod size;
+pub mod sweep;
+
+/// Exit code when `--fail-on-exceed` was given and a check exceeded its tolerance.
+pub const EXIT_EXCEEDED: i32 = 3;
+
+/// Options shared by the commands that select work.
+#[derive(Debug, Clone, Default)]
+pub struct Common {
+    /// Extra scenario configs.
+    pub configs: Vec<PathBuf>,
+    /// Generator override.
+    pub rng: Option<RngKind>,
+    /// The selection.
+    pub selection: Selection,
+    /// `--max-memory`: bytes this run may use (default: the machine's available memory).
+    pub max_memory: Option<u64>,
+}
+
+/// Loads the catalog of `common` and prints what its configs override to stderr.
+pub fn load_catalog(common: &Common) -> anyhow::Result<Catalog> {
+    let catalog = Catalog::load(&common.configs, common.rng)?;
+    for n in &catalog.notes {
+        eprintln!("note: {n}");
+    }
+    Ok(catalog)
+}
+
+/// Runs a parsed command; returns the process exit code.
+pub fn dispatch(action: Action) -> anyhow::Result<i32> {
+    match action {
+        Action::Sweep(o) => sweep::sweep(&o),
+        Action::Repro(o) => repro::run(&o),
+        Action::Explain { common, query, csv } => explain::run(&common, &query, csv),
+        Action::Merge(o) => merge::merge(&o),
+        Action::Scale(o) => scale::scale(&o),
+        Action::Size(o) => size::size(&o),
+        Action::Report(dir, out) => report::report(&dir, &out),
+        Action::Bench(o) => {
+            emit(&bench::bench(&o)?);
+            Ok(0)
+        }
+        Action::List(c) => {
+            emit(&list::list(&c)?);
+            Ok(0)
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`seedsweep ... | head`) ends output quietly instead of
+/// panicking. Files are always written before anything is printed.
+pub fn emit(s: &str) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_all(s.as_bytes()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("Error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// [`emit`] with a newline.
+pub fn emitln(s: &str) {
+    emit(&format!("{s}\n"));
+}

@@ -1,0 +1,448 @@
+//! `seedsweep size`: recommend tolerances from a sweep folder's frontiers, or from seeds run
+//! in-process through the engine, and validate them on fresh seeds (the maths is in
+//! [`crate::sizing`]).
+
+use std::path::PathBuf;
+
+use crate::catalog::{Catalog, Selection};
+use crate::commands::{emit, emitln, load_catalog, Common};
+use crate::engine::aggregate::collect_frontiers;
+use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
+use crate::error::InputError;
+use crate::export::csv::read_plan;
+use crate::export::write_atomic;
+use crate::limits::pool;
+
+/// `size` options.
+#[derive(Debug, Clone)]
+pub struct SizeOptions {
+    /// Selection (mutants default to all) and configs.
+    pub common: Common,
+    /// A finished sweep directory to size from (no re-run); `None` sweeps in-process.
+    pub dir: Option<PathBuf>,
+    /// Seeds (in-process only; default 1000).
+    pub seeds: Option<u64>,
+    /// First seed (in-process only).
+    pub first_seed: Option<u64>,
+    /// Per-seed failure probability.
+    pub flake_rate: f64,
+    /// Target usage at that probability, percent.
+    pub target: f64,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Markdown output file.
+    pub markdown: Option<PathBuf>,
+    /// `recommendations.csv` path (default: DIR/recommendations.csv; none in-process).
+    pub out: Option<PathBuf>,
+    /// Fresh seeds to validate the recommendation on.
+    pub validate: Option<u64>,
+}
+
+/// Whether `name` passes an optional name filter.
+fn selected(filter: &Option<Vec<String>>, name: &str) -> bool {
+    filter.as_ref().is_none_or(|v| v.iter().any(|x| x == name))
+}
+
+/// Whether a scenario asserts with chex (a JAX test).
+fn is_jax(catalog: &Catalog, scenario: &str) -> bool {
+    catalog
+        .scenarios
+        .iter()
+        .find(|s| s.common().name == scenario)
+        .is_some_and(|s| matches!(s.common().kind.as_str(), "maxtext-diloco" | "diloco"))
+}
+
+/// Reads a sweep directory's `plan.csv` and `frontiers.bin` into the groups `size` sizes,
+/// filtered by the selection's scenario, param, profile and mutant names.
+fn load_sized(
+    dir: &std::path::Path,
+    catalog: &Catalog,
+    sel: &Selection,
+) -> anyhow::Result<Vec<crate::sizing::GroupData>> {
+    use crate::export::frontiers::{read_frontiers, FILE};
+    let plan_path = dir.join("plan.csv");
+    if !plan_path.exists() {
+        return Err(InputError::flag(
+            "size DIR",
+            format!(
+                "{} has no plan.csv; give a directory written by `seedsweep sweep`",
+                dir.display()
+            ),
+        )
+        .into());
+    }
+    let plan = read_plan(&plan_path)?;
+    let metas: Vec<GroupMeta> = plan.iter().map(|(m, _)| m.clone()).collect();
+    let fpath = dir.join(FILE);
+    if !fpath.exists() {
+        return Err(InputError::flag(
+            "size DIR",
+            format!(
+                "{} has no {FILE} (an unfinished sweep, or one from an older seedsweep); run the sweep again, or size without DIR",
+                dir.display()
+            ),
+        )
+        .into());
+    }
+    let mut data: Vec<crate::sizing::GroupData> = metas
+        .iter()
+        .map(|m| crate::sizing::GroupData {
+            meta: m.clone(),
+            seeds: Vec::new(),
+            fr: vec![Vec::new(); m.checks.len()],
+            jax: is_jax(catalog, &m.scenario),
+        })
+        .collect();
+    for r in read_frontiers(&fpath, &metas, false)? {
+        let d = &mut data[r.group];
+        if d.seeds.last().is_some_and(|&s| s >= r.seed) {
+            anyhow::bail!(
+                "{}: seeds of {} {} {} are not ascending at {}",
+                fpath.display(),
+                d.meta.scenario,
+                d.meta.param,
+                d.meta.profile,
+                r.seed
+            );
+        }
+        d.seeds.push(r.seed);
+        for (c, f) in r.frontiers.into_iter().enumerate() {
+            d.fr[c].push(f);
+        }
+    }
+    for (d, (_, range)) in data.iter().zip(&plan) {
+        let want: Vec<u64> = range.clone().collect();
+        if d.seeds != want {
+            anyhow::bail!(
+                "{}: holds {} seeds of {} {} {}, plan.csv says {}..{}; is the sweep finished?",
+                fpath.display(),
+                d.seeds.len(),
+                d.meta.scenario,
+                d.meta.param,
+                d.meta.profile,
+                range.start,
+                range.end
+            );
+        }
+    }
+    let mutants_all = sel
+        .mutants
+        .as_ref()
+        .is_some_and(|v| v.iter().any(|m| m == "all"));
+    Ok(data
+        .into_iter()
+        .filter(|d| {
+            selected(&sel.scenarios, &d.meta.scenario)
+                && selected(&sel.params, &d.meta.param)
+                && selected(&sel.profiles, &d.meta.profile)
+                && (d.meta.mutant.is_empty()
+                    || mutants_all
+                    || sel
+                        .mutants
+                        .as_ref()
+                        .is_some_and(|v| v.contains(&d.meta.mutant)))
+        })
+        .collect())
+}
+
+/// `--validate N`: sweeps N fresh seeds after each clean group's sized range under the
+/// recommended per-check balanced pairs; returns (text, markdown).
+fn validate(
+    catalog: &Catalog,
+    data: &[crate::sizing::GroupData],
+    report: &crate::sizing::SizeReport,
+    n: u64,
+    flake: f64,
+) -> anyhow::Result<(String, String)> {
+    use crate::check::py_repr;
+    use crate::export::table::{pct, render};
+    use crate::sizing::{clopper_pearson, usages};
+    use crate::stats::tail::seeds_needed_empirical;
+    let mut text = String::new();
+    let mut md = format!(
+        "\n### Validation on fresh seeds (`--validate {n}`)\n\nEach profile re-run on {n} seeds after the sized range, under the recommended balanced pair of each check. Flake rate = seeds with usage > 100 %, with its 95 % Clopper–Pearson interval; the observed usage at p = {} is the empirical quantile (shown only from {} seeds on).\n\n| scenario | param | profile | check | atol | rtol | failing seeds | flake rate [95 % CI] | observed at p | predicted [upper] |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        py_repr(flake),
+        seeds_needed_empirical(flake)
+    );
+    let mut rows = Vec::new();
+    for (scenario, param, pairs) in &report.validate {
+        for d in data.iter().filter(|d| {
+            d.meta.mutant.is_empty() && &d.meta.scenario == scenario && &d.meta.param == param
+        }) {
+            let Some(&last) = d.seeds.last() else {
+                continue;
+            };
+            let si = catalog.scenario_index(scenario, "--validate")?;
+            let s = &catalog.scenarios[si];
+            let pi =
+                s.param_ids()
+                    .iter()
+                    .position(|p| p == param)
+                    .ok_or_else(|| {
+                        InputError::flag(
+                    "--validate",
+                    format!("scenario {scenario} has no parametrization {param} in this catalog"),
+                )
+                    })?;
+            let group = crate::catalog::Group {
+                scenario: si,
+                param: pi,
+                profile: catalog.profiles.resolve(&d.meta.profile, "--validate")?,
+                policy_names: Vec::new(),
+                tolerances: Vec::new(),
+                mutant: None,
+            };
+            let first = last
+                .checked_add(1)
+                .filter(|f| f.checked_add(n - 1).is_some())
+                .ok_or_else(|| InputError::flag("--validate", "the seed range overflows u64"))?;
+            let range = SeedRange {
+                first: Some(first),
+                count: n,
+                shard: None,
+            };
+            let fr = collect_frontiers(catalog, &[group], &range, "validate")
+                .pop()
+                .unwrap_or_default();
+            let seeds = fr.first().map(|c| c.len()).unwrap_or(0);
+            let mut any_fail = vec![false; seeds];
+            let mut add = |check: &str,
+                           atol: String,
+                           rtol: String,
+                           fails: usize,
+                           obs: String,
+                           pred: String| {
+                let (lo, hi) = clopper_pearson(fails, seeds);
+                let rate = format!(
+                    "{} [{}, {}]",
+                    py_repr(fails as f64 / seeds.max(1) as f64),
+                    fmt_rate(lo),
+                    fmt_rate(hi)
+                );
+                rows.push(vec![
+                    d.meta.profile.clone(),
+                    check.to_string(),
+                    format!("({atol}, {rtol})"),
+                    format!("{fails}/{seeds}"),
+                    rate.clone(),
+                    obs.clone(),
+                    pred.clone(),
+                ]);
+                md.push_str(&format!(
+                    "| {scenario} | `{param}` | `{}` | `{check}` | {atol} | {rtol} | {fails}/{seeds} | {rate} | {obs} | {pred} |\n",
+                    d.meta.profile
+                ));
+            };
+            for (c, (check, tol)) in pairs.iter().enumerate() {
+                if tol.atol.is_nan() {
+                    continue;
+                }
+                let u = usages(&fr[c], *tol);
+                let fails = u.iter().filter(|&&x| x > 100.0).count();
+                for (i, &x) in u.iter().enumerate() {
+                    any_fail[i] |= x > 100.0;
+                }
+                let obs = if seeds >= seeds_needed_empirical(flake) {
+                    let mut s = u.clone();
+                    s.sort_by(f64::total_cmp);
+                    pct(crate::stats::quantile_sorted(&s, 1.0 - flake) / 100.0)
+                } else {
+                    "n/a".to_string()
+                };
+                let b = crate::stats::tail::sizing_bound(&usages(&d.fr[c], *tol), flake);
+                let pred = format!("{} [{}]", pct(b.value / 100.0), pct(b.hi / 100.0));
+                add(
+                    check,
+                    py_repr(tol.atol),
+                    py_repr(tol.rtol),
+                    fails,
+                    obs,
+                    pred,
+                );
+            }
+            let fails = any_fail.iter().filter(|&&f| f).count();
+            add(
+                "any check",
+                "per check".into(),
+                "per check".into(),
+                fails,
+                "-".into(),
+                "-".into(),
+            );
+            text.push_str(&format!(
+                "validation: {scenario} [{param}] {} on seeds {first}..{} ({seeds} fresh)\n",
+                d.meta.profile,
+                first + seeds as u64 - 1
+            ));
+        }
+    }
+    let header: Vec<String> = [
+        "profile",
+        "check",
+        "(atol, rtol)",
+        "failing",
+        "flake rate [95% CI]",
+        &format!("observed @p={}", py_repr(flake)),
+        "predicted [upper]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    text.push_str(&render(&header, &rows, 1));
+    Ok((text, md))
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+/// Runs `size`.
+pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
+    if o.seeds == Some(0) {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    if !(o.flake_rate > 0.0 && o.flake_rate < 1.0) {
+        return Err(InputError::flag(
+            "--flake-rate",
+            format!(
+                "{} is not allowed; give a probability in (0, 1)",
+                o.flake_rate
+            ),
+        )
+        .into());
+    }
+    if !(o.target > 0.0 && o.target.is_finite()) {
+        return Err(InputError::flag(
+            "--target",
+            format!("{} is not allowed; give a percentage > 0", o.target),
+        )
+        .into());
+    }
+    if o.threads == Some(0) {
+        return Err(
+            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
+        );
+    }
+    crate::limits::check_threads(o.threads)?;
+    if o.validate == Some(0) {
+        return Err(
+            InputError::flag("--validate", "0 is not allowed; give at least 1 seed").into(),
+        );
+    }
+    if o.dir.is_some() && (o.seeds.is_some() || o.first_seed.is_some()) {
+        return Err(InputError::flag(
+            if o.seeds.is_some() {
+                "--seeds"
+            } else {
+                "--first-seed"
+            },
+            "not allowed with DIR: the seeds are those the sweep in DIR ran",
+        )
+        .into());
+    }
+    let catalog = load_catalog(&o.common)?;
+    let csv_path = o
+        .out
+        .clone()
+        .or_else(|| o.dir.as_ref().map(|d| d.join("recommendations.csv")));
+    for (path, flag) in [(&o.markdown, "--markdown"), (&csv_path, "--out")] {
+        if let Some(path) = path {
+            // Fail on a bad path (a folder, an unwritable place) before the work starts.
+            crate::export::output::check(path, flag)?;
+        }
+    }
+    let pool = pool(o.threads)?;
+    let data = match &o.dir {
+        Some(dir) => load_sized(dir, &catalog, &o.common.selection)?,
+        None => {
+            let groups = catalog.plan(&o.common.selection)?;
+            let seeds = o.seeds.unwrap_or(1000);
+            crate::limits::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
+            let range = SeedRange {
+                first: o.first_seed,
+                count: seeds,
+                shard: None,
+            };
+            {
+                // `size` keeps every seed's frontiers of every group in memory for the fits.
+                let plan = units(&catalog, &groups, &range);
+                let n: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+                let per_unit = groups
+                    .iter()
+                    .map(|g| GroupMeta::of(&catalog, g).entries() as u64)
+                    .max()
+                    .unwrap_or(0)
+                    .saturating_mul(
+                        std::mem::size_of::<crate::engine::evaluate::SeedCheck>() as u64 + 8,
+                    );
+                crate::limits::check_memory(
+                    &[
+                        seed_runs_memory(&catalog, &groups, o.threads, n),
+                        (
+                            n.saturating_mul(per_unit),
+                            format!("the results of {n} seed-run(s), kept for the tail fits"),
+                        ),
+                    ],
+                    o.common.max_memory,
+                )?;
+            }
+            let fr = pool.install(|| collect_frontiers(&catalog, &groups, &range, "size"));
+            groups
+                .iter()
+                .zip(fr)
+                .map(|(g, fr)| {
+                    let meta = GroupMeta::of(&catalog, g);
+                    crate::sizing::GroupData {
+                        seeds: group_seeds(&catalog, g, &range).collect(),
+                        jax: is_jax(&catalog, &meta.scenario),
+                        meta,
+                        fr,
+                    }
+                })
+                .collect()
+        }
+    };
+    if !data
+        .iter()
+        .any(|d| d.meta.mutant.is_empty() && !d.seeds.is_empty())
+    {
+        return Err(InputError::flag(
+            "size",
+            "nothing to size: the selection has no clean (non-mutant) group with seeds",
+        )
+        .into());
+    }
+    let mut report = pool.install(|| crate::sizing::size(&data, o.flake_rate, o.target));
+    let mut vtext = String::new();
+    if let Some(n) = o.validate {
+        let (t, m) = pool.install(|| validate(&catalog, &data, &report, n, o.flake_rate))?;
+        vtext = t;
+        report.markdown.push_str(&m);
+    }
+    if let Some(path) = &csv_path {
+        write_atomic(path, &crate::sizing::recommendations_csv(&report.rows)?)?;
+    }
+    if let Some(path) = &o.markdown {
+        write_atomic(path, report.markdown.as_bytes())?;
+    }
+    emit(&report.text);
+    emit(&vtext);
+    for path in [&csv_path, &o.markdown]
+        .into_iter()
+        .flatten()
+        .filter(|p| p.as_os_str() != "-")
+    {
+        emitln(&format!("wrote {}", path.display()));
+    }
+    if report.missed > 0 {
+        emitln(&format!(
+            "warning: {} mutant(s) are not caught on every seed under the recommended tolerances",
+            report.missed
+        ));
+    }
+    Ok(0)
+}

@@ -1,0 +1,240 @@
+//! `seedsweep sweep`: run the seeds of the selected groups into a sweep folder.
+
+use std::path::PathBuf;
+
+use crate::catalog::Catalog;
+use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
+use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
+use crate::engine::aggregate::{exceeded, summarize, tail_keep, GroupAgg, SummaryEntry};
+use crate::engine::plan::{seed_runs_memory, units, GroupMeta, SeedRange, Shard};
+use crate::error::InputError;
+use crate::export::csv::{plan_csv, SeedsWriter};
+use crate::export::frontiers::FrontierWriter;
+use crate::export::table::{mutant_summary, sweep_summary};
+use crate::export::write_atomic;
+use crate::fingerprint::Fingerprint;
+use crate::limits::pool;
+
+/// `sweep` options.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// Selection and configs.
+    pub common: Common,
+    /// Number of seeds.
+    pub seeds: u64,
+    /// First seed, or each scenario's own.
+    pub first_seed: Option<u64>,
+    /// Worker threads (default: all cores).
+    pub threads: Option<usize>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// No progress bar.
+    pub quiet: bool,
+    /// Exit with [`EXIT_EXCEEDED`] when a check fails for some seed in the comparison its test
+    /// asserts.
+    pub fail_on_exceed: bool,
+    /// Only this slice of the seeds.
+    pub shard: Option<Shard>,
+    /// No per-seed file; bounded-memory quantiles.
+    pub summary_only: bool,
+    /// Continue an interrupted sweep in `out`.
+    pub resume: bool,
+}
+
+/// Runs a sweep; returns the process exit code.
+///
+/// Files in `--out` (see [`crate::folder`]; a new sweep first removes the files of any earlier
+/// one): `fingerprint.txt` and `plan.csv` first (what this run computes, for `merge` and
+/// `--resume`), then `seeds.csv.partial` streamed chunk by chunk with a `.progress`
+/// checkpoint after each chunk, then `mutants.csv` (with mutants) and `summary.csv`, and last
+/// the rename of `seeds.csv.partial` to `seeds.csv`. With `--summary-only` no per-seed file is
+/// written and quantiles come from bounded histograms. A kill at any moment leaves a folder
+/// that `--resume` completes byte-identically.
+pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
+    if o.seeds == 0 {
+        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
+    }
+    if o.threads == Some(0) {
+        return Err(
+            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
+        );
+    }
+    crate::limits::check_threads(o.threads)?;
+    let catalog = load_catalog(&o.common)?;
+    let groups = catalog.plan(&o.common.selection)?;
+    crate::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
+    let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
+    let range = SeedRange {
+        first: o.first_seed,
+        count: o.seeds,
+        shard: o.shard,
+    };
+    let plan = units(&catalog, &groups, &range);
+    check_sweep_memory(&catalog, &groups, &metas, &plan, o)?;
+    let pool = pool(o.threads)?;
+    let mode = if o.summary_only {
+        "summary-only"
+    } else {
+        "per-seed"
+    };
+    let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
+    let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
+    let plan_bytes = plan_csv(&metas, &slices)?;
+    let plan_path = o.out.join("plan.csv");
+    let partial = o.out.join("seeds.csv.partial");
+    let progress = o.out.join(PROGRESS);
+    let mut aggs: Vec<GroupAgg> = metas
+        .iter()
+        .zip(&plan)
+        .map(|(m, (_, r))| GroupAgg::new(m, o.summary_only, (r.end - r.start) as usize))
+        .collect();
+    let mut skip = 0u64;
+    let mut frontiers_skip = false;
+    let old = if o.resume && o.out.is_dir() {
+        Fingerprint::read(&o.out)?
+    } else {
+        None
+    };
+    if o.resume && old.is_none() {
+        if let Some(f) = crate::folder::FILES
+            .iter()
+            .find(|f| crate::folder::has(&o.out, f.name))
+        {
+            return Err(InputError::flag(
+                "--resume",
+                format!(
+                    "{} holds {} but no {}: not a sweep this seedsweep can continue; drop \
+                     --resume to start over",
+                    o.out.display(),
+                    f.name,
+                    crate::fingerprint::FILE
+                ),
+            )
+            .into());
+        }
+        // Killed before it wrote anything: --resume starts it, so that the same command
+        // can always be rerun after a kill.
+        eprintln!(
+            "note: {} holds no sweep yet; --resume starts it",
+            o.out.display()
+        );
+    }
+    let lock = if let Some(old) = old {
+        let lock = crate::folder::open_existing(&o.out, "--resume")?;
+        let diff = fingerprint.diff(&old, "now", "in the folder", &[], 12);
+        if !diff.is_empty() {
+            return Err(InputError::flag(
+                "--resume",
+                format!(
+                    "{} holds a different sweep; run the command that started it, or drop \
+                     --resume to replace it. Differences:\n  {}",
+                    o.out.display(),
+                    diff.join("\n  ")
+                ),
+            )
+            .into());
+        }
+        let finished = if o.summary_only {
+            crate::folder::has(&o.out, "summary.csv")
+        } else {
+            crate::folder::has(&o.out, "seeds.csv")
+                && !crate::folder::has(&o.out, "seeds.csv.partial")
+        };
+        if finished {
+            let _ = std::fs::remove_file(&progress);
+            emitln(&format!(
+                "nothing to resume: {} holds the finished sweep of this command",
+                o.out.display()
+            ));
+            return Ok(0);
+        }
+        if std::fs::read(&plan_path).ok().as_deref() != Some(&plan_bytes[..]) {
+            // Derived from the fingerprint, which matched: a kill before it was written.
+            write_atomic(&plan_path, &plan_bytes)?;
+        }
+        (skip, frontiers_skip) = resume_units(&o.out, &metas, &plan, &mut aggs, o.summary_only)?;
+        lock
+    } else {
+        let lock = crate::folder::prepare_new(&o.out, "--out")?;
+        write_atomic(
+            &o.out.join(crate::fingerprint::FILE),
+            fingerprint.to_text().as_bytes(),
+        )?;
+        write_atomic(&plan_path, &plan_bytes)?;
+        lock
+    };
+    crate::interrupt::hint_on_interrupt(format!(
+        "\ninterrupted: {} is kept; continue it with the same command and --resume\n",
+        o.out.display()
+    ));
+    let writer = if o.summary_only {
+        None
+    } else {
+        Some(SeedsWriter::open(&partial, skip > 0)?)
+    };
+    let frontiers_partial = o.out.join(crate::export::frontiers::PARTIAL);
+    let mut sink = FileSink {
+        writer,
+        metas: &metas,
+        partial: &partial,
+        progress: &progress,
+        frontiers: Some(FrontierWriter::open(&frontiers_partial, frontiers_skip)?),
+    };
+    pool.install(|| {
+        crate::engine::drive(
+            &catalog, &groups, &metas, &plan, skip, &mut aggs, o.quiet, &mut sink,
+        )
+    })?;
+    let writer = sink.writer.take();
+    let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
+    let summaries: Vec<Vec<SummaryEntry>> = metas
+        .iter()
+        .zip(&aggs)
+        .map(|(m, a)| summarize(m, a))
+        .collect();
+    let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
+    written.extend(frontiers_file);
+    let _ = std::fs::remove_file(&progress);
+    drop(lock);
+    emit(&sweep_summary(&metas, &aggs, &summaries));
+    emit(&mutant_summary(&metas, &aggs, &summaries));
+    emitln(&format!("wrote {}", written.join(", ")));
+    Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
+        EXIT_EXCEEDED
+    } else {
+        0
+    })
+}
+
+/// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::limits`]).
+fn check_sweep_memory(
+    catalog: &Catalog,
+    groups: &[crate::catalog::Group],
+    metas: &[GroupMeta],
+    plan: &[(usize, std::ops::Range<u64>)],
+    o: &SweepOptions,
+) -> anyhow::Result<()> {
+    let units: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+    let mut parts = vec![seed_runs_memory(catalog, groups, o.threads, units)];
+    let mut results = 0u64;
+    for (m, (_, r)) in metas.iter().zip(plan) {
+        let n = r.end - r.start;
+        let per_entry = if o.summary_only {
+            (tail_keep(n.min(usize::MAX as u64) as usize) as u64)
+                .saturating_mul(16)
+                .saturating_add(crate::stats::histogram::BYTES as u64)
+        } else {
+            n.saturating_mul(8)
+        };
+        results = results.saturating_add(per_entry.saturating_mul(m.entries() as u64));
+    }
+    parts.push((
+        results,
+        if o.summary_only {
+            "the summary histograms and tails".to_string()
+        } else {
+            format!("{units} seed-run(s) of per-seed usages kept for exact quantiles (--summary-only keeps less)")
+        },
+    ));
+    Ok(crate::limits::check_memory(&parts, o.common.max_memory)?)
+}

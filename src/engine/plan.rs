@@ -1,0 +1,246 @@
+//! Planning: a selection's groups × a seed range × a shard → work units (one group at one
+//! seed), in output order (group-major, then seed), with what identifies each group and lays
+//! out its results ([`GroupMeta`]) and the memory the seed-runs in flight take.
+//!
+//! Work units are run in chunks of [`CHUNK`] (see [`crate::engine::drive`]): a chunk runs in
+//! parallel, its results come back by index and are handed on in unit order, so the output
+//! does not depend on the thread count or on scheduling.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::catalog::{Catalog, Group};
+use crate::check::Tolerance;
+use crate::engine::evaluate::Comparison;
+
+/// Units per parallel chunk: large enough to keep every thread busy, small enough that the
+/// chunk's results stay a few megabytes.
+pub const CHUNK: usize = 4096;
+
+/// A deterministic slice of the seed range (`--shard i/n`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard, `0..count`.
+    pub index: u64,
+    /// Number of shards, >= 1.
+    pub count: u64,
+}
+
+/// Seeds to run.
+#[derive(Debug, Clone)]
+pub struct SeedRange {
+    /// First seed; `None` uses each scenario's configured first seed.
+    pub first: Option<u64>,
+    /// Number of seeds, >= 1.
+    pub count: u64,
+    /// Only this shard's slice: seeds `first + i·count/n .. first + (i+1)·count/n` (integer
+    /// division), and seed-independent scenarios in shard 0 only.
+    pub shard: Option<Shard>,
+}
+
+/// What identifies a group and lays out its results, independent of the catalog (so shard
+/// outputs can be merged without the configs that produced them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupMeta {
+    /// Scenario name.
+    pub scenario: String,
+    /// Parametrization id.
+    pub param: String,
+    /// Profile spec.
+    pub profile: String,
+    /// Mutant name, empty for the clean run.
+    pub mutant: String,
+    /// Check names, in result order.
+    pub checks: Vec<String>,
+    /// Policy names, in result order.
+    pub policies: Vec<String>,
+    /// `tolerances[p][c]`.
+    pub tolerances: Vec<Vec<Tolerance>>,
+    /// The comparison the test asserts.
+    pub asserted: Comparison,
+    /// Whether the seed changes the scenario.
+    pub seed_dependent: bool,
+}
+
+impl GroupMeta {
+    /// The metadata of a planned group.
+    pub fn of(catalog: &Catalog, g: &Group) -> Self {
+        let s = &catalog.scenarios[g.scenario];
+        Self {
+            scenario: s.common().name.clone(),
+            param: s.param_ids()[g.param].to_string(),
+            profile: g.profile.name.clone(),
+            mutant: g.mutant.map(|m| m.name().to_string()).unwrap_or_default(),
+            checks: s
+                .checks(g.param)
+                .iter()
+                .map(|c| c.name.to_string())
+                .collect(),
+            policies: g.policy_names.clone(),
+            tolerances: g.tolerances.clone(),
+            asserted: s.asserted_comparison(),
+            seed_dependent: s.seed_dependent(),
+        }
+    }
+
+    /// Results per seed: checks × comparisons × policies.
+    pub fn entries(&self) -> usize {
+        self.checks.len() * Comparison::ALL.len() * self.policies.len()
+    }
+
+    /// Index of a result in the layout of [`evaluate`].
+    pub fn index(&self, check: usize, comparison: usize, policy: usize) -> usize {
+        (check * Comparison::ALL.len() + comparison) * self.policies.len() + policy
+    }
+}
+
+/// The seeds a group runs in `range` (possibly empty for a shard).
+pub fn group_seeds(catalog: &Catalog, g: &Group, range: &SeedRange) -> Range<u64> {
+    let s = &catalog.scenarios[g.scenario];
+    let first = range.first.unwrap_or(s.common().first_seed);
+    let (lo, hi) = if !s.seed_dependent() {
+        match range.shard {
+            Some(sh) if sh.index != 0 => (0, 0),
+            _ => (0, 1),
+        }
+    } else {
+        match range.shard {
+            None => (0, range.count),
+            Some(sh) => (
+                shard_bound(range.count, sh.index, sh.count),
+                shard_bound(range.count, sh.index + 1, sh.count),
+            ),
+        }
+    };
+    first.wrapping_add(lo)..first.wrapping_add(hi)
+}
+
+/// `count·i/n` without overflow.
+fn shard_bound(count: u64, i: u64, n: u64) -> u64 {
+    ((count as u128 * i as u128) / n as u128) as u64
+}
+
+/// The work units of a plan, in output order: group-major, then seed.
+pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usize, Range<u64>)> {
+    groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| (gi, group_seeds(catalog, g, range)))
+        .collect()
+}
+
+/// Runs `work` on every item of `items` on the current rayon pool, [`CHUNK`] items at a time
+/// (per-thread state from `init`), and hands each chunk's results, in item order, to `take`
+/// before the next chunk starts. The results, and everything `take` does with them, are the
+/// same for any thread count; memory is bounded by one chunk's results. Every parallel loop
+/// over seed-runs goes through here.
+pub fn in_order<I, S, T>(
+    items: impl Iterator<Item = I>,
+    init: impl Fn() -> S + Sync + Send,
+    work: impl Fn(&mut S, &I) -> T + Sync + Send,
+    mut take: impl FnMut(&[I], Vec<T>) -> anyhow::Result<()>,
+) -> anyhow::Result<()>
+where
+    I: Sync,
+    T: Send,
+{
+    let mut pending = items.peekable();
+    let mut chunk: Vec<I> = Vec::with_capacity(CHUNK);
+    while pending.peek().is_some() {
+        chunk.clear();
+        chunk.extend(pending.by_ref().take(CHUNK));
+        let results: Vec<T> = chunk.par_iter().map_init(&init, &work).collect();
+        take(&chunk, results)?;
+    }
+    Ok(())
+}
+
+/// The memory of the seed-runs in flight: one per worker thread (at most one per unit), each
+/// as large as the largest group's (see [`crate::limits::per_run`]).
+pub fn seed_runs_memory(
+    catalog: &Catalog,
+    groups: &[Group],
+    threads: Option<usize>,
+    units: u64,
+) -> (u64, String) {
+    let t = (crate::limits::effective_threads(threads) as u64).min(units.max(1));
+    match groups
+        .iter()
+        .map(|g| crate::limits::per_run(catalog, g))
+        .max_by_key(|(b, _)| *b)
+    {
+        Some((b, what)) => (
+            b.saturating_mul(t),
+            format!(
+                "{t} thread(s) x {} per seed-run: {what}",
+                crate::limits::human(b)
+            ),
+        ),
+        None => (0, String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_order_hands_on_every_result_in_item_order_for_any_thread_count() {
+        // Three chunks, the last one short; the work keeps per-thread state to show that
+        // state never leaks into results.
+        let n = (2 * CHUNK + 17) as u64;
+        let run = |threads: usize| {
+            let mut got: Vec<u64> = Vec::new();
+            let mut chunks = Vec::new();
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| {
+                    in_order(
+                        0..n,
+                        || 0u64,
+                        |calls, &i| {
+                            *calls += 1;
+                            i.wrapping_mul(2654435761) % 1009
+                        },
+                        |items, results| {
+                            assert_eq!(items.len(), results.len());
+                            chunks.push((items[0], items.len()));
+                            got.extend(results);
+                            Ok(())
+                        },
+                    )
+                })
+                .unwrap();
+            (got, chunks)
+        };
+        let want: Vec<u64> = (0..n).map(|i| i.wrapping_mul(2654435761) % 1009).collect();
+        let chunks = vec![(0, CHUNK), (CHUNK as u64, CHUNK), (2 * CHUNK as u64, 17)];
+        for threads in [1, 3] {
+            assert_eq!(
+                run(threads),
+                (want.clone(), chunks.clone()),
+                "{threads} thread(s)"
+            );
+        }
+    }
+
+    #[test]
+    fn shards_partition_the_seed_range() {
+        for count in [1u64, 7, 40, 1000] {
+            for n in 1..=6u64 {
+                let mut next = 0;
+                for i in 0..n {
+                    let lo = shard_bound(count, i, n);
+                    let hi = shard_bound(count, i + 1, n);
+                    assert_eq!(lo, next, "count {count} n {n} i {i}");
+                    assert!(hi >= lo);
+                    next = hi;
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
+}

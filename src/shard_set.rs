@@ -1,0 +1,265 @@
+//! The set of shard folders `merge` combines: reading and checking them (one sweep, shards
+//! `0..N` of `N` once each, every `seeds.csv` exactly what its `plan.csv` lists) into every
+//! group's per-seed rows in seed order, and merging their `frontiers.bin` records.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::engine::evaluate::SeedValues;
+use crate::engine::plan::GroupMeta;
+use crate::error::InputError;
+use crate::export::csv::{read_plan, read_units};
+use crate::export::frontiers::FrontierWriter;
+use crate::fingerprint::{Fingerprint, SHARD_KEY};
+
+/// Finished shard folders of one sweep, read and checked.
+pub struct ShardSet {
+    /// The first shard's fingerprint (all agree but for the shard line).
+    pub fingerprint: Fingerprint,
+    /// The groups, as every shard's `plan.csv` lists them.
+    pub metas: Vec<GroupMeta>,
+    /// Every group's seeds from all shards, in seed order, with their rows.
+    pub per_group: Vec<Vec<(u64, Vec<SeedValues>)>>,
+    /// Every group's merged seed slice.
+    pub slices: Vec<Range<u64>>,
+}
+
+/// Reads the shard folders `dirs` (none of which may be `out`) into a [`ShardSet`].
+///
+/// Every shard must be a finished per-seed sweep folder with the same fingerprint (all but
+/// the shard line), the shards together must be exactly shards `0..N` of `N`, once each (so
+/// their seeds are disjoint and cover the range with no gap), and every `seeds.csv` must hold
+/// exactly the seed-runs its `plan.csv` lists, with well-formed rows and usages that are
+/// numbers >= 0 or inf. Anything else is an error naming the shard and the problem.
+pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
+    if dirs.is_empty() {
+        return Err(InputError::flag("merge", "give at least one shard directory").into());
+    }
+    let out_real = std::fs::canonicalize(out).ok();
+    let mut fps: Vec<Fingerprint> = Vec::new();
+    let mut plans = Vec::new();
+    let mut shards: Vec<(u64, u64)> = Vec::new();
+    for d in dirs {
+        let bad = |what: String| anyhow::anyhow!("merge: {}: {what}", d.display());
+        if !d.is_dir() {
+            return Err(bad("is not a folder".into()));
+        }
+        if out_real.is_some() && std::fs::canonicalize(d).ok() == out_real {
+            return Err(bad(
+                "is also --out; give the merged output another folder".into()
+            ));
+        }
+        let fp = Fingerprint::read(d)?.ok_or_else(|| {
+            bad(format!(
+                "has no {}: not a sweep folder (or one written by an older seedsweep; rerun that shard)",
+                crate::fingerprint::FILE
+            ))
+        })?;
+        if crate::folder::has(d, "seeds.csv.partial") {
+            return Err(bad(
+                "is unfinished (seeds.csv.partial is there); complete it with `sweep ... --resume`"
+                    .into(),
+            ));
+        }
+        if fp.get("output.mode") != Some("per-seed") {
+            return Err(bad(
+                "is a --summary-only sweep: it keeps no per-seed file, so it cannot be merged"
+                    .into(),
+            ));
+        }
+        if !crate::folder::has(d, "seeds.csv") {
+            return Err(bad(
+                "has no seeds.csv (an unfinished shard cannot be merged)".into(),
+            ));
+        }
+        let shard = match fp.get(SHARD_KEY) {
+            Some("none") => (0, 1),
+            Some(v) => v
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
+                .filter(|(i, n)| i < n)
+                .ok_or_else(|| bad(format!("bad {SHARD_KEY} `{v}` in its fingerprint")))?,
+            None => return Err(bad(format!("its fingerprint has no {SHARD_KEY}"))),
+        };
+        let plan_path = d.join("plan.csv");
+        if !plan_path.exists() {
+            return Err(bad(
+                "has no plan.csv; is it a sweep output directory?".into()
+            ));
+        }
+        plans.push(read_plan(&plan_path).map_err(|e| bad(format!("{e:#}")))?);
+        fps.push(fp);
+        shards.push(shard);
+    }
+    for i in 1..dirs.len() {
+        let diff = fps[i].diff(
+            &fps[0],
+            &format!("in {}", dirs[i].display()),
+            &format!("in {}", dirs[0].display()),
+            &[SHARD_KEY],
+            12,
+        );
+        if !diff.is_empty() {
+            anyhow::bail!(
+                "merge: {} comes from a different sweep than {}:\n  {}",
+                dirs[i].display(),
+                dirs[0].display(),
+                diff.join("\n  ")
+            );
+        }
+    }
+    let n = shards[0].1;
+    let mut seen: Vec<Option<usize>> = vec![None; n.min(1 << 20) as usize];
+    for (k, &(i, count)) in shards.iter().enumerate() {
+        if count != n || n > 1 << 20 {
+            anyhow::bail!(
+                "merge: {} is shard {i}/{count} but {} is shard {}/{n}: shards of one sweep share N",
+                dirs[k].display(),
+                dirs[0].display(),
+                shards[0].0
+            );
+        }
+        if let Some(j) = seen[i as usize] {
+            anyhow::bail!(
+                "merge: {} and {} are both shard {i}/{n}: their seeds overlap",
+                dirs[j].display(),
+                dirs[k].display()
+            );
+        }
+        seen[i as usize] = Some(k);
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|&i| seen[i as usize].is_none())
+        .map(|i| format!("{i}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "merge: shard(s) {} missing: their seeds would be a gap in the merged range; give \
+             every shard's folder",
+            missing.join(", ")
+        );
+    }
+    let metas: Vec<GroupMeta> = plans[0].iter().map(|(m, _)| m.clone()).collect();
+    for (d, p) in dirs.iter().zip(&plans) {
+        let same = p.len() == metas.len() && p.iter().zip(&metas).all(|((a, _), b)| a == b);
+        if !same {
+            anyhow::bail!(
+                "merge: {} comes from a different sweep than {} (plan.csv differs beyond the seed slices)",
+                d.display(),
+                dirs[0].display()
+            );
+        }
+    }
+    // Every group's seeds, from all shards, in seed order; each shard's file must hold
+    // exactly the seed-runs of its plan, in plan order.
+    let mut per_group: Vec<Vec<(u64, Vec<SeedValues>)>> = vec![Vec::new(); metas.len()];
+    for (d, plan) in dirs.iter().zip(&plans) {
+        let path = d.join("seeds.csv");
+        let read = read_units(&path, &metas, false).map_err(|e| anyhow::anyhow!("merge: {e:#}"))?;
+        let expected: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+        let mut want = plan
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, (_, r))| r.clone().map(move |s| (gi, s)));
+        for u in &read {
+            match want.next() {
+                Some(w) if w == (u.group, u.seed) => {}
+                _ => anyhow::bail!(
+                    "merge: {}: seed {} of {} {} is not where its plan.csv puts it",
+                    path.display(),
+                    u.seed,
+                    metas[u.group].scenario,
+                    metas[u.group].param
+                ),
+            }
+        }
+        if read.len() as u64 != expected {
+            anyhow::bail!(
+                "merge: {}: holds {} of the {expected} seed-runs its plan.csv lists (an empty or truncated file)",
+                path.display(),
+                read.len()
+            );
+        }
+        for u in read {
+            per_group[u.group].push((u.seed, u.values));
+        }
+    }
+    let mut slices = Vec::new();
+    for (gi, list) in per_group.iter_mut().enumerate() {
+        list.sort_by_key(|(seed, _)| *seed);
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            anyhow::bail!(
+                "merge: seed {} of {} {} appears in two shards",
+                w[0].0,
+                metas[gi].scenario,
+                metas[gi].param
+            );
+        }
+        if let Some(w) = list.windows(2).find(|w| w[1].0 != w[0].0 + 1) {
+            anyhow::bail!(
+                "merge: seeds {}..{} of {} {} are in no shard",
+                w[0].0 + 1,
+                w[1].0,
+                metas[gi].scenario,
+                metas[gi].param
+            );
+        }
+        let start = list
+            .first()
+            .map(|(s, _)| *s)
+            .unwrap_or_else(|| plans.iter().map(|p| p[gi].1.start).min().unwrap_or(0));
+        slices.push(start..start + list.len() as u64);
+    }
+    Ok(ShardSet {
+        fingerprint: fps.swap_remove(0),
+        metas,
+        per_group,
+        slices,
+    })
+}
+
+/// `merge` of the shards' `frontiers.bin`: every group's records in seed order, checked
+/// against the seeds merged from `seeds.csv`, written to `out` (the path written), or, when
+/// some shard has none, a note saying so (and nothing written).
+pub fn merge_frontiers(
+    dirs: &[PathBuf],
+    out: &Path,
+    metas: &[GroupMeta],
+    per_group: &[Vec<(u64, Vec<SeedValues>)>],
+) -> anyhow::Result<Result<String, String>> {
+    use crate::export::frontiers::{read_frontiers, FILE, PARTIAL};
+    if let Some(d) = dirs.iter().find(|d| !d.join(FILE).exists()) {
+        return Ok(Err(format!(
+            "note: {} has no {FILE} (swept by an older seedsweep); the merged directory has none, so `size` on it cannot run",
+            d.display()
+        )));
+    }
+    let mut recs: Vec<Vec<(u64, crate::export::frontiers::SeedFrontiers)>> =
+        vec![Vec::new(); metas.len()];
+    for d in dirs {
+        for r in read_frontiers(&d.join(FILE), metas, false)? {
+            recs[r.group].push((r.seed, r.frontiers));
+        }
+    }
+    let partial = out.join(PARTIAL);
+    let mut w = FrontierWriter::open(&partial, false)?;
+    for (gi, list) in recs.iter_mut().enumerate() {
+        list.sort_by_key(|(seed, _)| *seed);
+        let seeds: Vec<u64> = list.iter().map(|(s, _)| *s).collect();
+        let want: Vec<u64> = per_group[gi].iter().map(|(s, _)| *s).collect();
+        if seeds != want {
+            anyhow::bail!(
+                "merge: the {FILE} records of {} {} {} do not match the seeds of seeds.csv",
+                metas[gi].scenario,
+                metas[gi].param,
+                metas[gi].profile
+            );
+        }
+        for (seed, f) in list.iter() {
+            w.write(gi, *seed, f)?;
+        }
+    }
+    Ok(Ok(
+        crate::checkpoint::finish_frontiers(out, Some(w))?.expect("a writer was given")
+    ))
+}
