@@ -35,9 +35,10 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
 use crate::check::StepLabel;
-use crate::evaluate::Comparison;
+use crate::engine::evaluate::Comparison;
+use crate::engine::evaluate::SeedValues;
+use crate::engine::plan::GroupMeta;
 use crate::export::csv::SeedRowIn;
-use crate::sweep::{GroupMeta, SeedValues};
 
 /// The file a Parquet sweep writes its per-seed table to.
 pub const FILE: &str = "seeds.parquet";

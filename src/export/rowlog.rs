@@ -24,8 +24,9 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 
 use crate::check::StepLabel;
+use crate::engine::evaluate::SeedValues;
+use crate::engine::plan::GroupMeta;
 use crate::export::parquet::ParquetSeedsWriter;
-use crate::sweep::{GroupMeta, SeedValues};
 
 /// Name while a sweep is running.
 pub const PARTIAL: &str = "seeds.bin.partial";
@@ -212,7 +213,7 @@ pub fn to_parquet(log: &Path, metas: &[GroupMeta], out: &Path) -> anyhow::Result
 mod tests {
     use super::*;
     use crate::check::Tolerance;
-    use crate::evaluate::Comparison;
+    use crate::engine::evaluate::Comparison;
     use crate::export::csv::read_units;
 
     fn meta(param: &str) -> GroupMeta {
