@@ -85,7 +85,7 @@ impl SeedsFormat {
 /// The writer of a running sweep's per-seed file.
 pub enum SeedsOut {
     /// Rows to `seeds.csv.partial`.
-    Csv(SeedsWriter),
+    Csv(Box<SeedsWriter>),
     /// Records to `seeds.bin.partial`.
     Log(RowLogWriter),
 }
@@ -94,7 +94,7 @@ impl SeedsOut {
     /// Opens `partial` of `format` (`append`: continue a resumed one).
     pub fn open(format: SeedsFormat, partial: &Path, append: bool) -> anyhow::Result<Self> {
         Ok(match format {
-            SeedsFormat::Csv => Self::Csv(SeedsWriter::open(partial, append)?),
+            SeedsFormat::Csv => Self::Csv(Box::new(SeedsWriter::open(partial, append)?)),
             SeedsFormat::Parquet => Self::Log(RowLogWriter::open(partial, append)?),
         })
     }
