@@ -19,21 +19,23 @@ use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
 use crate::engine::UnitSink;
 use crate::error::InputError;
-use crate::export::csv::{mutants_csv, read_units, summary_csv, SeedsWriter};
+use crate::export::csv::{mutants_csv, summary_csv};
 use crate::export::frontiers::FrontierWriter;
+use crate::export::seeds_file::{for_each_partial_unit, SeedsFormat, SeedsOut};
 use crate::export::write_atomic;
 
 /// The checkpoint file in a sweep folder.
 pub const PROGRESS: &str = ".progress";
 
-/// The sweep's sink: rows to `seeds.csv.partial`, and after every chunk a flush and a
+/// The sweep's sink: rows to the partial per-seed file (`seeds.csv.partial`, or
+/// `seeds.bin.partial` with `--format parquet`), and after every chunk a flush and a
 /// `.progress` checkpoint `(units, bytes)` that `--resume` trusts.
 pub struct FileSink<'a> {
-    /// `seeds.csv.partial` (none with `--summary-only`).
-    pub writer: Option<SeedsWriter>,
+    /// The partial per-seed file (none with `--summary-only`).
+    pub writer: Option<SeedsOut>,
     /// The groups, for the rows' layout.
     pub metas: &'a [GroupMeta],
-    /// Path of `seeds.csv.partial`.
+    /// Path of the partial per-seed file.
     pub partial: &'a Path,
     /// Path of `.progress`.
     pub progress: &'a Path,
@@ -45,7 +47,7 @@ pub struct FileSink<'a> {
 impl UnitSink for FileSink<'_> {
     fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()> {
         match self.writer.as_mut() {
-            Some(w) => w.write(&self.metas[group], seed, values),
+            Some(w) => w.write(&self.metas[group], group, seed, values),
             None => Ok(()),
         }
     }
@@ -85,8 +87,8 @@ pub fn finish_frontiers(out: &Path, w: Option<FrontierWriter>) -> anyhow::Result
     Ok(Some(to.display().to_string()))
 }
 
-/// `--resume` of the per-seed rows: from the `.progress` checkpoint, cuts
-/// `seeds.csv.partial` back to it, checks that its units follow `plan`, feeds them to `aggs`
+/// `--resume` of the per-seed rows: from the `.progress` checkpoint, cuts the partial
+/// per-seed file of `format` back to it, checks that its units follow `plan`, feeds them to `aggs`
 /// and cuts `frontiers.bin.partial` to the same units. Returns `(skip, append_frontiers)`:
 /// the units already done, and whether to append to `frontiers.bin.partial`. With nothing
 /// trustworthy to continue from (no checkpoint, a short file, `--summary-only`), the seeds
@@ -97,8 +99,9 @@ pub fn resume_units(
     plan: &[(usize, Range<u64>)],
     aggs: &mut [GroupAgg],
     summary_only: bool,
+    format: SeedsFormat,
 ) -> anyhow::Result<(u64, bool)> {
-    let partial = out.join("seeds.csv.partial");
+    let partial = out.join(format.partial());
     let progress = out.join(PROGRESS);
     let mut skip = 0u64;
     let (units_done, bytes) = read_progress(&progress);
@@ -108,21 +111,22 @@ pub fn resume_units(
         let _ = std::fs::remove_file(&progress);
     } else {
         truncate(&partial, bytes)?;
-        let read = read_units(&partial, metas, false)?;
-        let expected = plan
+        let mut expected = plan
             .iter()
             .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
-        for (u, (gi, seed)) in read.iter().zip(expected) {
-            if (u.group, u.seed) != (gi, seed) {
+        let mut read = 0u64;
+        for_each_partial_unit(format, &partial, metas, |group, seed, values| {
+            if expected.next() != Some((group, seed)) {
                 anyhow::bail!(
-                    "--resume: {} does not follow the plan at seed {}; delete it to start over",
+                    "--resume: {} does not follow the plan at seed {seed}; delete it to start over",
                     partial.display(),
-                    u.seed
                 );
             }
-            aggs[u.group].feed(&metas[u.group], u.seed, &u.values);
-        }
-        skip = read.len() as u64;
+            aggs[group].feed(&metas[group], seed, values);
+            read += 1;
+            Ok(())
+        })?;
+        skip = read;
     }
     let frontiers_skip = resume_frontiers(out, metas, plan, skip)?;
     Ok((skip, frontiers_skip))
@@ -190,7 +194,7 @@ pub fn finish_outputs(
     metas: &[GroupMeta],
     aggs: &[GroupAgg],
     summaries: &[Vec<SummaryEntry>],
-    writer: Option<SeedsWriter>,
+    writer: Option<SeedsOut>,
     partial: &Path,
 ) -> anyhow::Result<Vec<String>> {
     let mut written = Vec::new();
@@ -208,12 +212,8 @@ pub fn finish_outputs(
     }
     write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
     written.insert(0, out.join("summary.csv").display().to_string());
-    if let Some(mut w) = writer {
-        w.sync()?;
-        drop(w);
-        let seeds = out.join("seeds.csv");
-        std::fs::rename(partial, &seeds)
-            .with_context(|| format!("cannot move {} to {}", partial.display(), seeds.display()))?;
+    if let Some(w) = writer {
+        let seeds = w.finish(out, metas, partial)?;
         written.insert(0, seeds.display().to_string());
     }
     Ok(written)

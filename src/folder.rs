@@ -63,6 +63,14 @@ pub const FILES: &[Owned] = &[
         what: "per-seed rows",
     },
     Owned {
+        name: crate::export::rowlog::PARTIAL,
+        what: "per-seed rows of an unfinished --format parquet sweep",
+    },
+    Owned {
+        name: crate::export::parquet::FILE,
+        what: "per-seed rows (--format parquet)",
+    },
+    Owned {
         name: "recommendations.csv",
         what: "the `size DIR` recommendations of the previous sweep",
     },

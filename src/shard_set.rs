@@ -10,6 +10,7 @@ use crate::engine::plan::GroupMeta;
 use crate::error::InputError;
 use crate::export::csv::{read_plan, read_units};
 use crate::export::frontiers::FrontierWriter;
+use crate::export::seeds_file::SeedsFormat;
 use crate::fingerprint::{Fingerprint, SHARD_KEY};
 
 /// Finished shard folders of one sweep, read and checked.
@@ -22,6 +23,8 @@ pub struct ShardSet {
     pub per_group: Vec<Vec<(u64, Vec<SeedValues>)>>,
     /// Every group's merged seed slice.
     pub slices: Vec<Range<u64>>,
+    /// The shards' per-seed file format (their fingerprints agree on it).
+    pub format: SeedsFormat,
 }
 
 /// Reads the shard folders `dirs` (none of which may be `out`) into a [`ShardSet`].
@@ -38,6 +41,7 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
     let out_real = std::fs::canonicalize(out).ok();
     let mut fps: Vec<Fingerprint> = Vec::new();
     let mut plans = Vec::new();
+    let mut formats = Vec::new();
     let mut shards: Vec<(u64, u64)> = Vec::new();
     for d in dirs {
         let bad = |what: String| anyhow::anyhow!("merge: {}: {what}", d.display());
@@ -55,23 +59,25 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
                 crate::fingerprint::FILE
             ))
         })?;
-        if crate::folder::has(d, "seeds.csv.partial") {
-            return Err(bad(
-                "is unfinished (seeds.csv.partial is there); complete it with `sweep ... --resume`"
-                    .into(),
-            ));
-        }
-        if fp.get("output.mode") != Some("per-seed") {
+        let Some(format) = fp.get("output.mode").and_then(SeedsFormat::of_mode) else {
             return Err(bad(
                 "is a --summary-only sweep: it keeps no per-seed file, so it cannot be merged"
                     .into(),
             ));
+        };
+        if crate::folder::has(d, format.partial()) {
+            return Err(bad(format!(
+                "is unfinished ({} is there); complete it with `sweep ... --resume`",
+                format.partial()
+            )));
         }
-        if !crate::folder::has(d, "seeds.csv") {
-            return Err(bad(
-                "has no seeds.csv (an unfinished shard cannot be merged)".into(),
-            ));
+        if !crate::folder::has(d, format.file()) {
+            return Err(bad(format!(
+                "has no {} (an unfinished shard cannot be merged)",
+                format.file()
+            )));
         }
+        formats.push(format);
         let shard = match fp.get(SHARD_KEY) {
             Some("none") => (0, 1),
             Some(v) => v
@@ -152,9 +158,10 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
     }
     // Every group's seeds, from all shards, in seed order; each shard's file must hold
     // exactly the seed-runs of its plan, in plan order.
+    let format = formats.first().copied().unwrap_or_default();
     let mut per_group: Vec<Vec<(u64, Vec<SeedValues>)>> = vec![Vec::new(); metas.len()];
     for (d, plan) in dirs.iter().zip(&plans) {
-        let path = d.join("seeds.csv");
+        let path = d.join(format.file());
         let read = read_units(&path, &metas, false).map_err(|e| anyhow::anyhow!("merge: {e:#}"))?;
         let expected: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
         let mut want = plan
@@ -215,6 +222,7 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
         metas,
         per_group,
         slices,
+        format,
     })
 }
 

@@ -25,10 +25,10 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn sweep(out: &Path, seeds: u64, resume: bool) -> Command {
+fn sweep(out: &Path, seeds: u64, resume: bool, format: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_seedsweep"));
+    c.args(["sweep", "--format", format]);
     c.args([
-        "sweep",
         "--quiet",
         "--scenario",
         "deepspeed-tied-row-parallel",
@@ -58,12 +58,26 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn kill_9_at_random_moments_then_resume_is_byte_identical() {
+    kill_and_resume("csv", "seeds.csv");
+}
+
+/// The same for `--format parquet`, whose running file is the binary `seeds.bin.partial` and
+/// whose finished file is converted at the end.
+#[test]
+fn kill_9_then_resume_is_byte_identical_in_parquet() {
+    kill_and_resume("parquet", "seeds.parquet");
+}
+
+fn kill_and_resume(format: &str, seeds_file: &str) {
     let seeds = env_u64("SEEDSWEEP_KILL_SEEDS", 5000);
     let trials = env_u64("SEEDSWEEP_KILL_TRIALS", 2);
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     let t0 = Instant::now();
-    assert!(sweep(&full, seeds, false).status().unwrap().success());
+    assert!(sweep(&full, seeds, false, format)
+        .status()
+        .unwrap()
+        .success());
     let t_full = t0.elapsed().as_micros() as u64;
     let mut rng = 0x5eed_0009u64;
     let (mut kills, mut missed) = (0, 0);
@@ -83,9 +97,9 @@ fn kill_9_at_random_moments_then_resume_is_byte_identical() {
         // Each trial: a fresh sweep killed at a random moment of its run; every other trial
         // also kills the first --resume; then --resume to completion.
         let cut = tmp.path().join(format!("cut{i}"));
-        let mut phases = vec![(sweep(&cut, seeds, false), t_full * 9 / 10)];
+        let mut phases = vec![(sweep(&cut, seeds, false, format), t_full * 9 / 10)];
         if i % 2 == 1 {
-            phases.push((sweep(&cut, seeds, true), t_full / 2));
+            phases.push((sweep(&cut, seeds, true, format), t_full / 2));
         }
         for (cmd, max_us) in phases {
             if kill_at(cmd, max_us) {
@@ -94,11 +108,11 @@ fn kill_9_at_random_moments_then_resume_is_byte_identical() {
                 missed += 1;
             }
         }
-        assert!(sweep(&cut, seeds, true).status().unwrap().success());
+        assert!(sweep(&cut, seeds, true, format).status().unwrap().success());
         for f in [
             "fingerprint.txt",
             "plan.csv",
-            "seeds.csv",
+            seeds_file,
             "summary.csv",
             "frontiers.bin",
         ] {
@@ -110,7 +124,7 @@ fn kill_9_at_random_moments_then_resume_is_byte_identical() {
         assert_eq!(listing(&full), listing(&cut), "trial {i}: left-over files");
     }
     eprintln!(
-        "{seeds} seeds, {trials} trials: {kills} kill -9 mid-run, {missed} runs finished before \
+        "{format}: {seeds} seeds, {trials} trials: {kills} kill -9 mid-run, {missed} runs finished before \
          their kill; uninterrupted run {:.1} s; every trial byte-identical after --resume",
         t_full as f64 / 1e6
     );

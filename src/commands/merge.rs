@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use crate::checkpoint::finish_outputs;
 use crate::commands::{emit, emitln};
 use crate::engine::aggregate::{summarize, GroupAgg, SummaryEntry};
-use crate::export::csv::{plan_csv, SeedsWriter};
+use crate::export::csv::plan_csv;
+use crate::export::seeds_file::SeedsOut;
 use crate::export::table::{mutant_summary, sweep_summary};
 use crate::export::write_atomic;
 use crate::fingerprint::SHARD_KEY;
@@ -33,8 +34,9 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         set.fingerprint.with(SHARD_KEY, "none").to_text().as_bytes(),
     )?;
     write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices)?)?;
-    let partial = o.out.join("seeds.csv.partial");
-    let mut writer = SeedsWriter::open(&partial, false)?;
+    // The merged per-seed file takes the shards' format (their fingerprints agree on it).
+    let partial = o.out.join(set.format.partial());
+    let mut writer = SeedsOut::open(set.format, &partial, false)?;
     let mut aggs: Vec<GroupAgg> = metas
         .iter()
         .zip(per_group)
@@ -43,7 +45,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     for (gi, list) in per_group.iter().enumerate() {
         for (seed, vals) in list {
             aggs[gi].feed(&metas[gi], *seed, vals);
-            writer.write(&metas[gi], *seed, vals)?;
+            writer.write(&metas[gi], gi, *seed, vals)?;
         }
     }
     let summaries: Vec<Vec<SummaryEntry>> = metas

@@ -8,8 +8,9 @@ use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize, tail_keep, GroupAgg, SummaryEntry};
 use crate::engine::plan::{seed_runs_memory, units, GroupMeta, SeedRange, Shard};
 use crate::error::InputError;
-use crate::export::csv::{plan_csv, SeedsWriter};
+use crate::export::csv::plan_csv;
 use crate::export::frontiers::FrontierWriter;
+use crate::export::seeds_file::{SeedsFormat, SeedsOut};
 use crate::export::table::{mutant_summary, sweep_summary};
 use crate::export::write_atomic;
 use crate::fingerprint::Fingerprint;
@@ -39,15 +40,18 @@ pub struct SweepOptions {
     pub summary_only: bool,
     /// Continue an interrupted sweep in `out`.
     pub resume: bool,
+    /// Format of the per-seed file (`--format`).
+    pub format: SeedsFormat,
 }
 
 /// Runs a sweep; returns the process exit code.
 ///
 /// Files in `--out` (see [`crate::folder`]; a new sweep first removes the files of any earlier
 /// one): `fingerprint.txt` and `plan.csv` first (what this run computes, for `merge` and
-/// `--resume`), then `seeds.csv.partial` streamed chunk by chunk with a `.progress`
-/// checkpoint after each chunk, then `mutants.csv` (with mutants) and `summary.csv`, and last
-/// the rename of `seeds.csv.partial` to `seeds.csv`. With `--summary-only` no per-seed file is
+/// `--resume`), then `seeds.csv.partial` (or, with `--format parquet`, `seeds.bin.partial`)
+/// streamed chunk by chunk with a `.progress` checkpoint after each chunk, then
+/// `mutants.csv` (with mutants) and `summary.csv`, and last the per-seed file put in place
+/// (`seeds.csv` renamed, or `seeds.parquet` converted; see [`SeedsOut::finish`]). With `--summary-only` no per-seed file is
 /// written and quantiles come from bounded histograms. A kill at any moment leaves a folder
 /// that `--resume` completes byte-identically.
 pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
@@ -75,13 +79,13 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let mode = if o.summary_only {
         "summary-only"
     } else {
-        "per-seed"
+        o.format.mode()
     };
     let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
     let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
     let plan_bytes = plan_csv(&metas, &slices)?;
     let plan_path = o.out.join("plan.csv");
-    let partial = o.out.join("seeds.csv.partial");
+    let partial = o.out.join(o.format.partial());
     let progress = o.out.join(PROGRESS);
     let mut aggs: Vec<GroupAgg> = metas
         .iter()
@@ -137,8 +141,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         let finished = if o.summary_only {
             crate::folder::has(&o.out, "summary.csv")
         } else {
-            crate::folder::has(&o.out, "seeds.csv")
-                && !crate::folder::has(&o.out, "seeds.csv.partial")
+            crate::folder::has(&o.out, o.format.file())
+                && !crate::folder::has(&o.out, o.format.partial())
         };
         if finished {
             let _ = std::fs::remove_file(&progress);
@@ -152,7 +156,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             // Derived from the fingerprint, which matched: a kill before it was written.
             write_atomic(&plan_path, &plan_bytes)?;
         }
-        (skip, frontiers_skip) = resume_units(&o.out, &metas, &plan, &mut aggs, o.summary_only)?;
+        (skip, frontiers_skip) =
+            resume_units(&o.out, &metas, &plan, &mut aggs, o.summary_only, o.format)?;
         lock
     } else {
         let lock = crate::folder::prepare_new(&o.out, "--out")?;
@@ -170,7 +175,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let writer = if o.summary_only {
         None
     } else {
-        Some(SeedsWriter::open(&partial, skip > 0)?)
+        Some(SeedsOut::open(o.format, &partial, skip > 0)?)
     };
     let frontiers_partial = o.out.join(crate::export::frontiers::PARTIAL);
     let mut sink = FileSink {

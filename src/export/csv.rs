@@ -475,28 +475,29 @@ pub fn read_plan(path: &Path) -> anyhow::Result<Vec<(GroupMeta, Range<u64>)>> {
     Ok(out)
 }
 
+/// One row of a per-seed file as read back (`seeds.csv` or `seeds.parquet`).
 #[derive(Debug, Deserialize)]
-struct SeedRowIn {
-    scenario: String,
-    param: String,
-    profile: String,
-    seed: u64,
-    check: String,
-    comparison: String,
-    policy: String,
-    usage_pct: f64,
-    max_abs_diff: f64,
-    worst_step: String,
-    mismatched: u32,
-    elements: u32,
-    nonfinite: u32,
-    max_abs_expected: f64,
-    mutant: String,
+pub(crate) struct SeedRowIn {
+    pub(crate) scenario: String,
+    pub(crate) param: String,
+    pub(crate) profile: String,
+    pub(crate) seed: u64,
+    pub(crate) check: String,
+    pub(crate) comparison: String,
+    pub(crate) policy: String,
+    pub(crate) usage_pct: f64,
+    pub(crate) max_abs_diff: f64,
+    pub(crate) worst_step: String,
+    pub(crate) mismatched: u32,
+    pub(crate) elements: u32,
+    pub(crate) nonfinite: u32,
+    pub(crate) max_abs_expected: f64,
+    pub(crate) mutant: String,
     // Files written before the theory columns existed read as "no bound".
     #[serde(default = "nan")]
-    theory_det_pct: f64,
+    pub(crate) theory_det_pct: f64,
     #[serde(default = "nan")]
-    theory_prob_pct: f64,
+    pub(crate) theory_prob_pct: f64,
 }
 
 fn nan() -> f64 {
@@ -504,6 +505,7 @@ fn nan() -> f64 {
 }
 
 /// A whole unit read back from `seeds.csv`.
+#[derive(Debug)]
 pub struct UnitIn {
     /// Index into the plan's groups.
     pub group: usize,
@@ -511,115 +513,162 @@ pub struct UnitIn {
     pub seed: u64,
     /// Its values in result order.
     pub values: Vec<SeedValues>,
-    /// Byte offset just after the unit's last row.
+    /// Byte offset just after the unit's last row (CSV), or the number of rows read up to
+    /// and including it (Parquet).
     pub end: u64,
 }
 
-/// Reads `seeds.csv` units against a plan, in file order. Stops (without error) at the first
-/// incomplete unit when `allow_partial` (a sweep interrupted mid-write); otherwise every row
-/// must belong to a complete unit of the plan.
+/// Groups rows into units against a plan, validating each row's place (the check,
+/// comparison, policy and seed the plan expects next) and values.
+struct UnitCollector<'a> {
+    path: &'a Path,
+    metas: &'a [GroupMeta],
+    allow_partial: bool,
+    cur: Option<(usize, u64, Vec<SeedValues>)>,
+    out: Vec<UnitIn>,
+}
+
+impl<'a> UnitCollector<'a> {
+    fn new(path: &'a Path, metas: &'a [GroupMeta], allow_partial: bool) -> Self {
+        Self {
+            path,
+            metas,
+            allow_partial,
+            cur: None,
+            out: Vec::new(),
+        }
+    }
+
+    /// Takes row number `line` (1 = the first data row after a header); `end` gives the
+    /// position after it. `Ok(false)`: stop reading (a partial file's torn tail).
+    fn push(
+        &mut self,
+        next: SeedRowIn,
+        line: usize,
+        end: impl FnOnce() -> u64,
+    ) -> anyhow::Result<bool> {
+        let path = self.path;
+        let bad = |what: String| anyhow::anyhow!("{}: row {line}: {what}", path.display());
+        let gi = match &self.cur {
+            Some((gi, _, _)) => *gi,
+            None => self
+                .metas
+                .iter()
+                .position(|m| {
+                    m.scenario == next.scenario
+                        && m.param == next.param
+                        && m.profile == next.profile
+                        && m.mutant == next.mutant
+                })
+                .ok_or_else(|| bad("row of a group that is not in the plan".into()))?,
+        };
+        let m = &self.metas[gi];
+        let (_, seed, vals) = self
+            .cur
+            .get_or_insert_with(|| (gi, next.seed, Vec::with_capacity(m.entries())));
+        let k = vals.len();
+        let (c, ci, p) = (
+            k / (Comparison::ALL.len() * m.policies.len()),
+            (k / m.policies.len()) % Comparison::ALL.len(),
+            k % m.policies.len(),
+        );
+        if next.seed != *seed
+            || next.check != m.checks[c]
+            || next.comparison != Comparison::ALL[ci].name()
+            || next.policy != m.policies[p]
+        {
+            if self.allow_partial {
+                return Ok(false);
+            }
+            return Err(bad(format!(
+                "expected {} {} {} of seed {seed}",
+                m.checks[c],
+                Comparison::ALL[ci].name(),
+                m.policies[p]
+            )));
+        }
+        if next.usage_pct.is_nan() || next.usage_pct < 0.0 {
+            return Err(bad(format!(
+                "usage_pct {} is not allowed; a usage is a number >= 0 or inf",
+                next.usage_pct
+            )));
+        }
+        let step = parse_step(&next.worst_step)
+            .ok_or_else(|| bad(format!("bad worst_step `{}`", next.worst_step)))?;
+        vals.push(SeedValues {
+            usage_pct: next.usage_pct,
+            max_abs_diff: next.max_abs_diff,
+            worst_step: step,
+            mismatched: next.mismatched,
+            elements: next.elements,
+            nonfinite: next.nonfinite,
+            max_abs_expected: next.max_abs_expected,
+            theory_det_pct: next.theory_det_pct,
+            theory_prob_pct: next.theory_prob_pct,
+        });
+        if vals.len() == m.entries() {
+            let (gi, seed, values) = self.cur.take().expect("set above");
+            self.out.push(UnitIn {
+                group: gi,
+                seed,
+                values,
+                end: end(),
+            });
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> anyhow::Result<Vec<UnitIn>> {
+        match &self.cur {
+            Some((_, seed, _)) if !self.allow_partial => Err(anyhow::anyhow!(
+                "{}: ends inside the rows of seed {seed} (a truncated file)",
+                self.path.display()
+            )),
+            _ => Ok(self.out),
+        }
+    }
+}
+
+/// Reads the units of a per-seed file against a plan, in file order: `seeds.csv`, or a
+/// Parquet file ([`crate::export::parquet`]) when `path` ends in `.parquet`. Stops (without
+/// error) at the first incomplete unit when `allow_partial` (a sweep interrupted
+/// mid-write); otherwise every row must belong to a complete unit of the plan.
 pub fn read_units(
     path: &Path,
     metas: &[GroupMeta],
     allow_partial: bool,
 ) -> anyhow::Result<Vec<UnitIn>> {
+    let mut units = UnitCollector::new(path, metas, allow_partial);
+    if path.extension().is_some_and(|e| e == "parquet") {
+        let mut line = 0usize;
+        crate::export::parquet::for_each_row(path, |row| {
+            line += 1;
+            let n = line as u64;
+            units.push(row, line, || n)
+        })?;
+        return units.finish();
+    }
     let mut r = ::csv::Reader::from_path(path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut out = Vec::new();
     let mut rows = r.deserialize::<SeedRowIn>();
     let mut line = 1usize;
-    'units: loop {
-        let mut cur: Option<(usize, u64, Vec<SeedValues>)> = None;
-        loop {
-            let next = match rows.next() {
-                None => match &cur {
-                    Some((_, seed, _)) if !allow_partial => {
-                        return Err(anyhow::anyhow!(
-                            "{}: ends inside the rows of seed {seed} (a truncated file)",
-                            path.display()
-                        ))
-                    }
-                    _ => break 'units,
-                },
-                Some(Ok(row)) => row,
-                Some(Err(e)) => {
-                    if allow_partial {
-                        break 'units;
-                    }
-                    return Err(anyhow::anyhow!("{}: row {}: {e}", path.display(), line + 1));
-                }
-            };
-            line += 1;
-            let bad = |what: String| anyhow::anyhow!("{}: row {line}: {what}", path.display());
-            let gi = match &cur {
-                Some((gi, _, _)) => *gi,
-                None => metas
-                    .iter()
-                    .position(|m| {
-                        m.scenario == next.scenario
-                            && m.param == next.param
-                            && m.profile == next.profile
-                            && m.mutant == next.mutant
-                    })
-                    .ok_or_else(|| bad("row of a group that is not in the plan".into()))?,
-            };
-            let m = &metas[gi];
-            let (_, seed, vals) =
-                cur.get_or_insert_with(|| (gi, next.seed, Vec::with_capacity(m.entries())));
-            let k = vals.len();
-            let (c, ci, p) = (
-                k / (Comparison::ALL.len() * m.policies.len()),
-                (k / m.policies.len()) % Comparison::ALL.len(),
-                k % m.policies.len(),
-            );
-            if next.seed != *seed
-                || next.check != m.checks[c]
-                || next.comparison != Comparison::ALL[ci].name()
-                || next.policy != m.policies[p]
-            {
+    loop {
+        let next = match rows.next() {
+            None => break,
+            Some(Ok(row)) => row,
+            Some(Err(e)) => {
                 if allow_partial {
-                    break 'units;
+                    break;
                 }
-                return Err(bad(format!(
-                    "expected {} {} {} of seed {seed}",
-                    m.checks[c],
-                    Comparison::ALL[ci].name(),
-                    m.policies[p]
-                )));
+                return Err(anyhow::anyhow!("{}: row {}: {e}", path.display(), line + 1));
             }
-            if next.usage_pct.is_nan() || next.usage_pct < 0.0 {
-                return Err(bad(format!(
-                    "usage_pct {} is not allowed; a usage is a number >= 0 or inf",
-                    next.usage_pct
-                )));
-            }
-            let step = parse_step(&next.worst_step)
-                .ok_or_else(|| bad(format!("bad worst_step `{}`", next.worst_step)))?;
-            vals.push(SeedValues {
-                usage_pct: next.usage_pct,
-                max_abs_diff: next.max_abs_diff,
-                worst_step: step,
-                mismatched: next.mismatched,
-                elements: next.elements,
-                nonfinite: next.nonfinite,
-                max_abs_expected: next.max_abs_expected,
-                theory_det_pct: next.theory_det_pct,
-                theory_prob_pct: next.theory_prob_pct,
-            });
-            if vals.len() == m.entries() {
-                let end = rows.reader().position().byte();
-                let (gi, seed, values) = cur.take().expect("set above");
-                out.push(UnitIn {
-                    group: gi,
-                    seed,
-                    values,
-                    end,
-                });
-                continue 'units;
-            }
+        };
+        line += 1;
+        if !units.push(next, line, || rows.reader().position().byte())? {
+            break;
         }
     }
-    Ok(out)
+    units.finish()
 }
 
 fn parse_step(s: &str) -> Option<StepLabel> {

@@ -130,6 +130,8 @@ struct Data {
     mutants: Option<BTreeMap<ChartKey, Vec<MutantIn>>>,
     /// `series[group][check][policy]` for clean groups, when `seeds.csv` exists.
     series: Option<Vec<Vec<Vec<Series>>>>,
+    /// The per-seed file the series come from (`seeds.csv` or `seeds.parquet`).
+    seeds_name: Option<String>,
 }
 
 fn read_csv<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
@@ -173,10 +175,15 @@ impl Data {
             None
         };
 
-        let spath = dir.join("seeds.csv");
-        let series = if spath.exists() {
-            let metas: Vec<GroupMeta> = plan.iter().map(|(m, _)| m.clone()).collect();
-            let units = super::csv::read_units(&spath, &metas, false)?;
+        let metas: Vec<GroupMeta> = plan.iter().map(|(m, _)| m.clone()).collect();
+        let seeds_file = super::seeds_file::read_finished(dir, &metas)?;
+        let seeds_name = seeds_file.as_ref().map(|(p, _)| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        });
+        let series = if let Some((_, units)) = seeds_file {
             let mut series: Vec<Vec<Vec<Series>>> = metas
                 .iter()
                 .map(|m| {
@@ -221,6 +228,7 @@ impl Data {
             summary,
             mutants,
             series,
+            seeds_name,
         })
     }
 }
@@ -414,7 +422,7 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
     let files: Vec<&str> = [
         Some("plan.csv"),
         Some("summary.csv"),
-        data.series.as_ref().map(|_| "seeds.csv"),
+        data.seeds_name.as_deref(),
         data.mutants.as_ref().map(|_| "mutants.csv"),
     ]
     .into_iter()
@@ -437,7 +445,7 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
         if data.series.is_some() {
             "Charts are histograms of per-seed usage."
         } else {
-            "No seeds.csv (a --summary-only sweep): charts show worst, p95 and p50 per policy."
+            "No per-seed file (a --summary-only sweep): charts show worst, p95 and p50 per policy."
         }
     );
 

@@ -5,6 +5,9 @@ pub mod dump;
 pub mod frontiers;
 pub mod html;
 pub mod output;
+pub mod parquet;
+pub mod rowlog;
+pub mod seeds_file;
 pub mod svg;
 pub mod table;
 

@@ -10,6 +10,7 @@
 //!   are tested against).
 //! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
 //! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
+//! - [`tanh_slice`]: the f32 tanh of a slice, a proven fast path beside the exact kernel.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
@@ -20,4 +21,5 @@ pub mod dot;
 pub mod matmul;
 pub mod revealed;
 pub mod round;
+pub mod tanh_slice;
 pub mod torch_ops;

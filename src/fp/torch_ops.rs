@@ -498,18 +498,7 @@ pub enum TanhKernel {
 
 /// In-place f32 tanh over a slice with `kernel`, every element independently.
 pub fn tanh_slice_with(x: &mut [f32], kernel: TanhKernel) {
-    match kernel {
-        TanhKernel::Mkl => {
-            for v in x.iter_mut() {
-                *v = tanh_mkl_f32(*v);
-            }
-        }
-        TanhKernel::CorrectlyRounded => {
-            for v in x.iter_mut() {
-                *v = tanh_cr_f32(*v);
-            }
-        }
-    }
+    super::tanh_slice::tanh_slice(x, kernel);
 }
 
 /// In-place correctly rounded tanh over a slice ([`tanh_cr_f32`]); the generic f32 path
