@@ -104,37 +104,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
     let profiles = name_list(&top, "default_profiles", "cpu-fma")?;
     let default_policies = name_list(&top, "default_policies", "torch-default")?;
     // Policies, profiles and modifiers: the same tables as every config.
-    let mut policy_tables: BTreeMap<String, PolicyToml> = BTreeMap::new();
-    if let Some(v) = table.get("policies") {
-        let toml::Value::Table(t) = v else {
-            return Err(ctx.err(
-                "policies",
-                "must be a table of policies ([policies.<name>])",
-            ));
-        };
-        for (n, v) in t {
-            let p: PolicyToml = v.clone().try_into().map_err(|e: toml::de::Error| {
-                ctx.err(&format!("policies.{n}"), e.message().to_string())
-            })?;
-            policy_tables.insert(n.clone(), p);
-        }
-    }
-    let mut extra = ProfilesToml::default();
-    for (key, dst) in [
-        ("profiles", &mut extra.profiles),
-        ("modifiers", &mut extra.modifiers),
-    ] {
-        let Some(v) = table.get(key) else { continue };
-        let toml::Value::Table(t) = v else {
-            return Err(ctx.err(key, "must be a table"));
-        };
-        for (n, v) in t {
-            let p: ProfileToml = v.clone().try_into().map_err(|e: toml::de::Error| {
-                ctx.err(&format!("{key}.{n}"), e.message().to_string())
-            })?;
-            dst.insert(n.clone(), p);
-        }
-    }
+    let (policy_tables, extra) = policy_and_profile_tables(&ctx, &table)?;
     // The graph part, once per parametrization.
     let mut graph_doc = toml::Table::new();
     for k in GRAPH_KEYS.iter().chain(["params"].iter()) {
@@ -214,4 +184,44 @@ pub fn is_scenario_file(text: &str) -> bool {
         Ok(t) => t.contains_key("layers") && !t.contains_key("scenario"),
         Err(_) => false,
     }
+}
+
+/// The `[policies.*]`, `[profiles.*]` and `[modifiers.*]` tables of a scenario file (the same
+/// tables as every config), each entry parsed, errors naming `policies.<name>` and so on.
+pub(crate) fn policy_and_profile_tables(
+    ctx: &Ctx,
+    table: &toml::Table,
+) -> Result<(BTreeMap<String, PolicyToml>, ProfilesToml), InputError> {
+    let mut policy_tables: BTreeMap<String, PolicyToml> = BTreeMap::new();
+    if let Some(v) = table.get("policies") {
+        let toml::Value::Table(t) = v else {
+            return Err(ctx.err(
+                "policies",
+                "must be a table of policies ([policies.<name>])",
+            ));
+        };
+        for (n, v) in t {
+            let p: PolicyToml = v.clone().try_into().map_err(|e: toml::de::Error| {
+                ctx.err(&format!("policies.{n}"), e.message().to_string())
+            })?;
+            policy_tables.insert(n.clone(), p);
+        }
+    }
+    let mut extra = ProfilesToml::default();
+    for (key, dst) in [
+        ("profiles", &mut extra.profiles),
+        ("modifiers", &mut extra.modifiers),
+    ] {
+        let Some(v) = table.get(key) else { continue };
+        let toml::Value::Table(t) = v else {
+            return Err(ctx.err(key, "must be a table"));
+        };
+        for (n, v) in t {
+            let p: ProfileToml = v.clone().try_into().map_err(|e: toml::de::Error| {
+                ctx.err(&format!("{key}.{n}"), e.message().to_string())
+            })?;
+            dst.insert(n.clone(), p);
+        }
+    }
+    Ok((policy_tables, extra))
 }

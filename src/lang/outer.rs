@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{CommonConfig, PolicyToml, RngKind};
+use crate::config::{CommonConfig, RngKind};
 use crate::error::InputError;
 use crate::evaluate::Comparison;
 use crate::graph::ir::{
@@ -21,7 +21,7 @@ use crate::graph::ir::{
     ParamId, ParamInit, ResolvedGraph, TensorDecl, TensorId,
 };
 use crate::graph::outer::OuterScenario;
-use crate::profile::{toml_error, ProfileToml, ProfilesToml, XlaMode};
+use crate::profile::{toml_error, XlaMode};
 
 use super::node::{check_name, Ctx, Obj};
 
@@ -82,37 +82,7 @@ pub fn parse_common(file: &str, text: &str) -> Result<CommonConfig, InputError> 
         "chacha" => RngKind::ChaCha,
         _ => RngKind::Torch,
     };
-    let mut policy_tables: BTreeMap<String, PolicyToml> = BTreeMap::new();
-    if let Some(v) = table.get("policies") {
-        let toml::Value::Table(t) = v else {
-            return Err(ctx.err(
-                "policies",
-                "must be a table of policies ([policies.<name>])",
-            ));
-        };
-        for (n, v) in t {
-            let p: PolicyToml = v.clone().try_into().map_err(|e: toml::de::Error| {
-                ctx.err(&format!("policies.{n}"), e.message().to_string())
-            })?;
-            policy_tables.insert(n.clone(), p);
-        }
-    }
-    let mut extra = ProfilesToml::default();
-    for (key, dst) in [
-        ("profiles", &mut extra.profiles),
-        ("modifiers", &mut extra.modifiers),
-    ] {
-        let Some(v) = table.get(key) else { continue };
-        let toml::Value::Table(t) = v else {
-            return Err(ctx.err(key, "must be a table"));
-        };
-        for (n, v) in t {
-            let p: ProfileToml = v.clone().try_into().map_err(|e: toml::de::Error| {
-                ctx.err(&format!("{key}.{n}"), e.message().to_string())
-            })?;
-            dst.insert(n.clone(), p);
-        }
-    }
+    let (policy_tables, extra) = crate::lang::file::policy_and_profile_tables(&ctx, &table)?;
     let common = CommonConfig {
         file: file.to_string(),
         kind: KIND.to_string(),
