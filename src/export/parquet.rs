@@ -161,17 +161,10 @@ fn bytes(s: &str) -> ByteArray {
 pub struct ParquetSeedsWriter {
     writer: SerializedFileWriter<BufWriter<File>>,
     cols: Columns,
-    metas: Vec<(String, MetaStrings)>,
+    metas: Vec<MetaStrings>,
     steps: HashMap<StepLabel, ByteArray>,
     comparisons: [ByteArray; 3],
     path: std::path::PathBuf,
-}
-
-fn meta_key(m: &GroupMeta) -> String {
-    format!(
-        "{}\u{0}{}\u{0}{}\u{0}{}",
-        m.scenario, m.param, m.profile, m.mutant
-    )
 }
 
 impl ParquetSeedsWriter {
@@ -195,22 +188,26 @@ impl ParquetSeedsWriter {
         })
     }
 
+    /// The converted strings of `meta`'s group (found by its identity, no allocation once
+    /// seen; a sweep has few groups, so a linear search).
     fn strings_of(&mut self, meta: &GroupMeta) -> usize {
-        let key = meta_key(meta);
-        if let Some(i) = self.metas.iter().position(|(k, _)| *k == key) {
+        let same = |m: &MetaStrings| {
+            m.scenario.data() == meta.scenario.as_bytes()
+                && m.param.data() == meta.param.as_bytes()
+                && m.profile.data() == meta.profile.as_bytes()
+                && m.mutant.data() == meta.mutant.as_bytes()
+        };
+        if let Some(i) = self.metas.iter().position(same) {
             return i;
         }
-        self.metas.push((
-            key,
-            MetaStrings {
-                scenario: bytes(&meta.scenario),
-                param: bytes(&meta.param),
-                profile: bytes(&meta.profile),
-                mutant: bytes(&meta.mutant),
-                checks: meta.checks.iter().map(|c| bytes(c)).collect(),
-                policies: meta.policies.iter().map(|p| bytes(p)).collect(),
-            },
-        ));
+        self.metas.push(MetaStrings {
+            scenario: bytes(&meta.scenario),
+            param: bytes(&meta.param),
+            profile: bytes(&meta.profile),
+            mutant: bytes(&meta.mutant),
+            checks: meta.checks.iter().map(|c| bytes(c)).collect(),
+            policies: meta.policies.iter().map(|p| bytes(p)).collect(),
+        });
         self.metas.len() - 1
     }
 
@@ -229,7 +226,7 @@ impl ParquetSeedsWriter {
                         .entry(v.worst_step)
                         .or_insert_with(|| bytes(&v.worst_step.to_string()))
                         .clone();
-                    let m = &self.metas[mi].1;
+                    let m = &self.metas[mi];
                     let s = &mut self.cols.strings;
                     s[0].push(m.scenario.clone());
                     s[1].push(m.param.clone());
