@@ -16,13 +16,37 @@ use crate::fp::torch_ops::{
 };
 use crate::profile::Profile;
 use crate::revealed::RevealedOrders;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Matmul calls of a profile with revealed orders whose role and shape the orders do not
 /// reveal, so that the profile's `matmul` model computed them (process-wide, for tests and
 /// diagnostics).
 pub static UNREVEALED_MATMULS: AtomicU64 = AtomicU64::new(0);
+
+/// The distinct (role, rows, red, cols) of the calls [`UNREVEALED_MATMULS`] counts
+/// (process-wide), so that `repro` can name the shapes a revealed-order file lacks.
+static UNREVEALED_SHAPES: Mutex<BTreeSet<(Role, usize, usize, usize)>> =
+    Mutex::new(BTreeSet::new());
+
+/// Counts a matmul call of a profile with revealed orders that the orders do not cover, and
+/// remembers its shape (a miss path: the profile's own kernel then does the matmul's work).
+fn note_unrevealed(role: Role, rows: usize, red: usize, cols: usize) {
+    UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut set) = UNREVEALED_SHAPES.lock() {
+        set.insert((role, rows, red, cols));
+    }
+}
+
+/// The shapes (role, output rows, reduction length, output cols) that missed a profile's
+/// revealed orders in this process so far, in order.
+pub fn unrevealed_shapes() -> Vec<(Role, usize, usize, usize)> {
+    UNREVEALED_SHAPES
+        .lock()
+        .map(|s| s.iter().copied().collect())
+        .unwrap_or_default()
+}
 use crate::real::Real;
 
 /// The matmul and collective arithmetic of one computation.
@@ -231,7 +255,8 @@ impl<'a> F32Backend<'a> {
                 true
             }
             None => {
-                UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+                // Every role's call is c (m×n) over a reduction of k (see [`Role`]).
+                note_unrevealed(role, m, k, n);
                 false
             }
         }
@@ -343,7 +368,7 @@ impl Backend for F32Backend<'_> {
                 }
                 return;
             }
-            UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
+            note_unrevealed(Role::ForwardBias, m, k + 1, n);
         }
         self.matmul_nt(x, w, y, m, k, n);
         for row in y.chunks_exact_mut(n) {

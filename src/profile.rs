@@ -92,8 +92,8 @@ pub struct ProfileToml {
     pub tanh: Option<String>,
     /// `eager` or `jit`: how a JAX scenario's program executes (default: the scenario's).
     pub xla: Option<String>,
-    /// `none` or a built-in revealed-order file (`mkl-threads-2`, `mkl-threads-4`,
-    /// `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
+    /// `none` or a built-in revealed-order file (`mkl-threads-1`, `mkl-threads-2`,
+    /// `mkl-threads-4`, `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
     pub matmul_orders: Option<String>,
 }
 
@@ -629,13 +629,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("modifiers.m.matmul_orders") && e.contains("none, mkl-threads-2"),
+            e.contains("modifiers.m.matmul_orders")
+                && e.contains("none, mkl-threads-1, mkl-threads-2"),
             "{e}"
         );
         let p = r
             .resolve("f32+mkl-threads-2+mkl-threads-1", "--profile")
             .unwrap();
-        assert!(p.orders.is_none(), "later modifiers win");
+        assert_eq!(
+            p.orders.as_ref().map(|o| o.meta.threads),
+            Some(1),
+            "later modifiers win"
+        );
         // A revealed file needs a name and a base to be a profile.
         let head = "[revealed]\ndevice = 'cpu'\nthreads = 2\ntorch = 't'\ncpu_capability = 'c'\nmachine = 'm'\n";
         let o = RevealedOrders::parse("rev.toml", head).unwrap();

@@ -8,9 +8,11 @@
 //! (`[row, program]`: every element of that row) and `element_programs`
 //! (`[row, col, program]`), applied in that order.
 //!
-//! Built-in files (`configs/revealed/`): `mkl-threads-2`, `-4` and `-8`, measured with torch
-//! 2.15 (MKL) at `torch.set_num_threads(N)` on the shapes of the built-in T1/T2 scenarios
-//! (`docs/numerics-mkl-threads.md`).
+//! Built-in files (`configs/revealed/`): `mkl-threads-1`, `-2`, `-4` and `-8`, measured with
+//! torch 2.15 (MKL) at `torch.set_num_threads(N)` on the shapes of the built-in T1/T2 scenarios
+//! (`docs/numerics-mkl-threads.md`); `mkl-threads-1` also on the shapes of the newer built-ins
+//! (MKL's single-row and narrow-output kernels, which `cpu-fma`'s FMA-chain model does not
+//! describe).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +24,10 @@ use crate::profile::toml_error;
 
 /// The built-in revealed files, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "mkl-threads-1",
+        include_str!("../configs/revealed/mkl-threads-1.toml"),
+    ),
     (
         "mkl-threads-2",
         include_str!("../configs/revealed/mkl-threads-2.toml"),

@@ -701,16 +701,18 @@ fn graph_scenario(file: &str) -> Result<GraphScenario, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Runs every fixture seed of `scenario` (built from its file) at profile `cpu-fma` and
+/// Runs every fixture seed of `scenario` (built from its file) at its default profile and
 /// compares every fixture tensor with the trace slot of the same check and step label. A
 /// fixture key `name_expected@step` is the `expected-f32` role of check `name` (the
 /// SGD-update check). Fixture tensors no check records are listed, and every check of the
 /// scenario must have fixture tensors.
 fn agreement(fixture: &str, s: &dyn Scenario) -> Agreement {
     let (_, runs) = load(fixture);
+    // The scenario's own default profile: what `sweep` and `repro` run it in.
+    let profile_name = s.common().profiles[0].clone();
     let profile = ProfileRegistry::builtin()
         .unwrap()
-        .resolve("cpu-fma", "test")
+        .resolve(&profile_name, "test")
         .unwrap();
     let mut agg = Agreement::default();
     let mut ws = Workspace::default();
@@ -810,7 +812,7 @@ fn agreement(fixture: &str, s: &dyn Scenario) -> Agreement {
         }
     }
     eprintln!(
-        "{fixture} vs torch at cpu-fma: {}/{} tensors identical, {}/{} elements with bits \
+        "{fixture} vs torch at {profile_name}: {}/{} tensors identical, {}/{} elements with bits \
          identical ({:.2} %), max {} ulp; first difference: {}",
         agg.tensors_same,
         agg.tensors,
@@ -835,31 +837,31 @@ fn agreement(fixture: &str, s: &dyn Scenario) -> Agreement {
     agg
 }
 
-/// The uneven TP = 3 head. Measured (torch 2.15, `cpu-fma`): the reference matches torch in
-/// every tensor, and the sharded forward before the first update (logits of micro-steps 0.0 and
-/// 0.1, with the 3-rank ring all-reduce and the bias after it) matches bit for bit. The sharded
-/// backward does not: it multiplies with output widths 6 and 4 (`dlogits · W[:, shard]` for
-/// the input gradient, `dlogitsᵀ · h[:, shard]` for the head gradient), and MKL's sgemm
-/// accumulates such narrow outputs in another order than the one FMA chain of the `mkl`
-/// split (measured in torch 2.15 for `(4 × 67) · (67 × n)`: 13 of 16 elements differ from the
-/// chain at n = 4, 16 of 24 at n = 6, 20 of 32 at n = 8, none at n = 16, 17, 18, 32). Those
-/// differences then reach every later tensor. Until the matmul model covers narrow outputs,
-/// this asserts the structure above and the measured element agreement as a floor: 2498 of
-/// 2898 elements with bits in the fixture (86.2 %), 368 of 620 tensors.
+/// Every tensor of `agg` identical to torch's, bit for bit.
+fn assert_bit_exact(agg: &Agreement, what: &str) {
+    assert!(
+        agg.tensors > 0 && agg.elements > 0,
+        "{what}: nothing compared"
+    );
+    assert_eq!(
+        (agg.tensors_same, agg.elements_same),
+        (agg.tensors, agg.elements),
+        "{what}: not bit-exact with torch; first difference: {:?}",
+        agg.first
+    );
+}
+
+/// The uneven TP = 3 head (shards 6/6/4), 5 steps x 2 micro-steps. Bit-exact with torch at
+/// its default profile `cpu-fma+mkl-threads-1`: the sharded backward multiplies with output
+/// widths 6 and 4 (`dlogits · W[:, shard]`, `dlogitsᵀ · h[:, shard]`), where MKL's sgemm
+/// accumulates with rounded products instead of the FMA chain of `cpu-fma`'s model; the
+/// profile runs those shapes by their revealed orders (configs/revealed/mkl-threads-1.toml).
+/// At plain `cpu-fma` the agreement was 2498 of 2898 elements with bits (86.2 %).
 #[test]
-fn deepspeed_uneven_tp3_matches_torch_in_the_forward() {
+fn deepspeed_uneven_tp3_matches_torch_bit_for_bit() {
     let s = graph_scenario("configs/deepspeed_uneven_tp3_row_parallel.toml").unwrap();
     let agg = agreement("deepspeed-uneven-tp3-row-parallel", &s);
-    for (param, seed, comp, key, same) in &agg.identical {
-        let forward_before_update = key == "logits@0.0" || key == "logits@0.1";
-        if comp == "reference" || forward_before_update {
-            assert!(same, "{param} seed {seed} {comp} {key} differs from torch");
-        }
-    }
-    assert!(
-        agg.elements_same >= 2498 && agg.tensors_same >= 368,
-        "agreement fell below the measured 2498 elements / 368 tensors: {agg:?}"
-    );
+    assert_bit_exact(&agg, "deepspeed-uneven-tp3-row-parallel");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -923,46 +925,41 @@ fn a_check_on_the_value_of_a_sum_loss_is_refused() {
 }
 
 /// DeepSpeed's testRowParallel at TP 2 and 4 (both tp_overlap_comm ids, 2 seeds each), run
-/// by the graph executor with the `sum` loss. Measured (torch 2.15, `cpu-fma`): the
-/// gradients match bit for bit in both computations (they are exact: `x[k]` and 1), and
-/// `out` does not, in the reference as in the sharded run: the test's batch is one row, and
-/// MKL's sgemm for a single-row `x` accumulates in another order than the `mkl` split's FMA
-/// chains (a one-off probe of the single chain and of 4/8/16-lane and multi-register FMA
-/// orders reproduced at best 39 of 128 outputs of a 1 x 128 · 128 x 128 product). Asserted: every
-/// gradient tensor identical, and the measured element agreement of `out` as a floor,
-/// 2426 of 4096 elements with bits (59.2 %; max 444 ulp, at small outputs after cancellation).
+/// by the graph executor with the `sum` loss. Bit-exact with torch at the default profile
+/// `cpu-fma+mkl-threads-1`: the test's batch is one row, and MKL's single-row sgemm
+/// accumulates in four lanes of rounded products (`k ≡ 0..3 mod 4`, combined
+/// `(l0 + l2) + (l1 + l3)`), not `cpu-fma`'s FMA chain; the profile runs those shapes by their
+/// revealed orders. At plain `cpu-fma` the agreement was 2426 of 4096 elements (59.2 %).
 #[test]
-fn deepspeed_tp_row_parallel_matches_torch_except_the_single_row_matmul() {
+fn deepspeed_tp_row_parallel_matches_torch_bit_for_bit() {
     let s = graph_scenario("configs/deepspeed_tp_row_parallel.toml").unwrap();
     let agg = agreement("deepspeed-tp-row-parallel", &s);
-    for ((comp, check), (n, same)) in &agg.per_check {
-        if check != "out" {
-            assert_eq!(n, same, "{comp} {check}: {same}/{n} tensors identical");
-        }
-    }
-    assert!(agg.elements_same >= 2426, "{agg:?}");
+    assert_bit_exact(&agg, "deepspeed-tp-row-parallel");
 }
 
-/// Column parallelism runs since the executor gained it; these files are measured against
-/// their torch fixtures like the others. Not bit-exact: DeepSpeed's `testColumnParallel`
-/// multiplies a single row (MKL's single-row sgemm order is not modelled, as for
-/// `testRowParallel`), and the Megatron MLP's exact gelu uses `libm::erff`, not torch's
-/// vectorised erf, so everything after it differs in the last bits. Printed with
-/// `--nocapture`; asserted: the measured element agreement as a floor and, for
-/// `testColumnParallel`, every gradient identical.
+/// DeepSpeed's testColumnParallel at TP 2 and 4: bit-exact with torch at
+/// `cpu-fma+mkl-threads-1`, for the single-row reason of `testRowParallel` (57.4 % of elements
+/// at plain `cpu-fma`).
 #[test]
-fn column_parallel_built_ins_measured_against_torch() {
+fn deepspeed_tp_column_parallel_matches_torch_bit_for_bit() {
     let s = graph_scenario("configs/deepspeed_tp_column_parallel.toml").unwrap();
     let agg = agreement("deepspeed-tp-column-parallel", &s);
-    for ((comp, check), (n, same)) in &agg.per_check {
-        if check != "out" {
-            assert_eq!(n, same, "{comp} {check}: {same}/{n} tensors identical");
-        }
-    }
-    assert!(agg.elements_same * 2 >= agg.elements, "{agg:?}");
+    assert_bit_exact(&agg, "deepspeed-tp-column-parallel");
+}
+
+/// The Megatron MLP (column -> exact gelu -> row, MSE, SGD, 3 steps). Every matmul of its
+/// shapes is MKL's FMA chain (revealed: plain programs), so what differs is the exact gelu:
+/// its erf here is `libm::erff`, not ATen's vectorised erf (not identified yet: it is not
+/// Abramowitz-Stegun 7.1.26, measured 31 % of gelu outputs with that formula), and
+/// everything downstream of the first gelu differs in the last bits. Asserted: the measured
+/// element agreement as a floor (1052 of 2072 elements with bits, 50.8 %), and that the
+/// tensors before the gelu (none are checked) and the loss structure are compared at all.
+#[test]
+fn megatron_tp_mlp_measured_against_torch() {
     let s = graph_scenario("configs/megatron_tp_mlp.toml").unwrap();
     let agg = agreement("megatron-tp-mlp", &s);
-    assert!(agg.elements_same * 3 >= agg.elements, "{agg:?}");
+    assert!(agg.elements_same >= 1052, "{agg:?}");
+    assert!(agg.elements_same < agg.elements, "now bit-exact: assert it");
 }
 
 /// The files the executor does not run yet, with the exact refusal (what is missing). This

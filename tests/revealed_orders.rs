@@ -92,7 +92,11 @@ fn operands(c: &Case) -> (Role, Vec<f32>, Vec<f32>, Vec<u32>) {
 }
 
 /// (matching elements, elements) of the revealed programs and of cpu-fma's kernels.
-fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
+type Rates = ((usize, usize), (usize, usize), Vec<String>, (usize, usize));
+
+/// (revealed ok, total), (cpu-fma ok, total), the first misses, and (cpu-fma ok, total) over
+/// the cases of 4 or more output rows and 16 or more output columns (MKL's main sgemm kernel).
+fn rates(threads: u32) -> Rates {
     let (orders, val) = load(threads);
     let fma = ProfileRegistry::builtin()
         .unwrap()
@@ -101,6 +105,7 @@ fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
         .matmul;
     let mut scratch = MatmulScratch::default();
     let (mut rev_ok, mut fma_ok, mut total) = (0, 0, 0);
+    let (mut wide_ok, mut wide) = (0, 0);
     let mut misses = Vec::new();
     let mut stack = Vec::new();
     for c in &val.case {
@@ -159,23 +164,31 @@ fn rates(threads: u32) -> ((usize, usize), (usize, usize), Vec<String>) {
                 ));
             }
             fma_ok += usize::from(base[i].to_bits() == w);
+            if c.rows >= 4 && c.cols >= 16 {
+                wide += 1;
+                wide_ok += usize::from(base[i].to_bits() == w);
+            }
         }
     }
-    ((rev_ok, total), (fma_ok, total), misses)
+    ((rev_ok, total), (fma_ok, total), misses, (wide_ok, wide))
 }
 
 #[test]
 fn revealed_one_thread_orders_reproduce_torch_bit_for_bit() {
-    let ((ok, n), (fma_ok, _), misses) = rates(1);
-    eprintln!("1 thread: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
+    let ((ok, n), (fma_ok, _), misses, (wide_ok, wide)) = rates(1);
+    eprintln!("1 thread: revealed {ok}/{n}, cpu-fma {fma_ok}/{n} ({wide_ok}/{wide} of 4+ rows x 16+ columns)");
     assert_eq!(ok, n, "{misses:?}");
-    // At one thread MKL's order on these shapes is the FMA chain cpu-fma computes.
-    assert_eq!(fma_ok, n);
+    // At one thread MKL's order on shapes of 4 or more rows and 16 or more columns is the FMA
+    // chain cpu-fma computes; its single-row and narrow-output kernels (the newer built-ins'
+    // shapes) are not, so there cpu-fma must miss some elements and the revealed orders are
+    // what makes the profile exact: the check can fail.
+    assert_eq!(wide_ok, wide);
+    assert!(wide > 0 && fma_ok < n, "cpu-fma matched all {n}");
 }
 
 #[test]
 fn revealed_two_thread_orders_reproduce_torch_bit_for_bit() {
-    let ((ok, n), (fma_ok, _), misses) = rates(2);
+    let ((ok, n), (fma_ok, _), misses, _) = rates(2);
     eprintln!("2 threads: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
     assert_eq!(ok, n, "{misses:?}");
     // Two threads change the bits of some elements, so the one-thread rule must miss some:
@@ -186,7 +199,7 @@ fn revealed_two_thread_orders_reproduce_torch_bit_for_bit() {
 #[test]
 fn revealed_four_and_eight_thread_orders_reproduce_torch_bit_for_bit() {
     for t in [4, 8] {
-        let ((ok, n), (fma_ok, _), misses) = rates(t);
+        let ((ok, n), (fma_ok, _), misses, _) = rates(t);
         eprintln!("{t} threads: revealed {ok}/{n}, cpu-fma {fma_ok}/{n}");
         assert_eq!(ok, n, "{t} threads: {misses:?}");
         assert!(fma_ok < n, "{t} threads: cpu-fma matched all {n}");
@@ -196,22 +209,19 @@ fn revealed_four_and_eight_thread_orders_reproduce_torch_bit_for_bit() {
 #[test]
 fn the_mkl_thread_modifiers_carry_the_revealed_files() {
     let r = ProfileRegistry::builtin().unwrap();
-    assert!(r
-        .resolve("cpu-fma+mkl-threads-1", "--profile")
-        .unwrap()
-        .orders
-        .is_none());
+    assert!(r.resolve("cpu-fma", "--profile").unwrap().orders.is_none());
     assert_eq!(
         r.resolve("cpu-fma", "--profile").unwrap(),
         {
             let mut p = r.resolve("cpu-fma+mkl-threads-1", "--profile").unwrap();
             p.name = "cpu-fma".into();
             p.description = r.resolve("cpu-fma", "--profile").unwrap().description;
+            p.orders = None;
             p
         },
-        "cpu-fma is one thread"
+        "cpu-fma is one thread, without the revealed orders of MKL's small kernels"
     );
-    for t in [2u32, 4, 8] {
+    for t in [1u32, 2, 4, 8] {
         let p = r
             .resolve(&format!("cpu-fma+mkl-threads-{t}"), "--profile")
             .unwrap();

@@ -53,11 +53,49 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
         o.dump.as_deref(),
     )?;
     emit(&outcome.text);
+    note_unrevealed();
     Ok(if o.fail_on_exceed && outcome.exceeded {
         EXIT_EXCEEDED
     } else {
         0
     })
+}
+
+/// On stderr: the matmul shapes a profile's revealed orders did not cover in this run (the
+/// profile's own kernel computed them, so they are not claimed bit-exact with the framework
+/// the orders came from), as `F.linear` dimensions `m x k x n` for `scripts/reveal_order.py`.
+fn note_unrevealed() {
+    use crate::fp::revealed::Role;
+    let shapes = crate::backend::unrevealed_shapes();
+    if shapes.is_empty() {
+        return;
+    }
+    let mut linear: Vec<(usize, usize, usize)> = shapes
+        .iter()
+        .map(|&(role, rows, red, cols)| match role {
+            Role::Forward => (rows, red, cols),
+            Role::ForwardBias => (rows, red - 1, cols),
+            Role::GradInput => (rows, cols, red),
+            Role::GradWeight => (red, cols, rows),
+        })
+        .collect();
+    linear.sort_unstable();
+    linear.dedup();
+    let listed: Vec<String> = shapes
+        .iter()
+        .map(|(role, rows, red, cols)| format!("{} {rows}x{cols} over {red}", role.name()))
+        .collect();
+    let dims: Vec<String> = linear
+        .iter()
+        .map(|(m, k, n)| format!("{m}x{k}x{n}"))
+        .collect();
+    eprintln!(
+        "note: the profile's revealed orders do not cover {} matmul shape(s), which its own \
+         kernel computed: {}; to reveal them: scripts/reveal_order.py --shapes {}",
+        shapes.len(),
+        listed.join(", "),
+        dims.join(",")
+    );
 }
 
 /// What `repro` found.
