@@ -532,11 +532,17 @@ impl Optimizer {
 /// How data-parallel ranks combine their gradients before the optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GradReduce {
-    /// DDP: every gradient divided by `dp`, then all-reduced (sum) in the profile's order.
+    /// DDP: gradients accumulated locally on each rank; after the last micro-step divided by
+    /// `dp`, then all-reduced (sum) in the profile's order.
     AllReduce,
-    /// ZeRO-2 / FSDP: gradients divided by `dp` and reduce-scattered: rank r ends with the
-    /// sum of shard r (flat, split by the shard rule), and the optimizer updates that shard.
+    /// ZeRO-2 / FSDP: after every micro-step, gradients predivided, reduce-scattered (rank c
+    /// ends with the sum of its shard c of every parameter, dim 0), postdivided and
+    /// accumulated into the gradient shard; the optimizer updates that shard.
     ReduceScatter,
+    /// ZeRO-2 / FSDP under `no_sync` (`grad_sync = "step"`): gradients accumulated locally
+    /// on each rank, then one reduce-scatter as [`GradReduce::ReduceScatter`]'s after the
+    /// last micro-step.
+    ReduceScatterAtStep,
 }
 
 /// DiLoCo's outer loop: `replicas` copies each take `inner_steps` steps of [`Train`], then

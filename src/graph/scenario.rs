@@ -583,7 +583,7 @@ fn validate_dp(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ),
                 ))
             }
-            CheckTensor::ParamGrad(_) if g.train.grad_reduce == GradReduce::ReduceScatter => {
+            CheckTensor::ParamGrad(_) if g.train.grad_reduce != GradReduce::AllReduce => {
                 return Err(err(
                     file,
                     key,

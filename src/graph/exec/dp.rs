@@ -20,7 +20,9 @@
 //!      gradient is divided by `dp` (one f32 division, DDP's `div_(world_size)`), and the
 //!      ranks' buffers are summed by [`Backend::all_reduce`] (the profile's algorithm and
 //!      wire) into the reduced gradient.
-//!    - `ReduceScatter` (ZeRO-2 / FSDP, synchronising after every micro-step): every rank's
+//!    - `ReduceScatter` (ZeRO-2 / FSDP, synchronising after every micro-step; with
+//!      `ReduceScatterAtStep`, `no_sync`, once after the last micro-step on the ranks'
+//!      locally accumulated gradients, first stored then `acc + g`): every rank's
 //!      gradients are divided by the predivide factor `f` ([`predivide`]), packed rank-major
 //!      as FSDP2 packs its reduce-scatter buffer (block c holds shard c of every parameter
 //!      in parameter order; shard c of a parameter is rows `c·⌈rows/dp⌉ ..` of its dim 0,
@@ -99,7 +101,9 @@ impl Plan {
         } else {
             B::R::ONE
         };
-        let scatter = g.train.grad_reduce == GradReduce::ReduceScatter;
+        // A reduce-scatter after every micro-step; otherwise local accumulation and one
+        // collective after the last.
+        let every_micro = g.train.grad_reduce == GradReduce::ReduceScatter;
         let np = g.params.len();
         bf.params.resize_with(np, Vec::new);
         bf.acc.resize_with(np, Vec::new);
@@ -215,19 +219,29 @@ impl Plan {
                         if !rb.pset[i] {
                             rb.pgrad[i].fill(B::R::ZERO);
                         }
-                        if !scatter {
+                        if !every_micro {
                             accumulate(&mut rb.acc[i], &rb.pgrad[i], m == 0);
                         }
                     }
                 }
                 // The collective.
-                if scatter {
-                    self.reduce_scatter(be, mutant, d);
-                    for i in (0..np).filter(|&i| self.storage[i] == i) {
-                        accumulate(&mut bf.acc[i], &d.red[i], m == 0);
+                match g.train.grad_reduce {
+                    GradReduce::ReduceScatter => {
+                        self.reduce_scatter(be, mutant, false, d);
+                        for i in (0..np).filter(|&i| self.storage[i] == i) {
+                            accumulate(&mut bf.acc[i], &d.red[i], m == 0);
+                        }
                     }
-                } else if last {
-                    self.all_reduce_grads(be, mutant, d, &mut bf.acc);
+                    GradReduce::ReduceScatterAtStep if last => {
+                        self.reduce_scatter(be, mutant, true, d);
+                        for i in (0..np).filter(|&i| self.storage[i] == i) {
+                            accumulate(&mut bf.acc[i], &d.red[i], true);
+                        }
+                    }
+                    GradReduce::AllReduce if last => {
+                        self.all_reduce_grads(be, mutant, d, &mut bf.acc);
+                    }
+                    _ => {}
                 }
                 for &c in &self.by_phase[1] {
                     let decl = &g.checks[c];
@@ -327,9 +341,16 @@ impl Plan {
         }
     }
 
-    /// ZeRO-2 / FSDP: this micro-step's gradients of every rank predivided, reduce-scattered
-    /// through FSDP2's packed buffer and postdivided into `d.red` (module doc).
-    fn reduce_scatter<B: Backend>(&self, be: &mut B, mutant: Option<Mutant>, d: &mut DpBufs<B::R>) {
+    /// ZeRO-2 / FSDP: every rank's gradients (this micro-step's, or with `local_acc` its
+    /// locally accumulated ones) predivided, reduce-scattered through FSDP2's packed buffer
+    /// and postdivided into `d.red` (module doc).
+    fn reduce_scatter<B: Backend>(
+        &self,
+        be: &mut B,
+        mutant: Option<Mutant>,
+        local_acc: bool,
+        d: &mut DpBufs<B::R>,
+    ) {
         let dp = d.ranks.len();
         let pre = predivide(dp);
         let post = dp as f64 / pre;
@@ -355,7 +376,7 @@ impl Plan {
             for i in (0..np).filter(stored) {
                 let (sr, inner) = layout(i);
                 for (e, o) in d.red[i].iter_mut().enumerate() {
-                    *o = d.ranks[e / inner / sr].pgrad[i][e];
+                    *o = local(&d.ranks[e / inner / sr], i, local_acc)[e];
                 }
             }
             return;
@@ -366,7 +387,7 @@ impl Plan {
             let mut off = 0;
             for i in (0..np).filter(stored) {
                 let (sr, inner) = layout(i);
-                for (e, &gr) in rb.pgrad[i].iter().enumerate() {
+                for (e, &gr) in local(rb, i, local_acc).iter().enumerate() {
                     let c = e / inner / sr;
                     let v = if pre > 1.0 { gr / pre_r } else { gr };
                     part[c * block + off + e - c * sr * inner] = v;
@@ -390,6 +411,15 @@ impl Plan {
             }
             off += sr * inner;
         }
+    }
+}
+
+/// A rank's gradient of parameter `i`: locally accumulated (`acc`) or this micro-step's.
+fn local<R>(rb: &Bufs<R>, i: usize, acc: bool) -> &[R] {
+    if acc {
+        &rb.acc[i]
+    } else {
+        &rb.pgrad[i]
     }
 }
 
