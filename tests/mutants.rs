@@ -289,6 +289,9 @@ fn run_dp(
 ///   0.16 (`fc2_weight`): one rank of four on parameters two SGD steps old changes the reduced
 ///   gradient by far less than torch's atol 1e-5 after the lr. This FSDP test cannot catch a
 ///   stale all-gather; asserted as measured so that a change of the model shows.
+///
+/// Over 40 seeds (`seedsweep sweep --scenario fsdp-zero2-grad-acc --mutants all --seeds 40`):
+/// missing-grad-reduce caught at 40/40 seeds, bf16-grad-reduce at 5/40, stale-params at 0/40.
 #[test]
 fn dp_mutants_change_the_sharded_result_and_are_caught() {
     let (scenario, param) = ("fsdp-zero2-grad-acc", "16-32-4-2");
