@@ -972,8 +972,8 @@ fn column_parallel_built_ins_measured_against_torch() {
 /// computations, 72 of 72 tensors, 864 of 864 elements with bits; asserted exactly. The
 /// fixture's no_sync computation (`sharded_sync_at_step`) differs from ours in half of its
 /// tensors (18 of 36 identical), and the file with `grad_sync = "step"` reproduces it bit for
-/// bit instead: the two orders of the data-parallel reduction are told apart, and each is
-/// the one torch computes.
+/// bit instead (36 of 36), as does the file at `zero_stage = 0` (DDP, see below): the two
+/// orders of the data-parallel reduction are told apart, and each is the one torch computes.
 #[test]
 fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     let s = graph_scenario("configs/fsdp_zero2_grad_acc.toml").unwrap();
@@ -1005,6 +1005,22 @@ fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     }
     let (n, same) = agg.others["sharded_sync_at_step"];
     assert!(n > 0 && same == n, "no_sync: {same}/{n} tensors identical");
+
+    // DDP (zero_stage = 0) on the same file computes the same bits as FSDP under no_sync:
+    // every rank's locally accumulated gradient divided by 4 and ring-all-reduced per
+    // parameter, against divided by 2, ring-reduce-scattered and divided by 2. Dividing by a
+    // power of two is exact here (no subnormals at these magnitudes), and a per-parameter
+    // ring chunk c is rank c's row block of every parameter (rows 16 and 32 split by 4), so
+    // each element is summed in the same order. The fixture's no_sync run thus checks the DDP
+    // path bit for bit.
+    let ddp = text.replace("zero_stage = 2 ", "zero_stage = 0 ");
+    assert_ne!(ddp, text);
+    let sf =
+        seedsweep::lang::file::parse_file("fsdp_ddp.toml", &ddp).unwrap_or_else(|e| panic!("{e}"));
+    let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
+    let agg = agreement("fsdp-zero2-grad-acc", &s);
+    let (n, same) = agg.others["sharded_sync_at_step"];
+    assert!(n > 0 && same == n, "DDP: {same}/{n} tensors identical");
 }
 
 /// What the data-parallel executor refuses, each naming the file and the key: tensor and
