@@ -88,7 +88,7 @@ pub struct Plan {
     /// output, and nothing else reads the input: no other layer, check, loss or input draw).
     pub in_place: Vec<bool>,
     /// With `dp > 1`: one plan per data-parallel rank, on the rank's block of the batch
-    /// (the sharded computation runs them; [`dp`]). Empty otherwise.
+    /// (the sharded computation runs them: the `dp` module of this file). Empty otherwise.
     pub ranks: Vec<Plan>,
 }
 
@@ -118,8 +118,8 @@ pub struct Bufs<R> {
     opt: Vec<OptState<R>>,
     drift_opt: OptState<R>,
     opt_scratch: Vec<R>,
-    /// Data parallelism ([`dp`]): every rank's own buffers (its parameter copy, activations,
-    /// gradients), and the staging of the gradient collective.
+    /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
+    /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
 }
 
