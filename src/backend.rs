@@ -108,6 +108,13 @@ pub trait Backend {
     /// collective does. Every rank holds the same result, so one copy is returned. With one
     /// rank there is no collective and `out` is a plain copy.
     fn all_reduce(&mut self, parts: &[Self::R], n_ranks: usize, out: &mut [Self::R]);
+    /// [`Backend::all_reduce`] on a bf16 wire (the bf16-grad-reduce mutant): the profile's
+    /// order with every input and partial sum rounded to bf16
+    /// ([`crate::fp::allreduce::Wire::Bf16`]). A backend without a wire type (float64, which
+    /// never runs a mutant) sums as [`Backend::all_reduce`] does.
+    fn all_reduce_bf16(&mut self, parts: &[Self::R], n_ranks: usize, out: &mut [Self::R]) {
+        self.all_reduce(parts, n_ranks, out);
+    }
     /// Mean cross-entropy and its gradient ([`crate::model::layers::cross_entropy`]): the
     /// scalar type's kernel by default.
     fn cross_entropy(
@@ -401,5 +408,8 @@ impl Backend for F32Backend<'_> {
         } else {
             all_reduce_sum(self.algo, self.wire, parts, n_ranks, out);
         }
+    }
+    fn all_reduce_bf16(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
+        all_reduce_sum(self.algo, Wire::Bf16, parts, n_ranks, out);
     }
 }

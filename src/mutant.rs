@@ -2,7 +2,7 @@
 //! still catches the bugs its test exists for. A mutant replaces the sharded computation of a
 //! seed-run; the reference and float64 computations stay clean.
 
-/// A bug a tensor-parallel or DiLoCo test should catch.
+/// A bug a tensor-parallel, data-parallel or DiLoCo test should catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mutant {
     /// Row-parallel: every rank after the first multiplies its input slice with weight
@@ -31,11 +31,22 @@ pub enum Mutant {
     NoNesterov,
     /// DiLoCo: replicas are not reset to the new outer parameters after a sync.
     StaleOuterParams,
+    /// Data parallelism: no gradient all-reduce / reduce-scatter; every rank keeps its own
+    /// local gradient, undivided (DDP: rank 0's is observed; ZeRO-2 / FSDP: shard c is
+    /// updated from rank c's own gradient rows).
+    MissingGradReduce,
+    /// Data parallelism: the gradient collective runs on a bf16 wire (inputs and every
+    /// partial sum rounded to bf16, [`crate::fp::allreduce::Wire::Bf16`]), a precision
+    /// regression such as FSDP's `reduce_dtype=torch.bfloat16`.
+    Bf16GradReduce,
+    /// Data parallelism: the last rank skips the parameter all-gather after every optimizer
+    /// step, so all its later forwards and backwards run on the initial parameters.
+    StaleParams,
 }
 
 impl Mutant {
     /// Every mutant, in output order.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 14] = [
         Self::WrongShardOffset,
         Self::MissingAllreduce,
         Self::DroppedHeadGrad,
@@ -47,6 +58,9 @@ impl Mutant {
         Self::PseudoGradSign,
         Self::NoNesterov,
         Self::StaleOuterParams,
+        Self::MissingGradReduce,
+        Self::Bf16GradReduce,
+        Self::StaleParams,
     ];
 
     /// The name used on the command line and in CSV files.
@@ -63,6 +77,9 @@ impl Mutant {
             Self::PseudoGradSign => "pseudo-grad-sign",
             Self::NoNesterov => "no-nesterov",
             Self::StaleOuterParams => "stale-outer-params",
+            Self::MissingGradReduce => "missing-grad-reduce",
+            Self::Bf16GradReduce => "bf16-grad-reduce",
+            Self::StaleParams => "stale-params",
         }
     }
 
@@ -72,9 +89,9 @@ impl Mutant {
     }
 
     /// Whether the mutant changes structure (moves values by far more than rounding) rather
-    /// than precision. `bf16-allreduce` is the one precision mutant.
+    /// than precision. `bf16-allreduce` and `bf16-grad-reduce` are the precision mutants.
     pub fn structural(self) -> bool {
-        self != Self::Bf16Allreduce
+        !matches!(self, Self::Bf16Allreduce | Self::Bf16GradReduce)
     }
 }
 

@@ -59,14 +59,18 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     // maxtext-diloco (T3) and diloco: 1 param x 2 profiles (f32, tpu-bf16) x 4 checks (loss,
     // outer_unchanged, outer_params, inner_equals_outer) x 3 comparisons x 3 policies each.
     let diloco_rows = 2 * 4 * 3 * 3;
+    // deepspeed-tp-column-parallel: 4 params x 3 checks x 3 comparisons x 2 policies
+    // (deepspeed, torch-default); megatron-tp-mlp: 2 params x 10 checks x 3 x 1;
+    // fsdp-zero2-grad-acc: 1 param x 4 checks x 3 x 1.
+    let new_rows = 4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3;
     assert_eq!(
         summary.lines().count() - 1,
-        deepspeed_rows + 2 * diloco_rows
+        deepspeed_rows + new_rows + 2 * diloco_rows
     );
     // Per seed, except T3: its data are fixed, so it runs once whatever --seeds says.
     assert_eq!(
         seeds.lines().count() - 1,
-        3 * deepspeed_rows + diloco_rows + 3 * diloco_rows
+        3 * (deepspeed_rows + new_rows) + diloco_rows + 3 * diloco_rows
     );
 }
 

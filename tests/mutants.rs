@@ -241,3 +241,90 @@ fn diloco_mutants_trip_their_checks() {
         assert!(usage(&checks, 2, &out, "inner_equals_outer", 1).is_infinite());
     }
 }
+
+/// One seed of `scenario`/`param` at `cpu-fma` under `policies`, clean or with `mutant`:
+/// (check names, usages as [`unit`] writes them, the sharded trace's values).
+fn run_dp(
+    scenario: &str,
+    param: &str,
+    mutant: Option<&str>,
+    policies: &[&str],
+) -> (Vec<String>, Vec<SeedCheck>, Vec<f64>) {
+    let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            scenarios: Some(vec![scenario.into()]),
+            params: Some(vec![param.into()]),
+            profiles: Some(vec!["cpu-fma".into()]),
+            policies: Some(policies.iter().map(|p| p.to_string()).collect()),
+            mutants: mutant.map(|m| vec![m.to_string()]),
+        })
+        .unwrap();
+    let g = groups
+        .iter()
+        .find(|g| g.mutant.map(|m| m.name()) == mutant)
+        .expect("the selected group");
+    let s = &catalog.scenarios[g.scenario];
+    let mut ws = Workspace::default();
+    let mut out = Vec::new();
+    unit(&catalog, g, 8173, &mut ws, &mut out);
+    let checks = s
+        .checks(g.param)
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    (checks, out, ws.traces.sharded.values.clone())
+}
+
+/// Data parallelism (`fsdp-zero2-grad-acc`, DP 4, 2 micro-steps, 3 steps, seed 8173,
+/// `cpu-fma`, torch's default tolerance): each DP mutant changes the sharded parameters
+/// (bit patterns compared with the clean run's), and the clean run passes. Measured usages:
+/// - missing-grad-reduce (every shard stepped with its own rank's undivided gradient): 245 to
+///   360 % ×100 in every check, caught everywhere;
+/// - bf16-grad-reduce (the reduce-scatter on a bf16 wire): caught by `fc2_bias` only (usage
+///   1.53; the weights stay at 0.78–0.79, `fc1_bias` at 0.42): at lr 0.01 a gradient error of
+///   2^-9 relative moves a parameter by about 1e-7, and the biases' few large gradients show it
+///   first;
+/// - stale-params (rank 3 runs steps 1 and 2 on the initial parameters): missed, usage at most
+///   0.16 (`fc2_weight`): one rank of four on parameters two SGD steps old changes the reduced
+///   gradient by far less than torch's atol 1e-5 after the lr. This FSDP test cannot catch a
+///   stale all-gather; asserted as measured so that a change of the model shows.
+///
+/// Over 40 seeds (`seedsweep sweep --scenario fsdp-zero2-grad-acc --mutants all --seeds 40`):
+/// missing-grad-reduce caught at 40/40 seeds, bf16-grad-reduce at 5/40, stale-params at 0/40.
+#[test]
+fn dp_mutants_change_the_sharded_result_and_are_caught() {
+    let (scenario, param) = ("fsdp-zero2-grad-acc", "16-32-4-2");
+    let policies = ["torch-default"];
+    let (checks, clean, clean_values) = run_dp(scenario, param, None, &policies);
+    for c in &checks {
+        let u = usage(&checks, 1, &clean, c, 0);
+        assert!(u <= 1.0, "clean {c}: usage {u}");
+    }
+    let mut usages = Vec::new();
+    for m in ["missing-grad-reduce", "bf16-grad-reduce", "stale-params"] {
+        let (_, out, values) = run_dp(scenario, param, Some(m), &policies);
+        assert_eq!(values.len(), clean_values.len());
+        let changed = values
+            .iter()
+            .zip(&clean_values)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        eprintln!("{m}: {changed} of {} sharded values changed", values.len());
+        assert!(changed > 0, "{m} does not change the sharded result");
+        let u: Vec<f64> = checks
+            .iter()
+            .map(|c| usage(&checks, 1, &out, c, 0))
+            .collect();
+        eprintln!("{m}: usages {checks:?} = {u:?}");
+        usages.push(u);
+    }
+    assert!(
+        usages[0].iter().all(|&u| u > 1.0),
+        "missing: {:?}",
+        usages[0]
+    );
+    let bias2 = checks.iter().position(|c| c == "fc2_bias").unwrap();
+    assert!(usages[1][bias2] > 1.0, "bf16: {:?}", usages[1]);
+    assert!(usages[2].iter().all(|&u| u < 1.0), "stale: {:?}", usages[2]);
+}

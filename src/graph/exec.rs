@@ -34,6 +34,8 @@ use crate::real::Real;
 use crate::scenario::CheckSpec;
 use crate::trace::{SlotRole, Trace};
 
+mod dp;
+
 /// When in a micro-step a check records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -85,6 +87,9 @@ pub struct Plan {
     /// Per layer: an activation that may overwrite its input (its backward needs only its
     /// output, and nothing else reads the input: no other layer, check, loss or input draw).
     pub in_place: Vec<bool>,
+    /// With `dp > 1`: one plan per data-parallel rank, on the rank's block of the batch
+    /// (the sharded computation runs them: the `dp` module of this file). Empty otherwise.
+    pub ranks: Vec<Plan>,
 }
 
 /// Model state and activations of one computation.
@@ -113,6 +118,9 @@ pub struct Bufs<R> {
     opt: Vec<OptState<R>>,
     drift_opt: OptState<R>,
     opt_scratch: Vec<R>,
+    /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
+    /// activations, gradients), and the staging of the gradient collective.
+    dp: dp::DpBufs<R>,
 }
 
 /// One optimizer step of `p` with gradient `g`: plain SGD through the fused update of
@@ -208,6 +216,9 @@ impl Plan {
     ) where
         B::R: ActReal,
     {
+        if sharded && !self.ranks.is_empty() {
+            return self.compute_dp(be, init, mutant, bf, trace);
+        }
         let g = &self.graph;
         let shards = if sharded { &self.sharded } else { &self.whole };
         let faults = TpFaults::of(mutant);

@@ -29,7 +29,9 @@
 //!    order (a tied weight: head part, then embedding part); across micro-steps they are
 //!    accumulated as torch does (first stored as is, then `acc + g`).
 //! 4. **Step.** After the last micro-step, the gradient reduction over data-parallel ranks
-//!    ([`GradReduce`]), then the optimizer on every parameter.
+//!    ([`GradReduce`]; a reduce-scatter runs after every micro-step instead), then the
+//!    optimizer on every parameter. The data-parallel order is in
+//!    [`crate::graph::exec`]'s `dp` module doc.
 //! 5. **Checks.** Recorded into the trace in three phases per micro-step, each in check-table
 //!    order: after the loss (activations, the loss), after the backward pass and accumulation
 //!    (gradients), and after the optimizer step (parameters, self-consistency checks). A check
@@ -530,11 +532,17 @@ impl Optimizer {
 /// How data-parallel ranks combine their gradients before the optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GradReduce {
-    /// DDP: every gradient divided by `dp`, then all-reduced (sum) in the profile's order.
+    /// DDP: gradients accumulated locally on each rank; after the last micro-step divided by
+    /// `dp`, then all-reduced (sum) in the profile's order.
     AllReduce,
-    /// ZeRO-2 / FSDP: gradients divided by `dp` and reduce-scattered: rank r ends with the
-    /// sum of shard r (flat, split by the shard rule), and the optimizer updates that shard.
+    /// ZeRO-2 / FSDP: after every micro-step, gradients predivided, reduce-scattered (rank c
+    /// ends with the sum of its shard c of every parameter, dim 0), postdivided and
+    /// accumulated into the gradient shard; the optimizer updates that shard.
     ReduceScatter,
+    /// ZeRO-2 / FSDP under `no_sync` (`grad_sync = "step"`): gradients accumulated locally
+    /// on each rank, then one reduce-scatter as [`GradReduce::ReduceScatter`]'s after the
+    /// last micro-step.
+    ReduceScatterAtStep,
 }
 
 /// DiLoCo's outer loop: `replicas` copies each take `inner_steps` steps of [`Train`], then
@@ -719,8 +727,11 @@ impl ResolvedGraph {
     /// (its weight-gradient contribution dropped), missing-input-grad-gather and
     /// bf16-allreduce; a column-parallel linear admits missing-allreduce and bf16-allreduce
     /// (on its input-gradient all-reduce); a weight tied across an embedding and a linear
-    /// admits dropped-embedding-grad and tied-weights-drift; an outer loop admits
-    /// no-replica-mean, pseudo-grad-sign, no-nesterov and stale-outer-params.
+    /// admits dropped-embedding-grad and tied-weights-drift (the latter not with dp > 1); an
+    /// outer loop admits no-replica-mean, pseudo-grad-sign, no-nesterov and
+    /// stale-outer-params; data parallelism (dp > 1, no outer loop) admits
+    /// missing-grad-reduce and bf16-grad-reduce, and stale-params when there is a second
+    /// step to read the stale parameters.
     pub fn mutants(&self) -> Vec<Mutant> {
         let row = self.parallel.tp > 1
             && self.layers.iter().any(|l| {
@@ -743,6 +754,7 @@ impl ResolvedGraph {
                 )
             });
         let tied = self.tied_embedding_head().is_some();
+        let dp = self.parallel.dp > 1 && self.train.outer.is_none();
         Mutant::ALL
             .into_iter()
             .filter(|m| match m {
@@ -750,11 +762,16 @@ impl ResolvedGraph {
                 | Mutant::DroppedHeadGrad
                 | Mutant::MissingInputGradGather => row,
                 Mutant::MissingAllreduce | Mutant::Bf16Allreduce => row || column,
-                Mutant::DroppedEmbeddingGrad | Mutant::TiedWeightsDrift => tied,
+                Mutant::DroppedEmbeddingGrad => tied,
+                // The data-parallel executor keeps one storage per tied weight.
+                Mutant::TiedWeightsDrift => tied && !dp,
                 Mutant::NoReplicaMean
                 | Mutant::PseudoGradSign
                 | Mutant::NoNesterov
                 | Mutant::StaleOuterParams => self.train.outer.is_some(),
+                Mutant::MissingGradReduce | Mutant::Bf16GradReduce => dp,
+                // Stale parameters are first read by the second step's forward.
+                Mutant::StaleParams => dp && self.train.steps > 1,
             })
             .collect()
     }

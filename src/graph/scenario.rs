@@ -9,10 +9,10 @@ use crate::config::{resolve_policies, CommonConfig, Policy};
 use crate::error::InputError;
 use crate::evaluate::Comparison;
 use crate::graph::exec::{phase, Bufs, Phase, Plan};
-use crate::graph::init::{draw_inputs, draw_params};
+use crate::graph::init::{draw_inputs, draw_params, InputValue};
 use crate::graph::ir::{
-    Activation, CheckTensor, DrawKind, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
-    ResolvedGraph,
+    Activation, At, CheckTensor, DrawKind, EmbeddingParallel, GradReduce, LinearParallel, LossKind,
+    Op, Optimizer, ResolvedGraph,
 };
 use crate::mutant::Mutant;
 use crate::profile::Profile;
@@ -181,12 +181,8 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     let id = &g.id;
     let at = |what: String| format!("params[{id}].{what}");
     let numel = |shape: &[usize]| shape.iter().product::<usize>();
-    if g.parallel.dp != 1 {
-        return Err(err(
-            file,
-            at("parallel.dp".into()),
-            "data parallelism is not supported by the executor yet; allowed: 1",
-        ));
+    if g.parallel.dp > 1 {
+        validate_dp(file, g)?;
     }
     if g.train.outer.is_some() {
         return Err(err(
@@ -511,13 +507,169 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     Ok(())
 }
 
+/// The global batch (the leading dimension every input and activation shares) of a graph
+/// with `dp > 1`, with the rank's contiguous block of it (by the shard rule).
+fn dp_rows(g: &ResolvedGraph) -> Option<(usize, Vec<std::ops::Range<usize>>)> {
+    let batch = *g.inputs.draws.first()?.shape.first()?;
+    let ranges = g.parallel.shard_rule.ranges(batch, g.parallel.dp)?;
+    ranges
+        .iter()
+        .all(|r| !r.is_empty())
+        .then_some((batch, ranges))
+}
+
+/// What the data-parallel executor ([`crate::graph::exec`]'s `dp` module) relies on.
+fn validate_dp(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
+    let id = &g.id;
+    let at = |what: String| format!("params[{id}].{what}");
+    let dp = g.parallel.dp;
+    if g.parallel.tp > 1 {
+        return Err(err(
+            file,
+            at("parallel".into()),
+            format!(
+                "tp = {} with dp = {dp}: tensor and data parallelism together are not \
+                 supported by the executor yet; allowed: tp = 1 or dp = 1",
+                g.parallel.tp
+            ),
+        ));
+    }
+    let Some((batch, _)) = dp_rows(g) else {
+        return Err(err(
+            file,
+            at("parallel.dp".into()),
+            format!(
+                "the global batch (the first input's leading dimension) does not split into \
+                 {dp} non-empty rank blocks under the shard rule"
+            ),
+        ));
+    };
+    for (i, d) in g.inputs.draws.iter().enumerate() {
+        if d.shape.first() != Some(&batch) {
+            return Err(err(
+                file,
+                at(format!("inputs[{i}].shape")),
+                format!(
+                    "with dp = {dp} every input's leading dimension is the global batch \
+                     ({batch}); this one is {:?}",
+                    d.shape
+                ),
+            ));
+        }
+    }
+    for t in &g.tensors {
+        if t.shape.len() < 2 || t.shape[0] != batch {
+            return Err(err(
+                file,
+                at("layers".into()),
+                format!(
+                    "with dp = {dp} every activation must be [batch ({batch}), ...] with at \
+                     least two dimensions; `{}` is {:?}",
+                    t.name, t.shape
+                ),
+            ));
+        }
+    }
+    for (ci, c) in g.checks.iter().enumerate() {
+        let key = at(format!("checks[{ci}]"));
+        match c.tensor {
+            CheckTensor::Grad(_) => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "with dp = {dp} a rank's activation gradient is of its own loss, not \
+                         the global one; check activations, the loss or parameters"
+                    ),
+                ))
+            }
+            CheckTensor::ParamGrad(_) if g.train.grad_reduce != GradReduce::AllReduce => {
+                return Err(err(
+                    file,
+                    key,
+                    "under a reduce-scatter no rank holds a parameter's full gradient",
+                ))
+            }
+            CheckTensor::ParamGrad(_) if c.at == At::MicroStep && g.train.micro_steps > 1 => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "with dp = {dp} the gradient is all-reduced once per step; at = \
+                         \"micro-step\" is not allowed, allowed: \"step\""
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The graph one data-parallel rank runs: every input and activation cut to the rank's
+/// `rows` of the global batch (the leading dimension).
+fn rank_graph(g: &ResolvedGraph, rows: usize) -> ResolvedGraph {
+    let mut r = g.clone();
+    for d in &mut r.inputs.draws {
+        d.shape[0] = rows;
+    }
+    for t in &mut r.tensors {
+        t.shape[0] = rows;
+    }
+    r.parallel.dp = 1;
+    r
+}
+
+/// Rank `rows`' block of every micro-step's inputs (the leading dimension of each draw).
+fn rank_inputs(
+    g: &ResolvedGraph,
+    inputs: &[Vec<InputValue>],
+    rows: &std::ops::Range<usize>,
+) -> Vec<Vec<InputValue>> {
+    inputs
+        .iter()
+        .map(|step| {
+            step.iter()
+                .zip(&g.inputs.draws)
+                .map(|(v, d)| {
+                    let inner: usize = d.shape[1..].iter().product();
+                    let span = rows.start * inner..rows.end * inner;
+                    InputValue {
+                        f: v.f
+                            .get(span.clone())
+                            .map(<[f32]>::to_vec)
+                            .unwrap_or_default(),
+                        i: v.i.get(span).map(<[i64]>::to_vec).unwrap_or_default(),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// A single shard covering `r`.
 fn one(r: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
     std::iter::once(r).collect()
 }
 
-/// Prepares a validated graph.
+/// Prepares a validated graph: its inputs drawn, and with `dp > 1` one plan per rank on
+/// the rank's block of them.
 fn plan(g: ResolvedGraph) -> Plan {
+    let inputs = draw_inputs(&g);
+    let ranks = match dp_rows(&g) {
+        Some((_, blocks)) if g.parallel.dp > 1 => blocks
+            .iter()
+            .map(|b| plan_with(rank_graph(&g, b.len()), rank_inputs(&g, &inputs, b)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut p = plan_with(g, inputs);
+    p.ranks = ranks;
+    p
+}
+
+/// Prepares a validated graph with its inputs.
+fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
     let storage: Vec<usize> = (0..g.params.len())
         .map(|i| g.params[i].tie.map_or(i, |t| t.0))
         .collect();
@@ -623,7 +775,6 @@ fn plan(g: ResolvedGraph) -> Plan {
             _ => false,
         })
         .collect();
-    let inputs = draw_inputs(&g);
     let lr = g.train.optimizer.lr() as f32;
     Plan {
         graph: g,
@@ -639,6 +790,7 @@ fn plan(g: ResolvedGraph) -> Plan {
         tied_table,
         lr,
         in_place,
+        ranks: Vec::new(),
     }
 }
 

@@ -357,7 +357,11 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         optimizer: optimizer(&s.train.optimizer),
         // ZeRO 2/3 reduce-scatter the gradients over dp; at dp = 1 nothing is reduced.
         grad_reduce: if s.parallel.zero_stage >= 2 && s.parallel.dp > 1 {
-            ir::GradReduce::ReduceScatter
+            if s.parallel.sync_at_step {
+                ir::GradReduce::ReduceScatterAtStep
+            } else {
+                ir::GradReduce::ReduceScatter
+            }
         } else {
             ir::GradReduce::AllReduce
         },

@@ -30,6 +30,10 @@ pub struct Parallel {
     pub grain: usize,
     /// ZeRO stage.
     pub zero_stage: u8,
+    /// `grad_sync = "step"`: a reduce-scatter (zero_stage >= 2) waits for the last
+    /// micro-step, the ranks accumulating locally (`no_sync`); `"micro-step"` (the default
+    /// there): one after every micro-step. An all-reduce always runs at the step.
+    pub sync_at_step: bool,
 }
 
 /// `[data]`.
@@ -545,7 +549,14 @@ fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
     let o = doc
         .opt_table(
             "parallel",
-            &["tp", "dp", "shard_rule", "tp_grain", "zero_stage"],
+            &[
+                "tp",
+                "dp",
+                "shard_rule",
+                "tp_grain",
+                "zero_stage",
+                "grad_sync",
+            ],
         )?
         .unwrap_or(Obj {
             ctx: doc.ctx,
@@ -562,12 +573,22 @@ fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
             "is DeepSpeed's tp_grain_size and not allowed with shard_rule = \"megatron\"; allowed: leave it out, or shard_rule = \"deepspeed\"",
         ));
     }
+    let zero_stage = o.int("zero_stage", 0, 3, 0)? as u8;
+    let sync = o.choice("grad_sync", &["micro-step", "step"], "micro-step")?;
+    if zero_stage < 2 && sync == "micro-step" && o.has("grad_sync") {
+        return Err(o.err(
+            "grad_sync",
+            "an all-reduce (zero_stage 0 or 1) runs once per step, after local accumulation; \
+             allowed: \"step\", or zero_stage = 2 or 3",
+        ));
+    }
     Ok(Parallel {
         tp: o.int("tp", 1, 64, 1)? as usize,
         dp: o.int("dp", 1, 64, 1)? as usize,
         rule,
         grain: o.int("tp_grain", 1, MAX_SIZE as i64, 1)? as usize,
-        zero_stage: o.int("zero_stage", 0, 3, 0)? as u8,
+        zero_stage,
+        sync_at_step: sync == "step",
     })
 }
 
