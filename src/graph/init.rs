@@ -106,8 +106,8 @@ pub fn draw_params(
         match p.init {
             ParamInit::Zeros => buf.fill(0.0),
             ParamInit::Ones => buf.fill(1.0),
-            // Only the outer-loop engine runs graphs with fixed values (`OuterData::Fixed`),
-            // and it reads them from there; there is nothing to draw.
+            // Only outer-loop graphs have fixed values (`OuterData::Fixed`), and the outer loop
+            // reads them from there; there is nothing to draw.
             ParamInit::Fixed => {}
             ParamInit::Draw(rule) => match torch.as_deref_mut() {
                 Some(t) => match rule {

@@ -364,7 +364,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         } else {
             ir::GradReduce::AllReduce
         },
-        // A file with [train.outer] is read by `lang::outer` (the outer-loop engine's surface);
+        // A file with [train.outer] is read by `lang::outer` (the outer loop's own reader);
         // this generic lowering only describes its inner graph.
         outer: None,
     };
