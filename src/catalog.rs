@@ -22,7 +22,7 @@ enum Source {
 impl Source {
     fn parse(file: &str, text: &str) -> Result<Self, InputError> {
         // A file with a DiLoCo outer loop is read by `lang::outer` into a common config that
-        // `scenario::build` hands to the outer-loop engine.
+        // `scenario::build` lowers into a graph for the executor's outer loop.
         Ok(if crate::lang::outer::is_outer_file(text) {
             Self::Legacy(Box::new(crate::lang::outer::parse_common(file, text)?))
         } else if crate::lang::is_scenario_file(text) {

@@ -107,6 +107,20 @@ fn check_prints_the_resolved_tied_head() {
     insta::assert_snapshot!(check_text(&file).unwrap());
 }
 
+#[test]
+fn check_describes_the_outer_loop_files() {
+    // `seedsweep check` on the two DiLoCo files: replicas, sync period, the all-reduces with
+    // their ranks and wire dtype, the outer optimizer, the checks and the mutants.
+    for (name, path) in [
+        ("check_maxtext_diloco", "configs/maxtext_diloco.toml"),
+        ("check_diloco", "configs/diloco.toml"),
+    ] {
+        let text = seedsweep::lang::check::check_path(std::path::Path::new(path))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        insta::assert_snapshot!(name, text);
+    }
+}
+
 #[path = "common/legacy_graphs.rs"]
 mod legacy_graphs;
 

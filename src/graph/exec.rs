@@ -12,7 +12,7 @@ use crate::check::StepLabel;
 use crate::graph::init::InputValue;
 use crate::graph::ir::{
     Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
-    ResolvedGraph, TensorId,
+    ResolvedGraph, TensorId, WeightLayout,
 };
 use crate::model::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
@@ -20,8 +20,8 @@ use crate::model::activations::{
 };
 use crate::model::condition::record_condition;
 use crate::model::layers::{
-    accumulate, add_row_bias, column_sums, embedding_backward, embedding_lookup, linear, sgd,
-    sgd_unfused, tanh_backward,
+    accumulate, add_row_bias, column_sums, column_sums_generic, embedding_backward,
+    embedding_lookup, linear, sgd, sgd_unfused, tanh_backward, tanh_inplace,
 };
 use crate::model::loss;
 use crate::model::optim::{adam_step, sgd_step, OptState};
@@ -29,7 +29,9 @@ use crate::model::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
 };
+use crate::model::xla;
 use crate::mutant::{Mutant, TpFaults};
+use crate::profile::XlaMode;
 use crate::real::Real;
 use crate::scenario::CheckSpec;
 use crate::trace::{SlotRole, Trace};
@@ -90,6 +92,9 @@ pub struct Plan {
     /// With `dp > 1`: one plan per data-parallel rank, on the rank's block of the batch
     /// (the sharded computation runs them: the `dp` module of this file). Empty otherwise.
     pub ranks: Vec<Plan>,
+    /// A graph with an outer loop: what the outer-loop wrapper needs
+    /// ([`crate::graph::outer_loop`]).
+    pub(crate) outer: Option<crate::graph::outer_loop::OuterPlan>,
 }
 
 /// Model state and activations of one computation.
@@ -121,6 +126,30 @@ pub struct Bufs<R> {
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
     /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
+}
+
+/// What every micro-step of one computation shares ([`Plan::step_ctx`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepCtx<'a, R> {
+    shards: &'a [Vec<Range<usize>>],
+    faults: TpFaults,
+    mutant: Option<Mutant>,
+    drift: bool,
+    condition: bool,
+    lr: R,
+    scale: R,
+    xla: Option<XlaMode>,
+}
+
+impl<R> Bufs<R> {
+    /// The parameters (indexed by parameter; a tied one's entry is empty).
+    pub(crate) fn params(&self) -> &[Vec<R>] {
+        &self.params
+    }
+    /// The parameters, writable (the outer loop resets its replicas through it).
+    pub(crate) fn params_mut(&mut self) -> &mut [Vec<R>] {
+        &mut self.params
+    }
 }
 
 /// One optimizer step of `p` with gradient `g`: plain SGD through the fused update of
@@ -219,17 +248,54 @@ impl Plan {
         if sharded && !self.ranks.is_empty() {
             return self.compute_dp(be, init, mutant, bf, trace);
         }
+        let cx = self.step_ctx(sharded, mutant, condition, None);
+        self.load_state(&cx, init, bf);
+        let micro_steps = self.graph.train.micro_steps;
+        for s in 0..self.graph.train.steps {
+            for m in 0..micro_steps {
+                let inputs = &self.inputs[s * micro_steps + m];
+                self.micro_step(be, &cx, s, m, inputs, bf, trace);
+            }
+        }
+    }
+
+    /// What every micro-step of one computation shares. `xla` runs the elementwise kernels
+    /// and the optimizer as a JAX program in that mode ([`crate::model::xla`]) instead of
+    /// torch's.
+    pub(crate) fn step_ctx<R: Real>(
+        &self,
+        sharded: bool,
+        mutant: Option<Mutant>,
+        condition: bool,
+        xla: Option<XlaMode>,
+    ) -> StepCtx<'_, R> {
         let g = &self.graph;
-        let shards = if sharded { &self.sharded } else { &self.whole };
-        let faults = TpFaults::of(mutant);
-        let drift = mutant == Some(Mutant::TiedWeightsDrift) && self.tied_table.is_some();
-        let lr = B::R::from_f32(self.lr);
         let micro_steps = g.train.micro_steps;
-        let scale = if g.loss.divide_by_micro_steps {
-            B::R::ONE / B::R::from_f64(micro_steps as f64)
-        } else {
-            B::R::ONE
-        };
+        StepCtx {
+            shards: if sharded { &self.sharded } else { &self.whole },
+            faults: TpFaults::of(mutant),
+            mutant,
+            drift: mutant == Some(Mutant::TiedWeightsDrift) && self.tied_table.is_some(),
+            condition,
+            lr: R::from_f32(self.lr),
+            scale: if g.loss.divide_by_micro_steps {
+                R::ONE / R::from_f64(micro_steps as f64)
+            } else {
+                R::ONE
+            },
+            xla,
+        }
+    }
+
+    /// Sizes `bf` for this graph, loads the initial parameters `init` (indexed by
+    /// parameter) and forgets the optimizer state.
+    pub(crate) fn load_state<R: Real>(
+        &self,
+        cx: &StepCtx<'_, R>,
+        init: &[Vec<f32>],
+        bf: &mut Bufs<R>,
+    ) {
+        let g = &self.graph;
         let np = g.params.len();
         bf.params.resize_with(np, Vec::new);
         bf.pgrad.resize_with(np, Vec::new);
@@ -252,7 +318,7 @@ impl Plan {
             let n = bf.params[i].len();
             sized(&mut bf.old[i], n);
         }
-        if drift {
+        if cx.drift {
             let t = self.tied_table.unwrap_or(0);
             let n = bf.params[t].len();
             bf.drift[0].clear();
@@ -270,139 +336,176 @@ impl Plan {
                 sized(&mut bf.dacts[t], self.numel[t]);
             }
         }
-        for s in 0..g.train.steps {
-            for m in 0..micro_steps {
-                let inputs = &self.inputs[s * micro_steps + m];
-                let last = m + 1 == micro_steps;
-                for (d, v) in g.inputs.draws.iter().zip(inputs) {
-                    if let Some(t) = d.tensor {
-                        load(&mut bf.acts[t.0], &v.f);
-                    }
-                }
-                // Forward.
-                for (li, layer) in g.layers.iter().enumerate() {
-                    self.forward(be, li, &layer.op, &shards[li], faults, drift, inputs, bf);
-                }
-                let loss = self.loss(be, inputs, scale, bf);
-                for &c in &self.by_phase[0] {
-                    let decl = &g.checks[c];
-                    if decl.at == At::Step && !last {
-                        continue;
-                    }
-                    let label = self.label(c, s, m);
-                    match decl.tensor {
-                        CheckTensor::Loss => trace.record(c, label, &[loss]),
-                        CheckTensor::Activation(t) => {
-                            trace.record(c, label, &bf.acts[t.0]);
-                            if condition && decl.reduction.is_some() {
-                                self.condition(be, t, c, label, bf, trace);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                // Backward.
-                bf.dset.iter_mut().for_each(|d| *d = false);
-                bf.pset.iter_mut().for_each(|d| *d = false);
-                bf.dset[g.loss.input.0] = true;
-                for (li, layer) in g.layers.iter().enumerate().rev() {
-                    self.backward(
-                        be,
-                        &layer.op,
-                        &shards[li],
-                        faults,
-                        mutant,
-                        drift,
-                        inputs,
-                        bf,
-                    );
-                }
-                for i in 0..np {
-                    if self.storage[i] != i {
-                        continue;
-                    }
-                    if !bf.pset[i] {
-                        bf.pgrad[i].fill(B::R::ZERO);
-                    }
-                    if m == 0 {
-                        // The first micro-step's gradient is stored as is: take the buffer
-                        // instead of copying it (every contribution rewrites its target
-                        // whole, so the swapped-out buffer needs no clearing).
-                        std::mem::swap(&mut bf.acc[i], &mut bf.pgrad[i]);
-                    } else {
-                        accumulate(&mut bf.acc[i], &bf.pgrad[i], false);
-                    }
-                }
-                if drift {
-                    let [_, g1, g2] = &mut bf.drift;
-                    accumulate(g2, g1, m == 0);
-                }
-                for &c in &self.by_phase[1] {
-                    let decl = &g.checks[c];
-                    if decl.at == At::Step && !last {
-                        continue;
-                    }
-                    let label = self.label(c, s, m);
-                    match decl.tensor {
-                        CheckTensor::Grad(t) => trace.record(c, label, &bf.dacts[t.0]),
-                        CheckTensor::ParamGrad(p) => {
-                            trace.record(c, label, &bf.acc[self.storage[p.0]])
-                        }
-                        _ => {}
-                    }
-                }
-                if !last {
-                    continue;
-                }
-                // Optimizer step.
-                for &i in &self.keeps_old {
-                    let (old, params) = (&mut bf.old[i], &bf.params[i]);
-                    old.copy_from_slice(params);
-                }
-                let opt = g.train.optimizer;
-                for i in 0..np {
-                    if self.storage[i] == i {
-                        step(
-                            opt,
-                            lr,
-                            &mut bf.params[i],
-                            &bf.acc[i],
-                            &mut bf.opt[i],
-                            &mut bf.opt_scratch,
-                        );
-                    }
-                }
-                if drift {
-                    let [w, _, g2] = &mut bf.drift;
-                    step(opt, lr, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
-                }
-                for &c in &self.by_phase[2] {
-                    let label = self.label(c, s, m);
-                    match g.checks[c].tensor {
-                        CheckTensor::Param(p) => {
-                            trace.record(c, label, &bf.params[self.storage[p.0]])
-                        }
-                        CheckTensor::SgdUpdate(p) => {
-                            let i = self.storage[p.0];
-                            trace.record(c, label, &bf.params[i]);
-                            sized(&mut bf.expect, bf.old[i].len());
-                            sgd_unfused(&bf.old[i], &bf.acc[i], lr, &mut bf.expect);
-                            trace.record_role(c, label, SlotRole::SelfExpectedF32, &bf.expect);
-                            let lr64 = lr.to_f64();
-                            bf.expect64.clear();
-                            bf.expect64.extend(
-                                bf.old[i]
-                                    .iter()
-                                    .zip(&bf.acc[i])
-                                    .map(|(&o, &gr)| o.to_f64() - lr64 * gr.to_f64()),
-                            );
-                            trace.record_role(c, label, SlotRole::SelfExpectedF64, &bf.expect64);
-                        }
-                        _ => {}
-                    }
-                }
+    }
+
+    /// Micro-step `m` of step `s` on `inputs`: forward, loss, backward, accumulation, and at
+    /// the last micro-step the optimizer step, each phase recording its checks. Returns the
+    /// micro-step's loss.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn micro_step<B: Backend>(
+        &self,
+        be: &mut B,
+        cx: &StepCtx<'_, B::R>,
+        s: usize,
+        m: usize,
+        inputs: &[InputValue],
+        bf: &mut Bufs<B::R>,
+        trace: &mut Trace,
+    ) -> B::R
+    where
+        B::R: ActReal,
+    {
+        let g = &self.graph;
+        let (faults, mutant, drift, condition) = (cx.faults, cx.mutant, cx.drift, cx.condition);
+        let np = g.params.len();
+        let last = m + 1 == g.train.micro_steps;
+        for (d, v) in g.inputs.draws.iter().zip(inputs) {
+            if let Some(t) = d.tensor {
+                load(&mut bf.acts[t.0], &v.f);
             }
         }
+        // Forward.
+        for (li, layer) in g.layers.iter().enumerate() {
+            self.forward(
+                be,
+                cx,
+                li,
+                &layer.op,
+                &cx.shards[li],
+                faults,
+                drift,
+                inputs,
+                bf,
+            );
+        }
+        let loss = self.loss(be, cx, inputs, cx.scale, bf);
+        for &c in &self.by_phase[0] {
+            let decl = &g.checks[c];
+            if decl.at == At::Step && !last {
+                continue;
+            }
+            let label = self.label(c, s, m);
+            match decl.tensor {
+                CheckTensor::Loss => trace.record(c, label, &[loss]),
+                CheckTensor::Activation(t) => {
+                    trace.record(c, label, &bf.acts[t.0]);
+                    if condition && decl.reduction.is_some() {
+                        self.condition(be, t, c, label, bf, trace);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Backward.
+        bf.dset.iter_mut().for_each(|d| *d = false);
+        bf.pset.iter_mut().for_each(|d| *d = false);
+        bf.dset[g.loss.input.0] = true;
+        for (li, layer) in g.layers.iter().enumerate().rev() {
+            self.backward(
+                be,
+                cx,
+                &layer.op,
+                &cx.shards[li],
+                faults,
+                mutant,
+                drift,
+                inputs,
+                bf,
+            );
+        }
+        for i in 0..np {
+            if self.storage[i] != i {
+                continue;
+            }
+            if !bf.pset[i] {
+                bf.pgrad[i].fill(B::R::ZERO);
+            }
+            if m == 0 {
+                // The first micro-step's gradient is stored as is: take the buffer
+                // instead of copying it (every contribution rewrites its target
+                // whole, so the swapped-out buffer needs no clearing).
+                std::mem::swap(&mut bf.acc[i], &mut bf.pgrad[i]);
+            } else {
+                accumulate(&mut bf.acc[i], &bf.pgrad[i], false);
+            }
+        }
+        if drift {
+            let [_, g1, g2] = &mut bf.drift;
+            accumulate(g2, g1, m == 0);
+        }
+        for &c in &self.by_phase[1] {
+            let decl = &g.checks[c];
+            if decl.at == At::Step && !last {
+                continue;
+            }
+            let label = self.label(c, s, m);
+            match decl.tensor {
+                CheckTensor::Grad(t) => trace.record(c, label, &bf.dacts[t.0]),
+                CheckTensor::ParamGrad(p) => trace.record(c, label, &bf.acc[self.storage[p.0]]),
+                _ => {}
+            }
+        }
+        if !last {
+            return loss;
+        }
+        // Optimizer step.
+        for &i in &self.keeps_old {
+            let (old, params) = (&mut bf.old[i], &bf.params[i]);
+            old.copy_from_slice(params);
+        }
+        let opt = g.train.optimizer;
+        let lr = cx.lr;
+        for i in 0..np {
+            if self.storage[i] != i {
+                continue;
+            }
+            match cx.xla {
+                Some(mode) => xla::step(
+                    mode,
+                    opt,
+                    s + 1,
+                    &mut bf.params[i],
+                    &bf.acc[i],
+                    &mut bf.opt[i],
+                ),
+                None => step(
+                    opt,
+                    lr,
+                    &mut bf.params[i],
+                    &bf.acc[i],
+                    &mut bf.opt[i],
+                    &mut bf.opt_scratch,
+                ),
+            }
+        }
+        if drift {
+            let [w, _, g2] = &mut bf.drift;
+            step(opt, lr, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
+        }
+        for &c in &self.by_phase[2] {
+            let label = self.label(c, s, m);
+            match g.checks[c].tensor {
+                CheckTensor::Param(p) => trace.record(c, label, &bf.params[self.storage[p.0]]),
+                CheckTensor::SgdUpdate(p) => {
+                    let i = self.storage[p.0];
+                    trace.record(c, label, &bf.params[i]);
+                    sized(&mut bf.expect, bf.old[i].len());
+                    sgd_unfused(&bf.old[i], &bf.acc[i], lr, &mut bf.expect);
+                    trace.record_role(c, label, SlotRole::SelfExpectedF32, &bf.expect);
+                    let lr64 = lr.to_f64();
+                    bf.expect64.clear();
+                    bf.expect64.extend(
+                        bf.old[i]
+                            .iter()
+                            .zip(&bf.acc[i])
+                            .map(|(&o, &gr)| o.to_f64() - lr64 * gr.to_f64()),
+                    );
+                    trace.record_role(c, label, SlotRole::SelfExpectedF64, &bf.expect64);
+                }
+                _ => {}
+            }
+        }
+        loss
     }
 
     fn condition<B: Backend>(
@@ -439,6 +542,7 @@ impl Plan {
     fn forward<B: Backend>(
         &self,
         be: &mut B,
+        cx: &StepCtx<'_, B::R>,
         li: usize,
         op: &Op,
         shards: &[Range<usize>],
@@ -469,6 +573,7 @@ impl Plan {
                 bias,
                 out,
                 parallel,
+                layout,
             } => {
                 let (m, k, n) = (g.rows(x), g.width(x), g.width(out));
                 let mut y = std::mem::take(&mut bf.acts[out.0]);
@@ -476,6 +581,12 @@ impl Plan {
                 let b = bias.map(|b| bf.params[self.storage[b.0]].as_slice());
                 let xs = &bf.acts[x.0];
                 match parallel {
+                    _ if layout == WeightLayout::InOut => {
+                        be.matmul(xs, w, &mut y, m, k, n);
+                        if let Some(b) = b {
+                            add_row_bias(&mut y, b, n);
+                        }
+                    }
                     LinearParallel::Row if shards.len() > 1 => {
                         row_parallel_forward(
                             be, xs, w, &mut y, m, k, n, shards, faults, &mut bf.rp,
@@ -500,6 +611,8 @@ impl Plan {
                     y.copy_from_slice(&bf.acts[x.0]);
                 }
                 match kind {
+                    // JAX's tanh: XLA's correctly rounded f32 tanh (libm's for f64).
+                    Activation::Tanh if cx.xla.is_some() => tanh_inplace(&mut y),
                     Activation::Tanh => be.tanh(&mut y),
                     Activation::Gelu => gelu(&mut y),
                     Activation::GeluTanh => gelu_tanh(&mut y),
@@ -519,6 +632,7 @@ impl Plan {
     fn loss<B: Backend>(
         &self,
         be: &mut B,
+        cx: &StepCtx<'_, B::R>,
         inputs: &[InputValue],
         scale: B::R,
         bf: &mut Bufs<B::R>,
@@ -538,7 +652,16 @@ impl Plan {
             ),
             LossKind::Mse { target } => {
                 load(&mut bf.target, &inputs[target.0].f);
-                loss::mse(&bf.acts[t.0], &bf.target, scale, &mut bf.dacts[t.0])
+                match cx.xla {
+                    Some(mode) => xla::mse(
+                        mode,
+                        &bf.acts[t.0],
+                        &bf.target,
+                        g.width(t),
+                        &mut bf.dacts[t.0],
+                    ),
+                    None => loss::mse(&bf.acts[t.0], &bf.target, scale, &mut bf.dacts[t.0]),
+                }
             }
             LossKind::Sum => loss::sum(&bf.acts[t.0], scale, &mut bf.dacts[t.0]),
             LossKind::VocabParallelCrossEntropy { .. } => {
@@ -551,6 +674,7 @@ impl Plan {
     fn backward<B: Backend>(
         &self,
         be: &mut B,
+        cx: &StepCtx<'_, B::R>,
         op: &Op,
         shards: &[Range<usize>],
         faults: TpFaults,
@@ -586,6 +710,36 @@ impl Plan {
                     embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut dst);
                     self.grad_done(bf, s, dst);
                 }
+            }
+            Op::Linear {
+                x,
+                weight,
+                bias,
+                parallel,
+                layout: WeightLayout::InOut,
+                ..
+            } => {
+                // A flax kernel (validated unsharded): dK = xᵀ·dy, dx = dy·Kᵀ, db summed
+                // from the first row down.
+                let (m, k, n) = (g.rows(x), g.width(x), g.width(out));
+                let _ = parallel;
+                let ws = self.storage[weight.0];
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                let mut dw = self.grad_target(bf, ws);
+                be.matmul_tn(&bf.acts[x.0], &dy, &mut dw, k, m, n);
+                self.grad_done(bf, ws, dw);
+                if self.needs_grad[x.0] {
+                    let mut dx = self.act_grad_target(bf, x.0);
+                    be.matmul_nt(&dy, &bf.params[ws], &mut dx, m, n, k);
+                    self.act_grad_done(bf, x.0, dx);
+                }
+                if let Some(b) = bias {
+                    let bs = self.storage[b.0];
+                    let mut db = self.grad_target(bf, bs);
+                    column_sums_generic(&dy, n, &mut db);
+                    self.grad_done(bf, bs, db);
+                }
+                bf.dacts[out.0] = dy;
             }
             Op::Linear {
                 x,
@@ -676,6 +830,9 @@ impl Plan {
                 let mut dx = self.act_grad_target(bf, x.0);
                 let (dy, y, xs) = (&bf.dacts[out.0], &bf.acts[out.0], &bf.acts[x.0]);
                 match kind {
+                    Activation::Tanh if cx.xla.is_some() => {
+                        xla::tanh_backward(cx.xla.unwrap_or(XlaMode::Eager), dy, y, &mut dx)
+                    }
                     Activation::Tanh => tanh_backward(dy, y, &mut dx),
                     Activation::Relu => relu_backward(dy, y, &mut dx),
                     Activation::Gelu => gelu_backward(dy, xs, &mut dx),

@@ -2,7 +2,11 @@
 //! seed-independent).
 
 use crate::config::RngKind;
-use crate::graph::ir::{ChaChaInit, DrawKind, Fixup, ParamInit, ResolvedGraph, TorchInit};
+use std::fmt::Write as _;
+
+use crate::graph::ir::{
+    ChaChaInit, DrawKind, Fixup, Op, ParamInit, ResolvedGraph, TorchInit, WeightLayout,
+};
 use crate::rng::chacha::ChaChaStream;
 use crate::rng::torch::TorchGenerator;
 
@@ -44,6 +48,8 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
                             v.f = vec![0.0; n];
                             ChaChaStream::new(seed, &d.name).fill_normal(&mut v.f, 0.0, 1.0);
                         }
+                        // Supplied by the outer loop's data, per replica.
+                        (DrawKind::Given, _) => {}
                         (DrawKind::Randint { high }, None) => {
                             let mut s = ChaChaStream::new(seed, &d.name);
                             v.i = (0..n)
@@ -100,8 +106,8 @@ pub fn draw_params(
         match p.init {
             ParamInit::Zeros => buf.fill(0.0),
             ParamInit::Ones => buf.fill(1.0),
-            // Only the outer-loop engine runs graphs with fixed values (`OuterData::Fixed`),
-            // and it reads them from there; there is nothing to draw.
+            // Only outer-loop graphs have fixed values (`OuterData::Fixed`), and the outer loop
+            // reads them from there; there is nothing to draw.
             ParamInit::Fixed => {}
             ParamInit::Draw(rule) => match torch.as_deref_mut() {
                 Some(t) => match rule {
@@ -131,6 +137,92 @@ pub fn draw_params(
         {
             let dim = *p.shape.last().unwrap_or(&1);
             buf[row * dim..(row + 1) * dim].fill(0.0);
+        }
+    }
+}
+
+/// Draws seed `seed`'s outer-loop data ([`crate::graph::ir::OuterData::Teacher`]): the
+/// initial parameters into `init` (indexed by parameter) and the global inputs `x` (the
+/// model input, `replicas × batch` rows) and `y` (the targets). `name` is a reused buffer for
+/// stream names and `teacher` for the teacher weights, so nothing is allocated once they have
+/// grown.
+///
+/// Order: the j-th linear layer's kernel (1-based, layer order) from stream `init.w{j}`,
+/// `N(0, 1/fan_in)` with the standard deviation `sqrt(1/fan_in)` computed in f64 and rounded
+/// once to f32, passed to [`ChaChaStream::fill_normal`] (values in index order of the
+/// `[in, out]` kernel); every bias 0. Then `data.teacher` (`T`, `[in, out]`,
+/// `N(0, 1/in)`), `data.teacher.bias` (`N(0, 1)`), and per replica r in order
+/// `data.replica{r}.x` (`N(0, 1)`) then `data.replica{r}.noise` (one normal per target,
+/// example-major). Target `y[e][o]`: `acc = 0; acc += x[e][i]·T[i][o]` for i ascending, in
+/// f64 (products of f32 values are exact there); then `acc + tb[o]`, then `+ noise_std·ε`
+/// (f64), rounded once to f32.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_teacher(
+    g: &ResolvedGraph,
+    replicas: usize,
+    noise_std: f64,
+    seed: u64,
+    init: &mut Vec<Vec<f32>>,
+    x: &mut Vec<f32>,
+    y: &mut Vec<f32>,
+    name: &mut String,
+    teacher: &mut Vec<f32>,
+) {
+    init.resize_with(g.params.len(), Vec::new);
+    for (p, buf) in g.params.iter().zip(init.iter_mut()) {
+        let n: usize = p.shape.iter().product();
+        buf.clear();
+        buf.resize(n, 0.0);
+    }
+    let mut j = 0;
+    let mut first_in = None;
+    for l in &g.layers {
+        if let Op::Linear {
+            x: lx,
+            weight,
+            layout: WeightLayout::InOut,
+            ..
+        } = l.op
+        {
+            j += 1;
+            let fan_in = g.width(lx);
+            first_in.get_or_insert(lx);
+            let std = (1.0 / fan_in as f64).sqrt() as f32;
+            name.clear();
+            let _ = write!(name, "init.w{j}");
+            ChaChaStream::new(seed, name).fill_normal(&mut init[weight.0], 0.0, std);
+        }
+    }
+    let (ni, no) = (first_in.map_or(0, |t| g.width(t)), g.width(g.loss.input));
+    let nb = g.rows(g.loss.input);
+    let std_in = (1.0 / ni as f64).sqrt() as f32;
+    teacher.clear();
+    teacher.resize(ni * no + no, 0.0);
+    let (tw, tb) = teacher.split_at_mut(ni * no);
+    ChaChaStream::new(seed, "data.teacher").fill_normal(tw, 0.0, std_in);
+    ChaChaStream::new(seed, "data.teacher.bias").fill_normal(tb, 0.0, 1.0);
+    x.clear();
+    x.resize(replicas * nb * ni, 0.0);
+    y.clear();
+    y.resize(replicas * nb * no, 0.0);
+    for r in 0..replicas {
+        let xr = &mut x[r * nb * ni..(r + 1) * nb * ni];
+        name.clear();
+        let _ = write!(name, "data.replica{r}.x");
+        ChaChaStream::new(seed, name).fill_normal(xr, 0.0, 1.0);
+        name.clear();
+        let _ = write!(name, "data.replica{r}.noise");
+        let mut noise = ChaChaStream::new(seed, name);
+        let yr = &mut y[r * nb * no..(r + 1) * nb * no];
+        for e in 0..nb {
+            for o in 0..no {
+                let mut acc = 0.0f64;
+                for i in 0..ni {
+                    acc += xr[e * ni + i] as f64 * tw[i * no + o] as f64;
+                }
+                let eps = noise.normal_f32(0.0, 1.0) as f64;
+                yr[e * no + o] = (acc + tb[o] as f64 + noise_std * eps) as f32;
+            }
         }
     }
 }

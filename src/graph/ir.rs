@@ -260,6 +260,10 @@ pub enum DrawKind {
         /// Exclusive upper bound.
         high: u64,
     },
+    /// Float values the graph's outer loop supplies ([`OuterData`]: written in the file, or
+    /// drawn per seed); the replicas' batches, replica r taking block r of the leading axis.
+    /// Nothing is drawn per micro-step.
+    Given,
 }
 
 /// A fix-up of a drawn integer input.
@@ -295,6 +299,20 @@ pub struct Layer {
     pub op: Op,
 }
 
+/// How a linear weight is stored (row-major either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightLayout {
+    /// torch's `nn.Linear.weight`, `[out, in]`: `y = x·Wᵀ` through the backend's
+    /// `linear_bias` / `matmul_nt`, `dW = dyᵀ·x`, `dx = dy·W`, `db` by torch's column sums.
+    #[default]
+    OutIn,
+    /// A flax kernel (`nnx.Linear`), `[in, out]`: `y = x·K` through the backend's `matmul`,
+    /// then `y = y + b` per row; `dK = xᵀ·dy` (`matmul_tn`), `dx = dy·Kᵀ` (`matmul_nt`),
+    /// `db` summed from the first row down ([`crate::model::layers::column_sums_generic`]).
+    /// Tensor parallelism is not supported on it.
+    InOut,
+}
+
 /// A layer's computation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -312,11 +330,12 @@ pub enum Op {
         /// Sharding of the table.
         parallel: EmbeddingParallel,
     },
-    /// `out = x · Wᵀ (+ b)` (`nn.Linear`).
+    /// `out = x · Wᵀ (+ b)` (`nn.Linear`), or `out = x · K (+ b)` for a flax kernel
+    /// ([`WeightLayout::InOut`]).
     Linear {
         /// Input `[.., in]`.
         x: TensorId,
-        /// `[out, in]` weight.
+        /// The weight: `[out, in]` as declared ([`ParamDecl::shape`]), stored as `layout` says.
         weight: ParamId,
         /// `[out]` bias.
         bias: Option<ParamId>,
@@ -324,6 +343,8 @@ pub enum Op {
         out: TensorId,
         /// Sharding.
         parallel: LinearParallel,
+        /// How the weight is stored.
+        layout: WeightLayout,
     },
     /// An elementwise activation.
     Activation {
@@ -548,12 +569,13 @@ pub enum GradReduce {
 /// DiLoCo's outer loop: `replicas` copies each take `inner_steps` steps of [`Train`], then
 /// the pseudo-gradient `outer - mean(inner)` drives the outer optimizer.
 ///
-/// A graph with an outer loop runs on the outer-loop engine ([`crate::graph::outer`]), which
-/// mirrors a JAX test (MaxText's `diloco.py`): the replicas are the data-parallel ranks (the
-/// inputs' leading axis split evenly, replica r taking block r), [`Train::optimizer`] is read
-/// with optax's formulas (plain SGD, or [`Optimizer::Adam`] with `decoupled` = `optax.adamw`),
-/// the loss is [`LossKind::Mse`] on the last layer, and every linear weight is stored as a
-/// flax kernel (`[in, out]`, row-major) whatever its [`ParamDecl::shape`] says.
+/// A graph with an outer loop runs through the executor's outer-loop wrapper
+/// ([`crate::graph::outer_loop`]) around the executor's own inner step, in the execution mode
+/// of a JAX program (`xla`, [`crate::profile::XlaMode`]): the replicas are the data-parallel
+/// ranks (the inputs' leading axis split evenly, replica r taking block r; every tensor has
+/// one replica's shape), [`Train::optimizer`] is read with optax's formulas (plain SGD, or
+/// [`Optimizer::Adam`] with `decoupled` = `optax.adamw`), the loss is [`LossKind::Mse`] on the
+/// last layer, and every linear weight is a flax kernel ([`WeightLayout::InOut`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OuterLoop {
     /// Replicas (DiLoCo workers).
@@ -593,7 +615,7 @@ pub enum OuterData {
         y: Vec<f32>,
     },
     /// Drawn per sweep seed from ChaCha streams keyed by (seed, name)
-    /// ([`crate::graph::outer::draw_teacher`]): every kernel `N(0, 1/fan_in)` (streams
+    /// ([`crate::graph::init::draw_teacher`]): every kernel `N(0, 1/fan_in)` (streams
     /// `init.w1`, `init.w2` in layer order), every bias 0 (flax's `nnx.Linear` defaults); a
     /// linear teacher `T ~ N(0, 1/in)` (`data.teacher`) with bias `~ N(0, 1)`
     /// (`data.teacher.bias`); replica r's batch `x ~ N(0, 1)` (`data.replica{r}.x`) and

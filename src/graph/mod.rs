@@ -8,12 +8,13 @@
 //!
 //! Files: [`ir`] (the data), [`init`] (parameter and input draws), [`exec`] (one
 //! computation of a graph through a backend), [`scenario`] (validation, preparation and the
-//! `Scenario` implementation), [`outer`] (the DiLoCo outer-loop engine and its scenario).
+//! `Scenario` implementation), [`outer_loop`] (DiLoCo's outer loop around the executor's
+//! inner step).
 
 pub mod exec;
 pub mod init;
 pub mod ir;
-pub mod outer;
+pub mod outer_loop;
 pub mod scenario;
 
 pub use scenario::GraphScenario;

@@ -9,11 +9,12 @@ use crate::config::{resolve_policies, CommonConfig, Policy};
 use crate::error::InputError;
 use crate::evaluate::Comparison;
 use crate::graph::exec::{phase, Bufs, Phase, Plan};
-use crate::graph::init::{draw_inputs, draw_params, InputValue};
+use crate::graph::init::{draw_inputs, draw_params, draw_teacher, InputValue};
 use crate::graph::ir::{
     Activation, At, CheckTensor, DrawKind, EmbeddingParallel, GradReduce, LinearParallel, LossKind,
-    Op, Optimizer, ResolvedGraph,
+    Op, Optimizer, OuterData, ResolvedGraph, WeightLayout,
 };
+use crate::graph::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
 use crate::mutant::Mutant;
 use crate::profile::Profile;
 use crate::rng::torch::TorchGenerator;
@@ -29,6 +30,8 @@ pub struct GraphScenario {
     mutants: &'static [Mutant],
     summary: String,
     compare: Comparison,
+    seed_dependent: bool,
+    modifiers: &'static [&'static str],
 }
 
 /// Per-thread buffers of every graph scenario.
@@ -39,6 +42,24 @@ pub struct GraphBuffers {
     b32: Bufs<f32>,
     b64: Bufs<f64>,
     f64_backend: F64Backend,
+    o32: OuterBufs<f32>,
+    o64: OuterBufs<f64>,
+    /// An outer loop's data drawn for this seed, and the draw's scratch.
+    drawn: OuterInputs,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    name: String,
+    teacher: Vec<f32>,
+}
+
+#[cfg(test)]
+impl GraphBuffers {
+    /// Every replica's parameters after the last outer-loop run: the sharded f32
+    /// computation's (it runs after the reference in the same buffers) and the f64 ground
+    /// truth's, flat and replica-major.
+    pub(crate) fn final_inner(&self) -> (&[f32], &[f64]) {
+        (self.o32.final_inner(), self.o64.final_inner())
+    }
 }
 
 /// A `'static` copy of `s`, shared by every caller asking for the same text (check names
@@ -117,6 +138,49 @@ impl GraphScenario {
             mutants: leak_slice(mutants),
             summary,
             compare: Comparison::ShardedVsRef,
+            seed_dependent: true,
+            modifiers: &[],
+        })
+    }
+
+    /// The scenario of one graph with an outer loop ([`crate::graph::ir::OuterLoop`]), run by
+    /// the executor's outer-loop wrapper ([`crate::graph::outer_loop`]); `compare` is the
+    /// comparison the test asserts.
+    pub fn outer(
+        common: CommonConfig,
+        graph: ResolvedGraph,
+        compare: Comparison,
+    ) -> Result<Self, InputError> {
+        let file = common.file.clone();
+        validate(&file, &graph)?;
+        let Some(o) = graph.train.outer.as_ref() else {
+            return Err(err(&file, "train.outer".into(), "required"));
+        };
+        let np: usize = graph
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        let (checks, idx, names) = outer_loop::checks_of(&file, o, np)?;
+        let seed_dependent = !matches!(o.data, OuterData::Fixed { .. });
+        let summary = outer_loop::summary(&graph);
+        let mutants = graph.mutants();
+        let fixed = outer_loop::fixed_inputs(&graph);
+        let mut p = plan(graph);
+        p.checks = checks;
+        p.outer = Some(OuterPlan { idx, np, fixed });
+        let names: Vec<&'static str> = names.iter().map(|n| intern(n)).collect();
+        let policies = resolve_policies(&common, &names)?;
+        Ok(Self {
+            common,
+            plans: vec![p],
+            policies,
+            check_names: leak_slice(names),
+            mutants: leak_slice(mutants),
+            summary,
+            compare,
+            seed_dependent,
+            modifiers: outer_loop::EXECUTION_MODIFIERS,
         })
     }
 
@@ -128,6 +192,29 @@ impl GraphScenario {
         let mut s = Self::new(file.common, file.lowered, file.check_names, summary)?;
         s.compare = file.compare;
         Ok(s)
+    }
+
+    /// The outer loop's check indices (an outer-loop scenario).
+    #[cfg(test)]
+    pub(crate) fn outer_idx(&self) -> outer_loop::OuterIdx {
+        self.plans[0].outer.as_ref().expect("an outer loop").idx
+    }
+
+    /// The outer loop (an outer-loop scenario).
+    #[cfg(test)]
+    pub(crate) fn outer_loop(&self) -> &crate::graph::ir::OuterLoop {
+        self.plans[0]
+            .graph
+            .train
+            .outer
+            .as_ref()
+            .expect("an outer loop")
+    }
+
+    /// The first graph.
+    #[cfg(test)]
+    pub(crate) fn graph0(&self) -> &ResolvedGraph {
+        &self.plans[0].graph
     }
 
     /// The prepared graphs, one per parametrization.
@@ -181,15 +268,10 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     let id = &g.id;
     let at = |what: String| format!("params[{id}].{what}");
     let numel = |shape: &[usize]| shape.iter().product::<usize>();
-    if g.parallel.dp > 1 {
+    if let Some(o) = &g.train.outer {
+        validate_outer(file, g, o)?;
+    } else if g.parallel.dp > 1 {
         validate_dp(file, g)?;
-    }
-    if g.train.outer.is_some() {
-        return Err(err(
-            file,
-            at("train.outer".into()),
-            "the DiLoCo outer loop is not supported by the executor yet",
-        ));
     }
     let plain_sgd = matches!(
         g.train.optimizer,
@@ -261,7 +343,12 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
         }
         if let Some(t) = d.tensor {
             tensor(t, at(format!("inputs[{i}].tensor")))?;
-            if g.tensors[t.0].shape != d.shape {
+            // An outer loop's replica sees its block of the leading axis.
+            let mut shape = d.shape.clone();
+            if let (Some(o), Some(rows)) = (&g.train.outer, shape.first_mut()) {
+                *rows /= o.replicas.max(1);
+            }
+            if g.tensors[t.0].shape != shape {
                 return Err(err(
                     file,
                     at(format!("inputs[{i}].shape")),
@@ -374,10 +461,18 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 weight,
                 bias,
                 parallel,
+                layout,
                 ..
             } => {
                 read(x)?;
                 param(weight, key("weight"))?;
+                if layout == WeightLayout::InOut && parallel != LinearParallel::None {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        "a flax kernel ([in, out]) layer is not tensor-parallel; allowed: none",
+                    ));
+                }
                 let (k, n) = (g.width(x), g.width(out));
                 if g.params[weight.0].shape != [n, k] || g.rows(x) != g.rows(out) {
                     return Err(err(
@@ -457,6 +552,13 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 if d.kind == DrawKind::Randn
                     && d.shape.iter().product::<usize>()
                         == g.tensors[g.loss.input.0].shape.iter().product::<usize>() => {}
+            Some(d)
+                if d.kind == DrawKind::Given
+                    && g.train.outer.as_ref().is_some_and(|o| {
+                        d.shape.iter().product::<usize>()
+                            == o.replicas
+                                * g.tensors[g.loss.input.0].shape.iter().product::<usize>()
+                    }) => {}
             _ => {
                 return Err(err(
                     file,
@@ -655,6 +757,11 @@ fn one(r: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
 /// Prepares a validated graph: its inputs drawn, and with `dp > 1` one plan per rank on
 /// the rank's block of them.
 fn plan(g: ResolvedGraph) -> Plan {
+    // An outer loop's inputs are its data, per seed or written in the file, and its
+    // data-parallel ranks are its replicas (the outer-loop wrapper runs them).
+    if g.train.outer.is_some() {
+        return plan_with(g, Vec::new());
+    }
     let inputs = draw_inputs(&g);
     let ranks = match dp_rows(&g) {
         Some((_, blocks)) if g.parallel.dp > 1 => blocks
@@ -791,7 +898,132 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         lr,
         in_place,
         ranks: Vec::new(),
+        outer: None,
     }
+}
+
+/// What the outer-loop wrapper runs ([`crate::graph::outer_loop`]): the replicas are the dp
+/// ranks, no tensor parallelism, linear layers as flax kernels, the mse loss on the last
+/// layer, plain sgd or adamw inside (optax's formulas) and sgd with momentum outside.
+fn validate_outer(
+    file: &str,
+    g: &ResolvedGraph,
+    o: &crate::graph::ir::OuterLoop,
+) -> Result<(), InputError> {
+    if g.parallel.tp != 1 || g.parallel.dp != o.replicas {
+        return Err(err(
+            file,
+            "parallel".into(),
+            format!(
+                "an outer loop runs its replicas as the dp ranks: tp must be 1 and dp = {} (the replicas)",
+                o.replicas
+            ),
+        ));
+    }
+    for (li, l) in g.layers.iter().enumerate() {
+        match l.op {
+            Op::Linear {
+                bias: Some(_),
+                parallel: LinearParallel::None,
+                layout: WeightLayout::InOut,
+                ..
+            }
+            | Op::Activation {
+                kind: Activation::Tanh,
+                ..
+            } => {}
+            _ => {
+                return Err(err(
+                    file,
+                    format!("layers[{li}]"),
+                    "an outer-loop model is linear layers (flax kernels with a bias, no tensor                      parallelism) and tanh",
+                ))
+            }
+        }
+    }
+    let last = g.layers.last().map(|l| l.op.output());
+    if !matches!(g.loss.kind, LossKind::Mse { .. }) || Some(g.loss.input) != last {
+        return Err(err(
+            file,
+            "loss".into(),
+            "an outer loop trains on the mse loss of the last layer",
+        ));
+    }
+    if g.train.micro_steps != 1 || g.train.steps != o.steps {
+        return Err(err(
+            file,
+            "train".into(),
+            "an outer loop's inner steps are its steps, without micro-steps",
+        ));
+    }
+    let inner_ok = match g.train.optimizer {
+        Optimizer::Sgd {
+            momentum,
+            dampening,
+            nesterov,
+            weight_decay,
+            ..
+        } => momentum == 0.0 && dampening == 0.0 && !nesterov && weight_decay == 0.0,
+        Optimizer::Adam { decoupled, .. } => decoupled,
+    };
+    if !inner_ok {
+        return Err(err(
+            file,
+            "train.optimizer".into(),
+            "an outer loop's inner optimizer is plain sgd or adamw (optax's)",
+        ));
+    }
+    if !matches!(
+        o.optimizer,
+        Optimizer::Sgd { dampening, weight_decay, .. } if dampening == 0.0 && weight_decay == 0.0
+    ) {
+        return Err(err(
+            file,
+            "train.outer.optimizer".into(),
+            "the outer optimizer is sgd with momentum (optax.sgd), no dampening or weight decay",
+        ));
+    }
+    if o.sync_period == 0 || o.steps == 0 {
+        return Err(err(
+            file,
+            "train.outer".into(),
+            "sync_period and steps must be >= 1",
+        ));
+    }
+    if let OuterData::Fixed { init, x, y } = &o.data {
+        let np: usize = g
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        let per = |i: usize| {
+            g.inputs
+                .draws
+                .get(i)
+                .map_or(0, |d| d.shape.iter().product())
+        };
+        let target = match g.loss.kind {
+            LossKind::Mse { target } => target.0,
+            _ => 0,
+        };
+        let xi = (0..g.inputs.draws.len())
+            .find(|&i| i != target)
+            .unwrap_or(0);
+        for (what, got, n) in [
+            ("init", init.len(), np),
+            ("x", x.len(), per(xi)),
+            ("y", y.len(), per(target)),
+        ] {
+            if got != n {
+                return Err(err(
+                    file,
+                    "inputs".into(),
+                    format!("fixed {what} holds {got} values; the model needs {n}"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Scenario for GraphScenario {
@@ -819,8 +1051,17 @@ impl Scenario for GraphScenario {
     fn asserted_comparison(&self) -> Comparison {
         self.compare
     }
+    fn seed_dependent(&self) -> bool {
+        self.seed_dependent
+    }
+    fn execution_modifiers(&self) -> &'static [&'static str] {
+        self.modifiers
+    }
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
         let plan = &self.plans[param];
+        if plan.outer.is_some() {
+            return run_outer(plan, seed, profile, ws);
+        }
         let mut traces = std::mem::take(&mut ws.traces);
         traces.clear();
         let kernels = ws.kernels;
@@ -857,4 +1098,69 @@ impl Scenario for GraphScenario {
         );
         ws.traces = traces;
     }
+}
+
+/// One seed-run of an outer-loop graph: its data (written in the file, or drawn for `seed`),
+/// then the f64 ground truth, the one-device reference and the sharded computation, all in
+/// the profile's execution mode (the graph's default when the profile leaves it unset).
+fn run_outer(plan: &Plan, seed: u64, profile: &Profile, ws: &mut Workspace) {
+    let (Some(o), Some(op)) = (plan.graph.train.outer.as_ref(), plan.outer.as_ref()) else {
+        return;
+    };
+    let mut traces = std::mem::take(&mut ws.traces);
+    traces.clear();
+    let kernels = ws.kernels;
+    let mutant = ws.mutant;
+    let (bufs, scratch) = ws.buffers::<GraphBuffers>();
+    let data = match (&op.fixed, &o.data) {
+        (Some(d), _) => d,
+        (None, OuterData::Teacher { noise_std }) => {
+            let b = &mut *bufs;
+            draw_teacher(
+                &plan.graph,
+                o.replicas,
+                *noise_std,
+                seed,
+                &mut b.drawn.init,
+                &mut b.x,
+                &mut b.y,
+                &mut b.name,
+                &mut b.teacher,
+            );
+            let values = outer_loop::input_values(&plan.graph, &b.x, &b.y);
+            b.drawn.split(o.replicas, &values);
+            &bufs.drawn
+        }
+        (None, OuterData::Fixed { .. }) => return,
+    };
+    let mode = profile.xla.unwrap_or(o.default_mode);
+    plan.compute_outer(
+        &mut bufs.f64_backend,
+        mode,
+        data,
+        false,
+        None,
+        &mut bufs.o64,
+        &mut traces.f64,
+    );
+    let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+    plan.compute_outer(
+        &mut be,
+        mode,
+        data,
+        false,
+        None,
+        &mut bufs.o32,
+        &mut traces.reference,
+    );
+    plan.compute_outer(
+        &mut be,
+        mode,
+        data,
+        true,
+        mutant,
+        &mut bufs.o32,
+        &mut traces.sharded,
+    );
+    ws.traces = traces;
 }

@@ -426,6 +426,248 @@ pub fn check_path(path: &std::path::Path) -> anyhow::Result<String> {
     use anyhow::Context as _;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("check: cannot read {}", path.display()))?;
-    let file = super::parse_file(&path.display().to_string(), &text)?;
+    let name = path.display().to_string();
+    if super::outer::is_outer_file(&text) {
+        let common = super::outer::parse_common(&name, &text)?;
+        let (g, compare) = super::outer::graph(&common)?;
+        // What the executor refuses is refused here too.
+        crate::graph::GraphScenario::outer(common.clone(), g.clone(), compare)?;
+        return Ok(outer_check_text(&common, &g, compare)?);
+    }
+    let file = super::parse_file(&name, &text)?;
     Ok(check_text(&file)?)
+}
+
+/// The text `seedsweep check` prints for a file with a DiLoCo outer loop: its lowered graph
+/// (one replica's tensors, flax kernels), the inner step and its execution mode, the outer
+/// loop (replicas = dp ranks, sync period, the pseudo-gradient and loss all-reduces with
+/// their ranks and wire dtype, the outer optimizer), the checks with their schedule and
+/// tolerance per default policy, and the mutants.
+pub fn outer_check_text(
+    common: &crate::config::CommonConfig,
+    g: &crate::graph::ir::ResolvedGraph,
+    compare: crate::evaluate::Comparison,
+) -> Result<String, InputError> {
+    use crate::graph::ir::{self as ir, OuterCheckKind, OuterData};
+    let Some(o) = g.train.outer.as_ref() else {
+        return Err(InputError::config(&common.file, "train.outer", "required"));
+    };
+    let mut registry = ProfileRegistry::builtin()?;
+    registry.add(&common.file, &common.extra_profiles)?;
+    let mut wires = Vec::new();
+    for spec in &common.profiles {
+        let p = registry
+            .resolve(spec, "default_profiles")
+            .map_err(|e| InputError::config(&common.file, "default_profiles", e.to_string()))?;
+        wires.push(format!(
+            "{} {} in {spec}",
+            format!("{:?}", p.wire).to_lowercase(),
+            format!("{:?}", p.allreduce).to_lowercase()
+        ));
+    }
+    let names: Vec<&str> = o.checks.iter().map(|c| c.name.as_str()).collect();
+    let policies = crate::config::resolve_policies(common, &names)?;
+    let mut out = String::new();
+    writeln!(out, "{}: ok, scenario {}", common.file, common.name).unwrap();
+    if !common.description.is_empty() {
+        writeln!(out, "  {}", common.description).unwrap();
+    }
+    writeln!(
+        out,
+        "  rng {}, first seed {}, asserted comparison {}, default profiles {}, default policies {}",
+        common.rng.name(),
+        common.first_seed,
+        compare.name(),
+        common.profiles.join(", "),
+        common.default_policies.join(", ")
+    )
+    .unwrap();
+    writeln!(out, "  1 parametrization, checks {}", names.join(", ")).unwrap();
+    let nr = o.replicas;
+    writeln!(
+        out,
+        "  [{}] one replica's graph (dp {nr} replicas, replica r takes block r of every input's leading axis)",
+        g.id
+    )
+    .unwrap();
+    for d in &g.inputs.draws {
+        let per: Vec<usize> = d
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i == 0 { v / nr } else { v })
+            .collect();
+        let how = match &o.data {
+            OuterData::Fixed { .. } => "written in the file".to_string(),
+            OuterData::Teacher { noise_std } => {
+                if d.tensor.is_some() {
+                    "drawn per seed: N(0, 1) from data.replica{r}.x".to_string()
+                } else {
+                    format!(
+                        "drawn per seed: x T + tb + {} N(0, 1), teacher data.teacher / \
+                         data.teacher.bias, noise data.replica{{r}}.noise",
+                        num(*noise_std)
+                    )
+                }
+            }
+        };
+        writeln!(
+            out,
+            "    input {:<10} {} global, every replica {}: {how}",
+            d.name,
+            shape(&d.shape),
+            shape(&per)
+        )
+        .unwrap();
+    }
+    for l in &g.layers {
+        let text = match l.op {
+            ir::Op::Linear {
+                x, weight, out: y, ..
+            } => format!(
+                "linear {} -> {}, flax kernel {} [in, out] x {} + bias",
+                shape(&g.tensors[x.0].shape),
+                shape(&g.tensors[y.0].shape),
+                g.params[weight.0].name,
+                shape(&[g.width(x), g.width(y)])
+            ),
+            ir::Op::Activation { x, .. } => {
+                format!("tanh {}", shape(&g.tensors[x.0].shape))
+            }
+            _ => "?".to_string(),
+        };
+        writeln!(out, "    layer {:<10} {text}", l.name).unwrap();
+    }
+    let inner = match g.train.optimizer {
+        ir::Optimizer::Sgd { lr, .. } => format!("optax.sgd(lr={})", num(lr)),
+        ir::Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            ..
+        } => format!(
+            "optax.adamw(lr={}, b1={}, b2={}, eps={}, weight_decay={})",
+            num(lr),
+            num(beta1),
+            num(beta2),
+            num(eps),
+            num(weight_decay)
+        ),
+    };
+    let (mode, other) = match o.default_mode {
+        crate::profile::XlaMode::Eager => ("eager", "jit"),
+        crate::profile::XlaMode::Jit => ("jit", "eager"),
+    };
+    writeln!(
+        out,
+        "  inner step (per replica, every step): forward, mse loss on {}, backward, {inner}; JAX {mode} unless the profile says xla-{other}",
+        g.tensors[g.loss.input.0].name
+    )
+    .unwrap();
+    let outer_opt = match o.optimizer {
+        ir::Optimizer::Sgd {
+            lr,
+            momentum,
+            nesterov,
+            ..
+        } => format!(
+            "optax.sgd(lr={}, momentum={}, nesterov={nesterov})",
+            num(lr),
+            num(momentum)
+        ),
+        ir::Optimizer::Adam { lr, .. } => format!("adam(lr={})", num(lr)),
+    };
+    let np: usize = g
+        .params
+        .iter()
+        .map(|p| p.shape.iter().product::<usize>())
+        .sum();
+    writeln!(
+        out,
+        "  outer loop: {nr} replicas, {} inner steps, sync after every step k with k % {} == 0 ({} sync{})",
+        o.steps,
+        o.sync_period,
+        o.steps / o.sync_period,
+        if o.steps / o.sync_period == 1 { "" } else { "s" }
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "    loss: all-reduce(sum) of the {nr} replicas' losses over dp ranks 0..{}, / {nr}, every step",
+        nr - 1
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "    pseudo-gradient: all-reduce(sum) of outer - inner_r ({np} values, flat) over dp ranks 0..{}, / {nr}; wire {}",
+        nr - 1,
+        wires.join("; ")
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "    outer step {outer_opt}, contracted (jax.lax.cond); then every replica takes the outer parameters, inner optimizer state kept"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "    reference: the same sums in rank order on one device (f32); f64: ground truth"
+    )
+    .unwrap();
+    let init = match o.data {
+        OuterData::Fixed { .. } => "written in the file (kernels [in, out], row-major)",
+        OuterData::Teacher { .. } => {
+            "flax defaults: kernel j from ChaCha stream init.w{j}, N(0, 1/fan_in); biases 0"
+        }
+    };
+    writeln!(out, "  init: {init}").unwrap();
+    writeln!(out, "  checks (tolerance atol/rtol per policy):").unwrap();
+    let pols: Vec<&crate::config::Policy> = common
+        .default_policies
+        .iter()
+        .filter_map(|n| policies.iter().find(|p| &p.name == n))
+        .collect();
+    for c in &o.checks {
+        let (what, sh) = match c.kind {
+            OuterCheckKind::Loss => ("loss, every step", vec![]),
+            OuterCheckKind::OuterUnchanged => (
+                "outer parameters == their value before the step, every non-sync step (exact self-consistency)",
+                vec![np],
+            ),
+            OuterCheckKind::OuterParams => ("outer parameters, after every sync", vec![np]),
+            OuterCheckKind::InnerEqualsOuter => (
+                "every replica's parameters == the outer ones, after every sync (exact self-consistency)",
+                vec![nr, np],
+            ),
+        };
+        let tols: Vec<String> = pols
+            .iter()
+            .map(|p| {
+                let t = p.tolerance(&c.name);
+                format!("{} {}/{}", p.name, num(t.atol), num(t.rtol))
+            })
+            .collect();
+        writeln!(
+            out,
+            "    {:<18} {} {what}: {}",
+            c.name,
+            shape(&sh),
+            tols.join(", ")
+        )
+        .unwrap();
+    }
+    let mutants: Vec<&str> = g.mutants().iter().map(|m| m.name()).collect();
+    writeln!(
+        out,
+        "  mutants (from the outer loop): {}",
+        if mutants.is_empty() {
+            "none".to_string()
+        } else {
+            mutants.join(", ")
+        }
+    )
+    .unwrap();
+    Ok(out)
 }

@@ -289,6 +289,9 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                     LayerParallel::Row => ir::LinearParallel::Row,
                     _ => ir::LinearParallel::None,
                 },
+                // torch's `[out, in]`, also under `scheme = "flax"` (a flax-initialised torch
+                // model); flax kernels are the outer-loop lowering's ([`super::outer`]).
+                layout: ir::WeightLayout::OutIn,
             },
             Op::Act(a) => ir::Op::Activation {
                 kind: match a {
@@ -365,7 +368,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         } else {
             ir::GradReduce::AllReduce
         },
-        // A file with [train.outer] is read by `lang::outer` (the outer-loop engine's surface);
+        // A file with [train.outer] is read by `lang::outer` (the outer loop's own reader);
         // this generic lowering only describes its inner graph.
         outer: None,
     };

@@ -9,8 +9,8 @@
 //!   -> check (the text `seedsweep check` prints); build: the runnable scenario (graph executor)
 //! ```
 //!
-//! Files with a DiLoCo outer loop (`[train.outer]`) are read by [`outer`] into one graph for
-//! the outer-loop engine.
+//! Files with a DiLoCo outer loop (`[train.outer]`) are read by [`outer`] into one graph that
+//! the graph executor runs with its outer-loop wrapper ([`crate::graph::outer_loop`]).
 
 pub mod build;
 pub mod check;

@@ -1,5 +1,11 @@
-//! Scenario files with a DiLoCo outer loop (`[train.outer]`): read into one resolved graph
-//! with an [`ir::OuterLoop`], run by the outer-loop engine ([`crate::graph::outer`]).
+//! Scenario files with a DiLoCo outer loop (`[train.outer]`): lowered into one resolved graph
+//! with an [`ir::OuterLoop`], run by the executor ([`crate::graph::GraphScenario::outer`],
+//! the outer loop around its inner step: [`crate::graph::outer_loop`]).
+//!
+//! The lowering: every tensor has one replica's shape (the inputs' leading axis over `dp`),
+//! every input is an [`ir::DrawKind::Given`] draw of the global batch, every linear layer's
+//! weight a flax kernel ([`ir::WeightLayout::InOut`], declared `[out, in]`, stored
+//! `[in, out]`), `[init] scheme = "flax"` draws `N(0, 1/fan_in)` kernels and zero biases.
 //!
 //! The surface is the language's (`docs/scenario-language.md`, "DiLoCo outer loop"): the same
 //! top-level keys, `[parallel] dp` = the replicas, `[[inputs]]` with `draw = "fixed"` and their
@@ -18,9 +24,9 @@ use crate::error::InputError;
 use crate::evaluate::Comparison;
 use crate::graph::ir::{
     self, Activation, LinearParallel, Op, OuterCheck, OuterCheckKind, OuterData, ParamDecl,
-    ParamId, ParamInit, ResolvedGraph, TensorDecl, TensorId,
+    ParamId, ParamInit, ResolvedGraph, TensorDecl, TensorId, WeightLayout,
 };
-use crate::graph::outer::OuterScenario;
+use crate::graph::GraphScenario;
 use crate::profile::{toml_error, XlaMode};
 
 use super::node::{check_name, Ctx, Obj};
@@ -180,6 +186,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
     let mut input_names = Vec::new();
     let mut drawn: Vec<(String, &str)> = Vec::new();
     let mut noise_std = None;
+    let mut draws: Vec<ir::InputDraw> = Vec::new();
     for inp in doc.tables("inputs", &["name", "draw", "shape", "values", "noise_std"])? {
         let name = inp.name("name", false)?;
         let draw = inp.req_choice("draw", &["fixed", "randn", "teacher"])?;
@@ -187,6 +194,15 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         let n: usize = sh.iter().product();
         if sh.len() != 2 {
             return Err(inp.err("shape", "an outer-loop input is [rows, features]"));
+        }
+        if !sh[0].is_multiple_of(dp) {
+            return Err(inp.err(
+                "shape",
+                format!(
+                    "{} input rows do not split evenly over {dp} replicas",
+                    sh[0]
+                ),
+            ));
         }
         if draw == "fixed" {
             let v = values(&inp, "values")?;
@@ -212,9 +228,15 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
             }
             drawn.push((name.to_string(), draw));
         }
+        draws.push(ir::InputDraw {
+            name: name.to_string(),
+            shape: sh.clone(),
+            kind: ir::DrawKind::Given,
+            tensor: Some(TensorId(tensors.len())),
+        });
         tensors.push(TensorDecl {
             name: name.to_string(),
-            shape: sh,
+            shape: vec![sh[0] / dp, sh[1]],
         });
         input_names.push(name.to_string());
     }
@@ -267,6 +289,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
                     bias: Some(ParamId(w + 1)),
                     out: TensorId(out_t),
                     parallel: LinearParallel::None,
+                    layout: WeightLayout::InOut,
                 }
             }
             _ => {
@@ -350,6 +373,8 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         .iter()
         .position(|n| n == target)
         .ok_or_else(|| lo.err("target", format!("`{target}` is no input")))?;
+    // The loss reads the target by its id; no layer reads it.
+    draws[ti].tensor = None;
     let x_name = match &layers[0].op {
         Op::Linear { x, .. } => tensors[x.0].name.clone(),
         _ => String::new(),
@@ -531,7 +556,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         params,
         inputs: ir::Inputs {
             seed_base: 0,
-            draws: Vec::new(),
+            draws,
             fixups: Vec::new(),
         },
         tensors,
@@ -563,7 +588,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
 }
 
 /// Builds the scenario of an outer-loop file's common config ([`parse_common`]).
-pub fn build(common: CommonConfig) -> Result<OuterScenario, InputError> {
+pub fn build(common: CommonConfig) -> Result<GraphScenario, InputError> {
     let (g, compare) = graph(&common)?;
-    OuterScenario::new(common, g, compare)
+    GraphScenario::outer(common, g, compare)
 }

@@ -52,6 +52,7 @@ fn linear(
             bias: b,
             out,
             parallel: p,
+            layout: WeightLayout::OutIn,
         },
     }
 }

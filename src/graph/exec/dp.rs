@@ -159,9 +159,12 @@ impl Plan {
                             load(&mut rb.acts[t.0], &v.f);
                         }
                     }
+                    // The rank's own context (no allocation): torch's kernels, its shards.
+                    let cx = rp.step_ctx::<B::R>(true, mutant, false, None);
                     for (li, layer) in rp.graph.layers.iter().enumerate() {
                         rp.forward(
                             be,
+                            &cx,
                             li,
                             &layer.op,
                             &rp.sharded[li],
@@ -171,7 +174,7 @@ impl Plan {
                             rb,
                         );
                     }
-                    d.losses[r] = rp.loss(be, inputs, scale, rb);
+                    d.losses[r] = rp.loss(be, &cx, inputs, scale, rb);
                 }
                 for &c in &self.by_phase[0] {
                     let decl = &g.checks[c];
@@ -203,9 +206,11 @@ impl Plan {
                     rb.dset.iter_mut().for_each(|x| *x = false);
                     rb.pset.iter_mut().for_each(|x| *x = false);
                     rb.dset[rp.graph.loss.input.0] = true;
+                    let cx = rp.step_ctx::<B::R>(true, mutant, false, None);
                     for (li, layer) in rp.graph.layers.iter().enumerate().rev() {
                         rp.backward(
                             be,
+                            &cx,
                             &layer.op,
                             &rp.sharded[li],
                             faults,
