@@ -154,9 +154,18 @@ fn graph_text(
         ShardRule::DeepSpeed => format!("deepspeed rule, grain {}", p.grain),
         ShardRule::Megatron => "megatron rule".to_string(),
     };
+    let sync = if p.dp == 1 {
+        ""
+    } else if p.zero_stage < 2 {
+        ", gradients all-reduced at the step"
+    } else if p.sync_at_step {
+        ", gradients reduce-scattered at the step (no_sync)"
+    } else {
+        ", gradients reduce-scattered after every micro-step"
+    };
     writeln!(
         out,
-        "  parallel: tp {} ({rule}), dp {}, zero stage {}",
+        "  parallel: tp {} ({rule}), dp {}, zero stage {}{sync}",
         p.tp, p.dp, p.zero_stage
     )
     .unwrap();
