@@ -8,8 +8,8 @@
 use crate::catalog::{Catalog, Group};
 use crate::check::{StepLabel, Tolerance};
 use crate::engine::evaluate::{unit_frontiers, Comparison, SeedValues};
-use crate::engine::plan::{self, group_seeds, GroupMeta, SeedRange};
-use crate::engine::run::run_group;
+use crate::engine::plan::{self, GroupMeta, SeedRange};
+use crate::engine::run::run_family;
 use crate::scenario::Workspace;
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
@@ -343,48 +343,49 @@ pub fn exceeded(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> bool {
 
 /// Runs every group over its seeds of `range` and collects each seed's frontiers in the
 /// asserted comparison, `[group][check][seed]` in seed order, with a progress bar labelled
-/// `what` on a terminal.
+/// `what` on a terminal. Groups that share work ([`plan::families`], without a memory
+/// budget: every result is kept here anyway) compute it once per seed.
 pub fn collect_frontiers(
     catalog: &Catalog,
     groups: &[Group],
     range: &SeedRange,
     what: &str,
 ) -> Vec<Frontiers> {
-    let total: u64 = groups
-        .iter()
-        .map(|g| {
-            let r = group_seeds(catalog, g, range);
-            r.end - r.start
-        })
-        .sum();
+    let plan = plan::units(catalog, groups, range);
+    let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
     let pb = crate::progress::bar(total, false, what);
-    let out = groups
+    let mut out: Vec<Frontiers> = groups
         .iter()
-        .map(|g| {
-            let s = catalog.scenarios[g.scenario].as_ref();
-            let mut t: Frontiers = vec![Vec::new(); s.checks(g.param).len()];
-            plan::in_order(
-                group_seeds(catalog, g, range),
-                || (Workspace::default(), Vec::new()),
-                |(ws, pts), &seed| {
-                    run_group(catalog, g, seed, ws);
-                    pb.inc(1);
-                    unit_frontiers(s, g.param, ws, pts)
-                },
-                |_, per_seed| {
-                    // Transpose to [check][seed].
-                    for seed in per_seed {
-                        for (c, f) in seed.into_iter().enumerate() {
-                            t[c].push(f);
+        .map(|g| vec![Vec::new(); catalog.scenarios[g.scenario].checks(g.param).len()])
+        .collect();
+    for f in plan::families(catalog, groups, &plan, u64::MAX, |_| 0) {
+        plan::in_chunks_of(
+            plan::CHUNK / f.runs.len(),
+            f.seeds.clone(),
+            || (Workspace::default(), Vec::new()),
+            |(ws, pts), &seed| {
+                let mut res = Vec::with_capacity(f.runs.len());
+                run_family(catalog, groups, &f, seed, ws, |g, ws| {
+                    let s = catalog.scenarios[g.scenario].as_ref();
+                    res.push(unit_frontiers(s, g.param, ws, pts));
+                });
+                pb.inc(f.groups.len() as u64);
+                res
+            },
+            |_, per_seed| {
+                // Transpose to [group][check][seed].
+                for res in per_seed {
+                    for (j, gi) in f.groups.clone().enumerate() {
+                        for (c, fr) in res[f.source[j]].iter().enumerate() {
+                            out[gi][c].push(fr.clone());
                         }
                     }
-                    Ok(())
-                },
-            )
-            .expect("collecting frontiers cannot fail");
-            t
-        })
-        .collect();
+                }
+                Ok(())
+            },
+        )
+        .expect("collecting frontiers cannot fail");
+    }
     pb.finish_and_clear();
     out
 }
