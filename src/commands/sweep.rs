@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::catalog::Catalog;
 use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
 use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
-use crate::engine::aggregate::{exceeded, summarize, tail_keep, GroupAgg, SummaryEntry};
+use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
 use crate::engine::plan::{
     families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard, FAMILY_BUFFER,
 };
@@ -198,11 +198,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     })?;
     let writer = sink.writer.take();
     let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
-    let summaries: Vec<Vec<SummaryEntry>> = metas
-        .iter()
-        .zip(&aggs)
-        .map(|(m, a)| summarize(m, a))
-        .collect();
+    let summaries: Vec<Vec<SummaryEntry>> = pool.install(|| summarize_all(&metas, &aggs));
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
     written.extend(frontiers_file);
     let _ = std::fs::remove_file(&progress);

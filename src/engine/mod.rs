@@ -125,14 +125,19 @@ pub fn drive(
         plan::in_chunks_of(
             plan::CHUNK / f.runs.len(),
             f.seeds.clone(),
-            || (Workspace::default(), Vec::new(), Vec::new()),
-            |(ws, pts, out), &seed| -> Vec<RunResult> {
+            || (Workspace::default(), Vec::new(), Vec::new(), Vec::new()),
+            |(ws, pts, out, prev), &seed| -> Vec<RunResult> {
                 let mut res = Vec::with_capacity(f.runs.len());
-                run::run_family(catalog, groups, f, seed, ws, |g, ws| {
+                run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
                     let s = catalog.scenarios[g.scenario].as_ref();
-                    evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
+                    // Same reference and float64 traces as the run before (a family's
+                    // groups have equal checks and tolerances): its ref-vs-f64 entries.
+                    let reuse = (!parts.reference).then_some(&prev[..]);
+                    let checks = s.checks(g.param);
+                    evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
                     let values: Vec<SeedValues> = out.iter().map(SeedValues::from).collect();
                     res.push((values, unit_frontiers(s, g.param, ws, pts)));
+                    std::mem::swap(out, prev);
                 });
                 let fresh = (0..f.groups.len())
                     .filter(|&j| index(j, seed) >= skip)
@@ -275,7 +280,7 @@ mod tests {
             let mut ws = Workspace::default();
             for f in &fams {
                 let mut shared = Vec::new();
-                run::run_family(&catalog, &groups, f, seed, &mut ws, |g, ws| {
+                run::run_family(&catalog, &groups, f, seed, &mut ws, |g, _, ws| {
                     let mut out = Vec::new();
                     let s = &catalog.scenarios[g.scenario];
                     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);

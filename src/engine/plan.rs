@@ -133,7 +133,7 @@ pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usi
 
 /// Groups that share work at each seed: consecutive groups of one scenario whose
 /// parametrizations compute the same traces ([`crate::scenario::Scenario::same_computation`])
-/// and which run the same seeds. At one seed the family computes the float64 trace once,
+/// and which run the same seeds under the same tolerances. At one seed the family computes the float64 trace once,
 /// the reference once per run of consecutive equal profiles, and the sharded trace once per
 /// distinct (profile, mutant); every group reports the results of its run. Groups are
 /// ordered (scenario, param, profile, mutant), so equal profiles are consecutive.
@@ -176,6 +176,7 @@ pub fn families(
             f.groups.end == gi
                 && f.seeds == seeds
                 && first.scenario == g.scenario
+                && first.tolerances == g.tolerances
                 && catalog.scenarios[g.scenario].same_computation(first.param, g.param)
                 && held.saturating_add(cost) <= budget
         });

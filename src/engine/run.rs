@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, Group};
 use crate::engine::plan::Family;
 use crate::mutant::Mutant;
 use crate::profile::Profile;
-use crate::scenario::{Scenario, Workspace};
+use crate::scenario::{Parts, Scenario, Workspace};
 
 /// Runs `s` at parametrization `param` and `seed` in `profile`, with `mutant` (or none)
 /// injected into the sharded computation, leaving the three traces in `ws.traces`.
@@ -45,20 +45,21 @@ pub fn run_group(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace) {
     );
 }
 
-/// Runs the computations of family `f` at `seed` in order, handing each run's group and the
-/// workspace holding its three traces to `each` (`f.runs[i]` is the i-th call).
+/// Runs the computations of family `f` at `seed` in order, handing each run's group, what
+/// it recomputed besides the sharded trace, and the workspace holding its three traces to
+/// `each` (`f.runs[i]` is the i-th call).
 pub fn run_family(
     catalog: &Catalog,
     groups: &[Group],
     f: &Family,
     seed: u64,
     ws: &mut Workspace,
-    mut each: impl FnMut(&Group, &mut Workspace),
+    mut each: impl FnMut(&Group, Parts, &mut Workspace),
 ) {
     for &(gi, parts) in &f.runs {
         let g = &groups[gi];
         ws.mutant = g.mutant;
         catalog.scenarios[g.scenario].run_parts(g.param, seed, &g.profile, parts, ws);
-        each(g, ws);
+        each(g, parts, ws);
     }
 }
