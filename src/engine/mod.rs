@@ -23,6 +23,7 @@ use std::ops::Range;
 
 use crate::catalog::{Catalog, Group};
 use crate::export::frontiers::SeedFrontiers;
+use crate::export::seeds_file::{format_unit, SeedsFormat};
 use crate::scenario::Workspace;
 use aggregate::GroupAgg;
 use evaluate::{unit_frontiers, SeedCheck, SeedValues};
@@ -37,31 +38,28 @@ pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &m
     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
 }
 
-/// Where finished units go, in output order.
+/// Where finished units go, in output order. The workers format each unit's bytes in the
+/// formats the sink asks for ([`UnitSink::rows_format`], [`UnitSink::wants_frontiers`]), so
+/// the sink only writes.
 pub trait UnitSink {
-    /// One unit's results.
-    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()>;
+    /// The format of the per-seed rows; `None`: no rows are written.
+    fn rows_format(&self) -> Option<SeedsFormat>;
+    /// Whether frontier records are written.
+    fn wants_frontiers(&self) -> bool;
+    /// One unit's rows ([`format_unit`]) and frontier record
+    /// ([`crate::export::frontiers::record`]), each empty when not asked for.
+    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
-    /// One unit's tolerance frontiers in the asserted comparison, `[check]` (after
-    /// [`UnitSink::unit`] for the same unit). Default: discarded.
-    fn frontiers(
-        &mut self,
-        _group: usize,
-        _seed: u64,
-        _frontiers: &[Vec<(f64, f64)>],
-    ) -> anyhow::Result<()> {
-        Ok(())
-    }
 }
 
-/// Bytes one unit's results take while held back for a family (see [`plan::families`]): the
-/// values of every entry and the frontier points of every check (a few per check), with
-/// the vectors' own headers.
+/// Bytes one unit's results take while held back for a family (see [`plan::families`]): its
+/// formatted rows (a CSV row is under 400 bytes) and frontier record (a few points per
+/// check), with the vectors' own headers.
 pub fn held_unit_bytes(meta: &GroupMeta) -> u64 {
-    let values = (meta.entries() * std::mem::size_of::<SeedValues>()) as u64;
-    let frontiers = meta.checks.len() as u64 * (24 + 8 * 16);
-    values + frontiers + 64
+    let rows = meta.entries() as u64 * 400;
+    let frontiers = 16 + meta.checks.len() as u64 * (4 + 8 * 16);
+    rows + frontiers + 64
 }
 
 /// The most bytes [`drive`] holds back at once for `families`: the results of every
@@ -82,16 +80,18 @@ pub fn held_bytes(families: &[Family], metas: &[GroupMeta]) -> u64 {
         .unwrap_or(0)
 }
 
-/// One computation's results at one seed: its values and its frontiers.
-type RunResult = (Vec<SeedValues>, SeedFrontiers);
+/// One seed's results: per run of the family its values, and per group (of those still to
+/// hand on) its formatted rows and frontier record.
+type SeedResult = (Vec<Vec<SeedValues>>, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// Runs every unit of `plan` after the first `skip` (already fed by a resume) on the current
 /// rayon pool, family by family (`families`, from [`plan::families`] of `plan`): the seeds
 /// of a family in chunks ([`plan::in_chunks_of`], about [`plan::CHUNK`] computations a
 /// chunk), each seed computing the family's runs once ([`run::run_family`]). Every group's
-/// aggregate is fed in seed order as its results come; the sink gets every unit in output
-/// order (group-major): the family's first group as its chunks finish, the others held
-/// back and handed on when the family's seeds are done. A checkpoint
+/// aggregate is fed in seed order as its results come; the workers format every unit's
+/// rows and frontier record, and the sink gets them in output order (group-major): the
+/// family's first group as its chunks finish, the others held back and handed on when the
+/// family's seeds are done. A checkpoint
 /// ([`UnitSink::chunk_done`]) follows every chunk and every held-back group.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
@@ -111,6 +111,8 @@ pub fn drive(
     // Units of the families before the current one, and units handed to the sink.
     let mut before = 0u64;
     let mut emitted = skip;
+    let rows_format = sink.rows_format();
+    let want_frontiers = sink.wants_frontiers();
     for f in families {
         let n = f.seeds.end - f.seeds.start;
         let len = n * f.groups.len() as u64;
@@ -120,14 +122,14 @@ pub fn drive(
         }
         // Output index of group j of the family at `seed`.
         let index = |j: usize, seed: u64| before + j as u64 * n + (seed - f.seeds.start);
-        let mut held: Vec<Vec<(u64, usize)>> = vec![Vec::new(); f.groups.len()];
-        let mut kept: Vec<Vec<RunResult>> = Vec::new();
+        let mut held: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); f.groups.len()];
         plan::in_chunks_of(
             plan::CHUNK / f.runs.len(),
             f.seeds.clone(),
             || (Workspace::default(), Vec::new(), Vec::new(), Vec::new()),
-            |(ws, pts, out, prev), &seed| -> Vec<RunResult> {
-                let mut res = Vec::with_capacity(f.runs.len());
+            |(ws, pts, out, prev), &seed| -> anyhow::Result<SeedResult> {
+                let mut values = Vec::with_capacity(f.runs.len());
+                let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
                 run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
                     let s = catalog.scenarios[g.scenario].as_ref();
                     // Same reference and float64 traces as the run before (a family's
@@ -135,38 +137,60 @@ pub fn drive(
                     let reuse = (!parts.reference).then_some(&prev[..]);
                     let checks = s.checks(g.param);
                     evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
-                    let values: Vec<SeedValues> = out.iter().map(SeedValues::from).collect();
-                    res.push((values, unit_frontiers(s, g.param, ws, pts)));
+                    values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
+                    if want_frontiers {
+                        frontiers.push(unit_frontiers(s, g.param, ws, pts));
+                    }
                     std::mem::swap(out, prev);
                 });
-                let fresh = (0..f.groups.len())
-                    .filter(|&j| index(j, seed) >= skip)
-                    .count();
-                pb.inc(fresh as u64);
-                res
+                let mut bytes = Vec::new();
+                let mut fresh = 0;
+                for (j, gi) in f.groups.clone().enumerate() {
+                    if index(j, seed) < skip {
+                        continue;
+                    }
+                    fresh += 1;
+                    let (mut rows, mut fr) = (Vec::new(), Vec::new());
+                    if let Some(format) = rows_format {
+                        format_unit(
+                            format,
+                            &metas[gi],
+                            gi,
+                            seed,
+                            &values[f.source[j]],
+                            &mut rows,
+                        )?;
+                    }
+                    if want_frontiers {
+                        crate::export::frontiers::record(
+                            gi,
+                            seed,
+                            &frontiers[f.source[j]],
+                            &mut fr,
+                        );
+                    }
+                    bytes.push((rows, fr));
+                }
+                pb.inc(fresh);
+                Ok((values, bytes))
             },
             |seeds, results| {
                 let start = emitted;
                 for (&seed, res) in seeds.iter().zip(results) {
-                    let slot = kept.len();
-                    let mut keep = false;
+                    let (values, bytes) = res?;
+                    let mut bytes = bytes.into_iter();
                     for (j, gi) in f.groups.clone().enumerate() {
                         if index(j, seed) < skip {
                             continue;
                         }
-                        let (values, fr) = &res[f.source[j]];
-                        aggs[gi].feed(&metas[gi], seed, values);
+                        aggs[gi].feed(&metas[gi], seed, &values[f.source[j]]);
+                        let b = bytes.next().expect("bytes for every unit still to hand on");
                         if j == 0 {
-                            sink.unit(gi, seed, values)?;
-                            sink.frontiers(gi, seed, fr)?;
+                            sink.unit(&b.0, &b.1)?;
                             emitted += 1;
                         } else {
-                            held[j].push((seed, slot));
-                            keep = true;
+                            held[j].push(b);
                         }
-                    }
-                    if keep {
-                        kept.push(res);
                     }
                 }
                 if emitted > start {
@@ -175,14 +199,12 @@ pub fn drive(
                 Ok(())
             },
         )?;
-        for (j, gi) in f.groups.clone().enumerate().skip(1) {
-            if held[j].is_empty() {
+        for h in held.iter_mut().skip(1) {
+            if h.is_empty() {
                 continue;
             }
-            for &(seed, slot) in &held[j] {
-                let (values, fr) = &kept[slot][f.source[j]];
-                sink.unit(gi, seed, values)?;
-                sink.frontiers(gi, seed, fr)?;
+            for (rows, fr) in h.drain(..) {
+                sink.unit(&rows, &fr)?;
                 emitted += 1;
                 if emitted.is_multiple_of(plan::CHUNK as u64) {
                     sink.chunk_done(emitted)?;
