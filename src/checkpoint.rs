@@ -15,7 +15,6 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::engine::aggregate::{GroupAgg, SummaryEntry};
-use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
 use crate::engine::UnitSink;
 use crate::error::InputError;
@@ -45,15 +44,18 @@ pub struct FileSink<'a> {
 }
 
 impl UnitSink for FileSink<'_> {
-    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()> {
-        match self.writer.as_mut() {
-            Some(w) => w.write(&self.metas[group], group, seed, values),
-            None => Ok(()),
-        }
+    fn rows_format(&self) -> Option<SeedsFormat> {
+        self.writer.as_ref().map(SeedsOut::format)
     }
-    fn frontiers(&mut self, group: usize, seed: u64, f: &[Vec<(f64, f64)>]) -> anyhow::Result<()> {
+    fn wants_frontiers(&self) -> bool {
+        self.frontiers.is_some()
+    }
+    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()> {
+        if let Some(w) = self.writer.as_mut() {
+            w.write_formatted(rows)?;
+        }
         match self.frontiers.as_mut() {
-            Some(w) => w.write(group, seed, f),
+            Some(w) => w.write_record(frontiers),
             None => Ok(()),
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::checkpoint::finish_outputs;
 use crate::commands::{emit, emitln};
-use crate::engine::aggregate::{summarize, GroupAgg, SummaryEntry};
+use crate::engine::aggregate::{summarize_all, GroupAgg, SummaryEntry};
 use crate::export::csv::plan_csv;
 use crate::export::seeds_file::SeedsOut;
 use crate::export::table::{mutant_summary, sweep_summary};
@@ -48,11 +48,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
             writer.write(&metas[gi], gi, *seed, vals)?;
         }
     }
-    let summaries: Vec<Vec<SummaryEntry>> = metas
-        .iter()
-        .zip(&aggs)
-        .map(|(m, a)| summarize(m, a))
-        .collect();
+    let summaries: Vec<Vec<SummaryEntry>> = summarize_all(metas, &aggs);
     let frontiers = match crate::shard_set::merge_frontiers(&o.dirs, &o.out, metas, per_group)? {
         Ok(path) => Some(path),
         Err(note) => {

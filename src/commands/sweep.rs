@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use crate::catalog::Catalog;
 use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
 use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
-use crate::engine::aggregate::{exceeded, summarize, tail_keep, GroupAgg, SummaryEntry};
-use crate::engine::plan::{seed_runs_memory, units, GroupMeta, SeedRange, Shard};
+use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
+use crate::engine::plan::{
+    families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard, FAMILY_BUFFER,
+};
+use crate::engine::{held_bytes, held_unit_bytes};
 use crate::error::InputError;
 use crate::export::csv::plan_csv;
 use crate::export::frontiers::FrontierWriter;
@@ -74,7 +77,10 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         shard: o.shard,
     };
     let plan = units(&catalog, &groups, &range);
-    check_sweep_memory(&catalog, &groups, &metas, &plan, o)?;
+    let fams = families(&catalog, &groups, &plan, FAMILY_BUFFER, |gi| {
+        held_unit_bytes(&metas[gi])
+    });
+    check_sweep_memory(&catalog, &groups, &metas, &plan, &fams, o)?;
     let pool = pool(o.threads)?;
     let mode = if o.summary_only {
         "summary-only"
@@ -187,16 +193,12 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     };
     pool.install(|| {
         crate::engine::drive(
-            &catalog, &groups, &metas, &plan, skip, &mut aggs, o.quiet, &mut sink,
+            &catalog, &groups, &metas, &plan, &fams, skip, &mut aggs, o.quiet, &mut sink,
         )
     })?;
     let writer = sink.writer.take();
     let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
-    let summaries: Vec<Vec<SummaryEntry>> = metas
-        .iter()
-        .zip(&aggs)
-        .map(|(m, a)| summarize(m, a))
-        .collect();
+    let summaries: Vec<Vec<SummaryEntry>> = pool.install(|| summarize_all(&metas, &aggs));
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
     written.extend(frontiers_file);
     let _ = std::fs::remove_file(&progress);
@@ -217,6 +219,7 @@ fn check_sweep_memory(
     groups: &[crate::catalog::Group],
     metas: &[GroupMeta],
     plan: &[(usize, std::ops::Range<u64>)],
+    fams: &[Family],
     o: &SweepOptions,
 ) -> anyhow::Result<()> {
     let units: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
@@ -241,5 +244,13 @@ fn check_sweep_memory(
             format!("{units} seed-run(s) of per-seed usages kept for exact quantiles (--summary-only keeps less)")
         },
     ));
+    let held = held_bytes(fams, metas);
+    if held > 0 {
+        parts.push((
+            held,
+            "the results of a seed range held back while the groups that share its work run"
+                .to_string(),
+        ));
+    }
     Ok(crate::limits::check_memory(&parts, o.common.max_memory)?)
 }

@@ -8,8 +8,8 @@
 use crate::catalog::{Catalog, Group};
 use crate::check::{StepLabel, Tolerance};
 use crate::engine::evaluate::{unit_frontiers, Comparison, SeedValues};
-use crate::engine::plan::{self, group_seeds, GroupMeta, SeedRange};
-use crate::engine::run::run_group;
+use crate::engine::plan::{self, GroupMeta, SeedRange};
+use crate::engine::run::run_family;
 use crate::scenario::Workspace;
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
@@ -270,8 +270,105 @@ pub struct SummaryEntry {
     pub theory_prob: f64,
 }
 
+/// What one entry's tail estimate is computed from.
+#[derive(Clone, Copy)]
+enum TailInput<'a> {
+    /// Every usage.
+    Exact(&'a [f64]),
+    /// The exact top of `n` usages ([`TopK::sample`]).
+    Top(&'a TopK, usize),
+}
+
+impl TailInput<'_> {
+    /// The sample [`tail_estimate`] reads, by its value bits.
+    fn bits(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match *self {
+            Self::Exact(v) => Box::new(v.iter().map(|x| x.to_bits())),
+            Self::Top(t, n) => Box::new(
+                t.heap
+                    .iter()
+                    .map(|r| r.0 .0.to_bits())
+                    .chain(std::iter::repeat_n(0, n.saturating_sub(t.heap.len()))),
+            ),
+        }
+    }
+    /// Whether both give [`tail_estimate`] the same sample, bit for bit.
+    fn same(&self, o: &Self) -> bool {
+        let len = |i: &Self| match *i {
+            Self::Exact(v) => v.len(),
+            Self::Top(t, n) => n.max(t.heap.len()),
+        };
+        len(self) == len(o) && self.bits().eq(o.bits())
+    }
+    fn estimate(&self) -> TailEstimate {
+        match *self {
+            Self::Exact(v) => tail_estimate(v, &TAIL_PROBS),
+            Self::Top(t, n) => tail_estimate(&t.sample(n), &TAIL_PROBS),
+        }
+    }
+}
+
+/// The summary entries of every group, in group order, as [`summarize`] gives them one
+/// group at a time. The tail fits, the costly part, run in parallel on the current rayon
+/// pool, and each distinct sample is fitted once: entries whose samples are equal bit for
+/// bit (the `ref-vs-f64` entries of a clean group and its mutants, the entries of two
+/// parametrizations that compute the same) share one fit. [`tail_estimate`] is a
+/// deterministic function of its sample, so the result is the same for any thread count.
+pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryEntry>> {
+    use rayon::prelude::*;
+    use std::hash::{Hash, Hasher};
+    let mut inputs: Vec<TailInput> = Vec::new();
+    let mut buckets: std::collections::HashMap<u64, Vec<usize>> = Default::default();
+    let slots: Vec<Vec<Option<usize>>> = aggs
+        .iter()
+        .map(|agg| {
+            agg.entries
+                .iter()
+                .map(|e| {
+                    if agg.seeds == 0 {
+                        return None;
+                    }
+                    let input = match &e.quantiles {
+                        Quantiles::Exact(v) => TailInput::Exact(v),
+                        Quantiles::Histogram(_, top) => TailInput::Top(top, agg.seeds),
+                    };
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    input.bits().for_each(|b| b.hash(&mut h));
+                    let bucket = buckets.entry(h.finish()).or_default();
+                    Some(match bucket.iter().find(|&&i| inputs[i].same(&input)) {
+                        Some(&i) => i,
+                        None => {
+                            inputs.push(input);
+                            bucket.push(inputs.len() - 1);
+                            inputs.len() - 1
+                        }
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let fits: Vec<TailEstimate> = inputs.par_iter().map(TailInput::estimate).collect();
+    metas
+        .iter()
+        .zip(aggs)
+        .zip(&slots)
+        .map(|((m, a), s)| summarize_with(m, a, |k| s[k].map(|i| fits[i].clone())))
+        .collect()
+}
+
 /// The summary entries of one group, in result order.
 pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
+    summarize_all(std::slice::from_ref(meta), std::slice::from_ref(agg))
+        .pop()
+        .expect("one group in, one out")
+}
+
+/// [`summarize`] with the tail estimate of entry `k` (in result order) from `tail(k)`.
+fn summarize_with(
+    meta: &GroupMeta,
+    agg: &GroupAgg,
+    tail: impl Fn(usize) -> Option<TailEstimate>,
+) -> Vec<SummaryEntry> {
     let mut out = Vec::with_capacity(meta.entries());
     let mut sorted = Vec::new();
     for (c, check) in meta.checks.iter().enumerate() {
@@ -294,13 +391,7 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
                     }
                     Quantiles::Histogram(h, _) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
                 };
-                let tail = match &e.quantiles {
-                    _ if agg.seeds == 0 => None,
-                    Quantiles::Exact(v) => Some(tail_estimate(v, &TAIL_PROBS)),
-                    Quantiles::Histogram(_, top) => {
-                        Some(tail_estimate(&top.sample(agg.seeds), &TAIL_PROBS))
-                    }
-                };
+                let tail = tail(meta.index(c, ci, p));
                 out.push(SummaryEntry {
                     check: check.clone(),
                     comparison,
@@ -343,48 +434,49 @@ pub fn exceeded(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> bool {
 
 /// Runs every group over its seeds of `range` and collects each seed's frontiers in the
 /// asserted comparison, `[group][check][seed]` in seed order, with a progress bar labelled
-/// `what` on a terminal.
+/// `what` on a terminal. Groups that share work ([`plan::families`], without a memory
+/// budget: every result is kept here anyway) compute it once per seed.
 pub fn collect_frontiers(
     catalog: &Catalog,
     groups: &[Group],
     range: &SeedRange,
     what: &str,
 ) -> Vec<Frontiers> {
-    let total: u64 = groups
-        .iter()
-        .map(|g| {
-            let r = group_seeds(catalog, g, range);
-            r.end - r.start
-        })
-        .sum();
+    let plan = plan::units(catalog, groups, range);
+    let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
     let pb = crate::progress::bar(total, false, what);
-    let out = groups
+    let mut out: Vec<Frontiers> = groups
         .iter()
-        .map(|g| {
-            let s = catalog.scenarios[g.scenario].as_ref();
-            let mut t: Frontiers = vec![Vec::new(); s.checks(g.param).len()];
-            plan::in_order(
-                group_seeds(catalog, g, range),
-                || (Workspace::default(), Vec::new()),
-                |(ws, pts), &seed| {
-                    run_group(catalog, g, seed, ws);
-                    pb.inc(1);
-                    unit_frontiers(s, g.param, ws, pts)
-                },
-                |_, per_seed| {
-                    // Transpose to [check][seed].
-                    for seed in per_seed {
-                        for (c, f) in seed.into_iter().enumerate() {
-                            t[c].push(f);
+        .map(|g| vec![Vec::new(); catalog.scenarios[g.scenario].checks(g.param).len()])
+        .collect();
+    for f in plan::families(catalog, groups, &plan, u64::MAX, |_| 0) {
+        plan::in_chunks_of(
+            plan::CHUNK / f.runs.len(),
+            f.seeds.clone(),
+            || (Workspace::default(), Vec::new()),
+            |(ws, pts), &seed| {
+                let mut res = Vec::with_capacity(f.runs.len());
+                run_family(catalog, groups, &f, seed, ws, |g, _, ws| {
+                    let s = catalog.scenarios[g.scenario].as_ref();
+                    res.push(unit_frontiers(s, g.param, ws, pts));
+                });
+                pb.inc(f.groups.len() as u64);
+                res
+            },
+            |_, per_seed| {
+                // Transpose to [group][check][seed].
+                for res in per_seed {
+                    for (j, gi) in f.groups.clone().enumerate() {
+                        for (c, fr) in res[f.source[j]].iter().enumerate() {
+                            out[gi][c].push(fr.clone());
                         }
                     }
-                    Ok(())
-                },
-            )
-            .expect("collecting frontiers cannot fail");
-            t
-        })
-        .collect();
+                }
+                Ok(())
+            },
+        )
+        .expect("collecting frontiers cannot fail");
+    }
     pb.finish_and_clear();
     out
 }

@@ -13,7 +13,7 @@
 
 use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
-use crate::stats::frontier::{frontier, prefilter};
+use crate::stats::frontier::{frontier, AnchorScan};
 use crate::trace::{Slot, SlotRole, Trace};
 
 /// One of the three comparisons.
@@ -239,10 +239,27 @@ pub fn evaluate(
     traces: &Traces,
     out: &mut Vec<SeedCheck>,
 ) {
+    evaluate_reusing(checks, tolerances, traces, None, out)
+}
+
+/// [`evaluate`], with the `ref-vs-f64` entries copied from `reuse` when given: the output
+/// of [`evaluate`] for the same checks and tolerances on traces with the same reference and
+/// float64 traces (that comparison reads nothing else).
+pub fn evaluate_reusing(
+    checks: &[CheckSpec],
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    reuse: Option<&[SeedCheck]>,
+    out: &mut Vec<SeedCheck>,
+) {
     out.clear();
     for (c, spec) in checks.iter().enumerate() {
         for comparison in Comparison::ALL {
             let base = out.len();
+            if let (Comparison::RefVsF64, Some(r)) = (comparison, reuse) {
+                out.extend_from_slice(&r[base..base + tolerances.len()]);
+                continue;
+            }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
             for_each_pair(traces, c, spec, comparison, |step, a, e| {
@@ -339,7 +356,8 @@ impl From<&SeedCheck> for SeedValues {
 /// The frontiers of one run unit, `[check]`, in the comparison the test asserts, from the
 /// traces left in `ws` by `s.run` (`pts` is scratch). Per element: d = |actual − expected|
 /// (NaN → +∞, and 0 when actual == expected, so equal infinities count as equal), e =
-/// |expected| (0 for a non-finite expected value).
+/// |expected| (0 for a non-finite expected value). The points are filtered as
+/// [`crate::stats::frontier::prefilter`] filters them before the frontier is taken.
 pub fn unit_frontiers(
     s: &dyn Scenario,
     param: usize,
@@ -351,17 +369,35 @@ pub fn unit_frontiers(
         .iter()
         .enumerate()
         .map(|(c, spec)| {
+            let point = |x: f64, y: f64| {
+                let d = (x - y).abs();
+                let d = if d.is_nan() { f64::INFINITY } else { d };
+                let ey = if y.is_finite() { y.abs() } else { 0.0 };
+                let d = if x == y { 0.0 } else { d };
+                (d, ey)
+            };
+            // [`prefilter`] streamed: the anchors in a first pass, then only the points it
+            // keeps, in the same order (the same points as collecting all and filtering).
+            let mut scan = AnchorScan::default();
+            for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                for (&x, &y) in a.iter().zip(e) {
+                    scan.add(point(x, y));
+                }
+            });
+            let anchors = scan.finish();
             pts.clear();
             for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                 for (&x, &y) in a.iter().zip(e) {
-                    let d = (x - y).abs();
-                    let d = if d.is_nan() { f64::INFINITY } else { d };
-                    let ey = if y.is_finite() { y.abs() } else { 0.0 };
-                    let d = if x == y { 0.0 } else { d };
-                    pts.push((d, ey));
+                    let q = point(x, y);
+                    let keep = match &anchors {
+                        Some(an) => an.keep(q),
+                        None => q.0 > 0.0,
+                    };
+                    if keep {
+                        pts.push(q);
+                    }
                 }
             });
-            prefilter(pts);
             let mut f = Vec::new();
             frontier(pts.iter().copied(), &mut f);
             f

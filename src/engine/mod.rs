@@ -11,7 +11,8 @@
 //! ```
 //!
 //! [`unit`] is one work unit run and evaluated; [`drive`] is the whole sweep loop (plan →
-//! run → evaluate → aggregate, and each unit handed to a [`UnitSink`] in output order).
+//! run → evaluate → aggregate, and each unit handed to a [`UnitSink`] in output order),
+//! which shares the work of a seed across the groups of a [`Family`].
 
 pub mod aggregate;
 pub mod evaluate;
@@ -22,10 +23,11 @@ use std::ops::Range;
 
 use crate::catalog::{Catalog, Group};
 use crate::export::frontiers::SeedFrontiers;
+use crate::export::seeds_file::{format_unit, SeedsFormat};
 use crate::scenario::Workspace;
 use aggregate::GroupAgg;
 use evaluate::{unit_frontiers, SeedCheck, SeedValues};
-use plan::GroupMeta;
+use plan::{Family, GroupMeta};
 
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
 /// computation), in `ws`, and evaluates every check × comparison × policy into `out`
@@ -36,33 +38,68 @@ pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &m
     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
 }
 
-/// Where finished units go, in output order.
+/// Where finished units go, in output order. The workers format each unit's bytes in the
+/// formats the sink asks for ([`UnitSink::rows_format`], [`UnitSink::wants_frontiers`]), so
+/// the sink only writes.
 pub trait UnitSink {
-    /// One unit's results.
-    fn unit(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()>;
+    /// The format of the per-seed rows; `None`: no rows are written.
+    fn rows_format(&self) -> Option<SeedsFormat>;
+    /// Whether frontier records are written.
+    fn wants_frontiers(&self) -> bool;
+    /// One unit's rows ([`format_unit`]) and frontier record
+    /// ([`crate::export::frontiers::record`]), each empty when not asked for.
+    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
-    /// One unit's tolerance frontiers in the asserted comparison, `[check]` (after
-    /// [`UnitSink::unit`] for the same unit). Default: discarded.
-    fn frontiers(
-        &mut self,
-        _group: usize,
-        _seed: u64,
-        _frontiers: &[Vec<(f64, f64)>],
-    ) -> anyhow::Result<()> {
-        Ok(())
-    }
 }
 
+/// Bytes one unit's results take while held back for a family (see [`plan::families`]): its
+/// formatted rows (a CSV row is under 400 bytes) and frontier record (a few points per
+/// check), with the vectors' own headers.
+pub fn held_unit_bytes(meta: &GroupMeta) -> u64 {
+    let rows = meta.entries() as u64 * 400;
+    let frontiers = 16 + meta.checks.len() as u64 * (4 + 8 * 16);
+    rows + frontiers + 64
+}
+
+/// The most bytes [`drive`] holds back at once for `families`: the results of every
+/// group of one family over its seeds (nothing for a family of one group, whose units go
+/// straight to the sink).
+pub fn held_bytes(families: &[Family], metas: &[GroupMeta]) -> u64 {
+    families
+        .iter()
+        .filter(|f| f.groups.len() > 1)
+        .map(|f| {
+            let n = f.seeds.end - f.seeds.start;
+            f.groups
+                .clone()
+                .map(|gi| n.saturating_mul(held_unit_bytes(&metas[gi])))
+                .fold(0u64, u64::saturating_add)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// One seed's results: per run of the family its values, and per group (of those still to
+/// hand on) its formatted rows and frontier record.
+type SeedResult = (Vec<Vec<SeedValues>>, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// Runs every unit of `plan` after the first `skip` (already fed by a resume) on the current
-/// rayon pool, in chunks of [`plan::CHUNK`] ([`plan::in_order`]), feeding `aggs` and the sink
-/// for each unit in output order.
+/// rayon pool, family by family (`families`, from [`plan::families`] of `plan`): the seeds
+/// of a family in chunks ([`plan::in_chunks_of`], about [`plan::CHUNK`] computations a
+/// chunk), each seed computing the family's runs once ([`run::run_family`]). Every group's
+/// aggregate is fed in seed order as its results come; the workers format every unit's
+/// rows and frontier record, and the sink gets them in output order (group-major): the
+/// family's first group as its chunks finish, the others held back and handed on when the
+/// family's seeds are done. A checkpoint
+/// ([`UnitSink::chunk_done`]) follows every chunk and every held-back group.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
     catalog: &Catalog,
     groups: &[Group],
     metas: &[GroupMeta],
     plan: &[(usize, Range<u64>)],
+    families: &[Family],
     skip: u64,
     aggs: &mut [GroupAgg],
     quiet: bool,
@@ -71,36 +108,218 @@ pub fn drive(
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
     let pb = crate::progress::bar(total, quiet, "sweep");
     pb.inc(skip.min(total));
-    // Units lazily in output order, skipping the resumed ones.
-    let pending = plan
-        .iter()
-        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)))
-        .skip(skip as usize);
-    let mut so_far = skip;
-    let mut values = Vec::new();
-    plan::in_order(
-        pending,
-        || (Workspace::default(), Vec::new()),
-        |(ws, pts), &(gi, seed)| -> (Vec<SeedCheck>, SeedFrontiers) {
-            let mut out = Vec::new();
-            unit(catalog, &groups[gi], seed, ws, &mut out);
-            let g = &groups[gi];
-            let fr = unit_frontiers(catalog.scenarios[g.scenario].as_ref(), g.param, ws, pts);
-            pb.inc(1);
-            (out, fr)
-        },
-        |chunk, results| {
-            for (&(gi, seed), (res, fr)) in chunk.iter().zip(&results) {
-                values.clear();
-                values.extend(res.iter().map(SeedValues::from));
-                aggs[gi].feed(&metas[gi], seed, &values);
-                sink.unit(gi, seed, &values)?;
-                sink.frontiers(gi, seed, fr)?;
+    // Units of the families before the current one, and units handed to the sink.
+    let mut before = 0u64;
+    let mut emitted = skip;
+    let rows_format = sink.rows_format();
+    let want_frontiers = sink.wants_frontiers();
+    for f in families {
+        let n = f.seeds.end - f.seeds.start;
+        let len = n * f.groups.len() as u64;
+        if before + len <= skip {
+            before += len;
+            continue;
+        }
+        // Output index of group j of the family at `seed`.
+        let index = |j: usize, seed: u64| before + j as u64 * n + (seed - f.seeds.start);
+        let mut held: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); f.groups.len()];
+        plan::in_chunks_of(
+            plan::CHUNK / f.runs.len(),
+            f.seeds.clone(),
+            || (Workspace::default(), Vec::new(), Vec::new(), Vec::new()),
+            |(ws, pts, out, prev), &seed| -> anyhow::Result<SeedResult> {
+                let mut values = Vec::with_capacity(f.runs.len());
+                let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
+                run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
+                    let s = catalog.scenarios[g.scenario].as_ref();
+                    // Same reference and float64 traces as the run before (a family's
+                    // groups have equal checks and tolerances): its ref-vs-f64 entries.
+                    let reuse = (!parts.reference).then_some(&prev[..]);
+                    let checks = s.checks(g.param);
+                    evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                    values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
+                    if want_frontiers {
+                        frontiers.push(unit_frontiers(s, g.param, ws, pts));
+                    }
+                    std::mem::swap(out, prev);
+                });
+                let mut bytes = Vec::new();
+                let mut fresh = 0;
+                for (j, gi) in f.groups.clone().enumerate() {
+                    if index(j, seed) < skip {
+                        continue;
+                    }
+                    fresh += 1;
+                    let (mut rows, mut fr) = (Vec::new(), Vec::new());
+                    if let Some(format) = rows_format {
+                        format_unit(
+                            format,
+                            &metas[gi],
+                            gi,
+                            seed,
+                            &values[f.source[j]],
+                            &mut rows,
+                        )?;
+                    }
+                    if want_frontiers {
+                        crate::export::frontiers::record(
+                            gi,
+                            seed,
+                            &frontiers[f.source[j]],
+                            &mut fr,
+                        );
+                    }
+                    bytes.push((rows, fr));
+                }
+                pb.inc(fresh);
+                Ok((values, bytes))
+            },
+            |seeds, results| {
+                let start = emitted;
+                for (&seed, res) in seeds.iter().zip(results) {
+                    let (values, bytes) = res?;
+                    let mut bytes = bytes.into_iter();
+                    for (j, gi) in f.groups.clone().enumerate() {
+                        if index(j, seed) < skip {
+                            continue;
+                        }
+                        aggs[gi].feed(&metas[gi], seed, &values[f.source[j]]);
+                        let b = bytes.next().expect("bytes for every unit still to hand on");
+                        if j == 0 {
+                            sink.unit(&b.0, &b.1)?;
+                            emitted += 1;
+                        } else {
+                            held[j].push(b);
+                        }
+                    }
+                }
+                if emitted > start {
+                    sink.chunk_done(emitted)?;
+                }
+                Ok(())
+            },
+        )?;
+        for h in held.iter_mut().skip(1) {
+            if h.is_empty() {
+                continue;
             }
-            so_far += chunk.len() as u64;
-            sink.chunk_done(so_far)
-        },
-    )?;
+            for (rows, fr) in h.drain(..) {
+                sink.unit(&rows, &fr)?;
+                emitted += 1;
+                if emitted.is_multiple_of(plan::CHUNK as u64) {
+                    sink.chunk_done(emitted)?;
+                }
+            }
+            sink.chunk_done(emitted)?;
+        }
+        before += len;
+    }
     pb.finish_and_clear();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Selection;
+
+    fn t1_groups(catalog: &Catalog, profiles: &str) -> Vec<Group> {
+        catalog
+            .plan(&Selection {
+                scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
+                profiles: Some(profiles.split(',').map(String::from).collect()),
+                mutants: Some(vec!["all".into()]),
+                ..Default::default()
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn families_share_a_param_and_its_structural_twin_but_nothing_else() {
+        let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+        let groups = t1_groups(&catalog, "cpu-fma,f32");
+        let range = plan::SeedRange {
+            first: None,
+            count: 3,
+            shard: None,
+        };
+        let plan = plan::units(&catalog, &groups, &range);
+        let fams = plan::families(&catalog, &groups, &plan, u64::MAX, |_| 0);
+        let s = &catalog.scenarios[groups[0].scenario];
+        let ids: Vec<Vec<&str>> = fams
+            .iter()
+            .map(|f| {
+                let mut v: Vec<&str> = f
+                    .groups
+                    .clone()
+                    .map(|gi| s.param_ids()[groups[gi].param])
+                    .collect();
+                v.dedup();
+                v
+            })
+            .collect();
+        // 35-3-True-0 differs from 35-3-False-0 only in its id and the embedding's
+        // column-sharded lookup, which the executor runs as the plain lookup.
+        assert_eq!(
+            ids,
+            [
+                vec!["32-None-False-0"],
+                vec!["35-3-False-0", "35-3-True-0"],
+                vec!["32-3-False-2"]
+            ]
+        );
+        let twin = &fams[1];
+        let half = twin.groups.len() / 2;
+        // The twin reports the runs of 35-3-False-0, group for group.
+        assert_eq!(twin.source[half..], twin.source[..half]);
+        assert_eq!(twin.runs.len(), half);
+        // The float64 trace once; the reference again only where the profile changes.
+        let per_profile = half / 2;
+        for (i, &(gi, parts)) in twin.runs.iter().enumerate() {
+            assert_eq!(parts.f64, i == 0, "run {i}");
+            assert_eq!(parts.reference, i % per_profile == 0, "run {i}");
+            assert_eq!(groups[gi].mutant.is_none(), i % per_profile == 0, "run {i}");
+        }
+        // With no room to hold results back, every group is its own family.
+        let alone = plan::families(&catalog, &groups, &plan, 0, |_| 1);
+        assert_eq!(alone.len(), groups.len());
+    }
+
+    #[test]
+    fn a_family_computes_what_each_of_its_groups_computes_alone() {
+        // Independent path: every group run and evaluated on its own (all three traces
+        // computed by `Scenario::run`) in a fresh workspace, against the shared runs.
+        let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+        let groups = t1_groups(&catalog, "cpu-fma,cpu-fma+allreduce-bf16");
+        let range = plan::SeedRange {
+            first: None,
+            count: 1,
+            shard: None,
+        };
+        let plan = plan::units(&catalog, &groups, &range);
+        let fams = plan::families(&catalog, &groups, &plan, u64::MAX, |_| 0);
+        for seed in [8173, 8199] {
+            let mut ws = Workspace::default();
+            for f in &fams {
+                let mut shared = Vec::new();
+                run::run_family(&catalog, &groups, f, seed, &mut ws, |g, _, ws| {
+                    let mut out = Vec::new();
+                    let s = &catalog.scenarios[g.scenario];
+                    evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, &mut out);
+                    shared.push(format!("{out:?}"));
+                });
+                for (j, gi) in f.groups.clone().enumerate() {
+                    let mut alone = Workspace::default();
+                    let mut out = Vec::new();
+                    unit(&catalog, &groups[gi], seed, &mut alone, &mut out);
+                    // Debug text compares every field, NaN theory columns included.
+                    assert_eq!(
+                        shared[f.source[j]],
+                        format!("{out:?}"),
+                        "group {gi} seed {seed}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use crate::catalog::{Catalog, Group};
 use crate::check::Tolerance;
 use crate::engine::evaluate::Comparison;
+use crate::scenario::Parts;
 
 /// Units per parallel chunk: large enough to keep every thread busy, small enough that the
 /// chunk's results stay a few megabytes.
@@ -130,6 +131,88 @@ pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usi
         .collect()
 }
 
+/// Groups that share work at each seed: consecutive groups of one scenario whose
+/// parametrizations compute the same traces ([`crate::scenario::Scenario::same_computation`])
+/// and which run the same seeds under the same tolerances. At one seed the family computes the float64 trace once,
+/// the reference once per run of consecutive equal profiles, and the sharded trace once per
+/// distinct (profile, mutant); every group reports the results of its run. Groups are
+/// ordered (scenario, param, profile, mutant), so equal profiles are consecutive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    /// The groups, consecutive in output order.
+    pub groups: Range<usize>,
+    /// Their seeds (the same for every group of the family).
+    pub seeds: Range<u64>,
+    /// The distinct computations in order: the group that defines each, and what it
+    /// recomputes besides the sharded trace (the rest is left by the run before it).
+    pub runs: Vec<(usize, Parts)>,
+    /// Per group of the family, in order: the index into `runs` of the results it reports.
+    pub source: Vec<usize>,
+}
+
+/// Bytes of the results a sweep holds back while a family runs (see [`families`]).
+pub const FAMILY_BUFFER: u64 = 256 << 20;
+
+/// The families of `plan` (the units of [`units`], in output order). A sweep hands units
+/// on in output order (group-major), so the results of a family's seeds are held back until
+/// they are done: a family grows only while those results, estimated at `unit_bytes(group)`
+/// per unit of each of its groups, stay within `budget` (a group that does not fit starts
+/// the next family, sharing nothing with the one before).
+pub fn families(
+    catalog: &Catalog,
+    groups: &[Group],
+    plan: &[(usize, Range<u64>)],
+    budget: u64,
+    unit_bytes: impl Fn(usize) -> u64,
+) -> Vec<Family> {
+    let mut out: Vec<Family> = Vec::new();
+    let mut held = 0u64;
+    for (gi, seeds) in plan.iter().cloned() {
+        let g = &groups[gi];
+        let n = seeds.end - seeds.start;
+        let cost = n.saturating_mul(unit_bytes(gi));
+        let joins = out.last().is_some_and(|f| {
+            let first = &groups[f.groups.start];
+            f.groups.end == gi
+                && f.seeds == seeds
+                && first.scenario == g.scenario
+                && first.tolerances == g.tolerances
+                && catalog.scenarios[g.scenario].same_computation(first.param, g.param)
+                && held.saturating_add(cost) <= budget
+        });
+        if !joins {
+            held = cost;
+            out.push(Family {
+                groups: gi..gi + 1,
+                seeds,
+                runs: vec![(gi, Parts::ALL)],
+                source: vec![0],
+            });
+            continue;
+        }
+        held = held.saturating_add(cost);
+        let f = out.last_mut().expect("joins only an existing family");
+        f.groups.end = gi + 1;
+        let same = f
+            .runs
+            .iter()
+            .position(|&(r, _)| groups[r].profile == g.profile && groups[r].mutant == g.mutant);
+        let run = same.unwrap_or_else(|| {
+            let (last, _) = *f.runs.last().expect("a family has a run");
+            f.runs.push((
+                gi,
+                Parts {
+                    f64: false,
+                    reference: groups[last].profile != g.profile,
+                },
+            ));
+            f.runs.len() - 1
+        });
+        f.source.push(run);
+    }
+    out
+}
+
 /// Runs `work` on every item of `items` on the current rayon pool, [`CHUNK`] items at a time
 /// (per-thread state from `init`), and hands each chunk's results, in item order, to `take`
 /// before the next chunk starts. The results, and everything `take` does with them, are the
@@ -139,17 +222,33 @@ pub fn in_order<I, S, T>(
     items: impl Iterator<Item = I>,
     init: impl Fn() -> S + Sync + Send,
     work: impl Fn(&mut S, &I) -> T + Sync + Send,
+    take: impl FnMut(&[I], Vec<T>) -> anyhow::Result<()>,
+) -> anyhow::Result<()>
+where
+    I: Sync,
+    T: Send,
+{
+    in_chunks_of(CHUNK, items, init, work, take)
+}
+
+/// [`in_order`] with `chunk` items per chunk (>= 1).
+pub fn in_chunks_of<I, S, T>(
+    chunk_len: usize,
+    items: impl Iterator<Item = I>,
+    init: impl Fn() -> S + Sync + Send,
+    work: impl Fn(&mut S, &I) -> T + Sync + Send,
     mut take: impl FnMut(&[I], Vec<T>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()>
 where
     I: Sync,
     T: Send,
 {
+    let chunk_len = chunk_len.max(1);
     let mut pending = items.peekable();
-    let mut chunk: Vec<I> = Vec::with_capacity(CHUNK);
+    let mut chunk: Vec<I> = Vec::with_capacity(chunk_len);
     while pending.peek().is_some() {
         chunk.clear();
-        chunk.extend(pending.by_ref().take(CHUNK));
+        chunk.extend(pending.by_ref().take(chunk_len));
         let results: Vec<T> = chunk.par_iter().map_init(&init, &work).collect();
         take(&chunk, results)?;
     }

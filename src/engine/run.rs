@@ -6,23 +6,17 @@
 //! command's seed-runs come through [`run_seed`] (directly, or through [`run_group`] for a
 //! planned group), so what a seed-run is, is decided here once.
 //!
-//! Sharing the float64 trace later (issue 12) is a change here: the float64 computation
-//! depends on (scenario, parametrization, seed) only, not on the profile or the mutant. A
-//! `run_seed_groups(catalog, groups, seed, ws, each)` beside [`run_group`] would run the
-//! float64 computation once into a `Trace` kept in the workspace, then, for every group of
-//! that (scenario, param), only the reference and sharded computations (through a new
-//! default method on [`Scenario`] whose default runs all three, so scenarios that do not
-//! implement it keep working), copying the kept trace into `ws.traces.f64` before handing
-//! the traces to `each`. The one change outside this module: the work item that
-//! [`crate::engine::drive`] hands to [`crate::engine::plan::in_order`] becomes (seed, the
-//! groups that share a scenario and param) instead of (group, seed), with the results still
-//! handed on in output order. No other module calls [`Scenario::run`], so nothing else
-//! changes.
+//! Work shared inside one seed (issue 12): a [`Family`] of groups computes at each seed the
+//! float64 trace once, the reference once per profile and the sharded trace once per
+//! distinct (profile, mutant) ([`run_family`], through [`Scenario::run_parts`], whose
+//! default runs all three, so scenarios that do not implement it stay correct). No other
+//! module calls [`Scenario::run`].
 
 use crate::catalog::{Catalog, Group};
+use crate::engine::plan::Family;
 use crate::mutant::Mutant;
 use crate::profile::Profile;
-use crate::scenario::{Scenario, Workspace};
+use crate::scenario::{Parts, Scenario, Workspace};
 
 /// Runs `s` at parametrization `param` and `seed` in `profile`, with `mutant` (or none)
 /// injected into the sharded computation, leaving the three traces in `ws.traces`.
@@ -49,4 +43,23 @@ pub fn run_group(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace) {
         g.mutant,
         ws,
     );
+}
+
+/// Runs the computations of family `f` at `seed` in order, handing each run's group, what
+/// it recomputed besides the sharded trace, and the workspace holding its three traces to
+/// `each` (`f.runs[i]` is the i-th call).
+pub fn run_family(
+    catalog: &Catalog,
+    groups: &[Group],
+    f: &Family,
+    seed: u64,
+    ws: &mut Workspace,
+    mut each: impl FnMut(&Group, Parts, &mut Workspace),
+) {
+    for &(gi, parts) in &f.runs {
+        let g = &groups[gi];
+        ws.mutant = g.mutant;
+        catalog.scenarios[g.scenario].run_parts(g.param, seed, &g.profile, parts, ws);
+        each(g, parts, ws);
+    }
 }

@@ -184,12 +184,90 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
         .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))
 }
 
+/// Appends one seed's `seeds.csv` rows (no header) to `out`: check, then comparison, then
+/// policy. The bytes a [`SeedsWriter`] writes; a sweep's workers format them.
+pub fn seed_rows(
+    meta: &GroupMeta,
+    seed: u64,
+    res: &[SeedValues],
+    out: &mut Vec<u8>,
+) -> anyhow::Result<()> {
+    let mut w = ::csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(out);
+    let mut k = 0;
+    for check in &meta.checks {
+        for comparison in Comparison::ALL {
+            for policy in &meta.policies {
+                let sc = &res[k];
+                k += 1;
+                w.serialize(SeedRow {
+                    scenario: &meta.scenario,
+                    param: &meta.param,
+                    profile: &meta.profile,
+                    seed,
+                    check,
+                    comparison: comparison.name(),
+                    policy,
+                    usage_pct: sc.usage_pct,
+                    max_abs_diff: sc.max_abs_diff,
+                    worst_step: sc.worst_step.to_string(),
+                    mismatched: sc.mismatched,
+                    elements: sc.elements,
+                    nonfinite: sc.nonfinite,
+                    max_abs_expected: sc.max_abs_expected,
+                    mutant: &meta.mutant,
+                    theory_det_pct: sc.theory_det_pct,
+                    theory_prob_pct: sc.theory_prob_pct,
+                })?;
+            }
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The header line of `seeds.csv`, as the csv writer writes it before the first row.
+fn seeds_header() -> anyhow::Result<Vec<u8>> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    w.serialize(SeedRow {
+        scenario: "",
+        param: "",
+        profile: "",
+        seed: 0,
+        check: "",
+        comparison: "",
+        policy: "",
+        usage_pct: 0.0,
+        max_abs_diff: 0.0,
+        worst_step: String::new(),
+        mismatched: 0,
+        elements: 0,
+        nonfinite: 0,
+        max_abs_expected: 0.0,
+        mutant: "",
+        theory_det_pct: 0.0,
+        theory_prob_pct: 0.0,
+    })?;
+    let bytes = w
+        .into_inner()
+        .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))?;
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(bytes.len(), |i| i + 1);
+    Ok(bytes[..end].to_vec())
+}
+
 /// Streams `seeds.csv` rows to a file: group order, then seed order, then check, comparison,
 /// policy. Rows are flushed per chunk by the caller, so an interrupted sweep leaves whole
-/// units behind.
+/// units behind. A new file gets its header before its first row (a file without rows
+/// stays empty, as the csv writer leaves it).
 pub struct SeedsWriter {
-    w: ::csv::Writer<std::io::BufWriter<std::fs::File>>,
+    w: std::io::BufWriter<std::fs::File>,
     path: PathBuf,
+    header: Option<Vec<u8>>,
+    buf: Vec<u8>,
 }
 
 impl SeedsWriter {
@@ -202,50 +280,40 @@ impl SeedsWriter {
             .truncate(!append)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let w = ::csv::WriterBuilder::new()
-            .has_headers(!append)
-            .from_writer(std::io::BufWriter::with_capacity(1 << 20, file));
         Ok(Self {
-            w,
+            w: std::io::BufWriter::with_capacity(1 << 20, file),
             path: path.to_path_buf(),
+            header: if append { None } else { Some(seeds_header()?) },
+            buf: Vec::new(),
         })
+    }
+
+    /// Writes one seed's rows as [`seed_rows`] formatted them.
+    pub fn write_rows(&mut self, rows: &[u8]) -> anyhow::Result<()> {
+        use std::io::Write;
+        if let Some(h) = self.header.take() {
+            self.w
+                .write_all(&h)
+                .with_context(|| format!("cannot write {}", self.path.display()))?;
+        }
+        self.w
+            .write_all(rows)
+            .with_context(|| format!("cannot write {}", self.path.display()))
     }
 
     /// Writes one seed's rows.
     pub fn write(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) -> anyhow::Result<()> {
-        let mut k = 0;
-        for check in &meta.checks {
-            for comparison in Comparison::ALL {
-                for policy in &meta.policies {
-                    let sc = &res[k];
-                    k += 1;
-                    self.w.serialize(SeedRow {
-                        scenario: &meta.scenario,
-                        param: &meta.param,
-                        profile: &meta.profile,
-                        seed,
-                        check,
-                        comparison: comparison.name(),
-                        policy,
-                        usage_pct: sc.usage_pct,
-                        max_abs_diff: sc.max_abs_diff,
-                        worst_step: sc.worst_step.to_string(),
-                        mismatched: sc.mismatched,
-                        elements: sc.elements,
-                        nonfinite: sc.nonfinite,
-                        max_abs_expected: sc.max_abs_expected,
-                        mutant: &meta.mutant,
-                        theory_det_pct: sc.theory_det_pct,
-                        theory_prob_pct: sc.theory_prob_pct,
-                    })?;
-                }
-            }
-        }
-        Ok(())
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        seed_rows(meta, seed, res, &mut buf)?;
+        let done = self.write_rows(&buf);
+        self.buf = buf;
+        done
     }
 
     /// Flushes buffered rows to the file.
     pub fn flush(&mut self) -> anyhow::Result<()> {
+        use std::io::Write;
         self.w
             .flush()
             .with_context(|| format!("cannot write {}", self.path.display()))
@@ -255,7 +323,6 @@ impl SeedsWriter {
     pub fn sync(&mut self) -> anyhow::Result<()> {
         self.flush()?;
         self.w
-            .get_ref()
             .get_ref()
             .sync_all()
             .with_context(|| format!("cannot sync {}", self.path.display()))

@@ -59,22 +59,33 @@ impl FrontierWriter {
     /// One record.
     pub fn write(&mut self, group: usize, seed: u64, fr: &[Vec<(f64, f64)>]) -> anyhow::Result<()> {
         let mut buf = Vec::with_capacity(16 + fr.iter().map(|c| 4 + 16 * c.len()).sum::<usize>());
-        buf.extend_from_slice(&(group as u32).to_le_bytes());
-        buf.extend_from_slice(&seed.to_le_bytes());
-        buf.extend_from_slice(&(fr.len() as u32).to_le_bytes());
-        for c in fr {
-            buf.extend_from_slice(&(c.len() as u32).to_le_bytes());
-            for &(d, e) in c {
-                buf.extend_from_slice(&d.to_le_bytes());
-                buf.extend_from_slice(&e.to_le_bytes());
-            }
-        }
-        self.w.write_all(&buf).context("cannot write frontiers")
+        record(group, seed, fr, &mut buf);
+        self.write_record(&buf)
+    }
+
+    /// One record as [`record`] formatted it.
+    pub fn write_record(&mut self, rec: &[u8]) -> anyhow::Result<()> {
+        self.w.write_all(rec).context("cannot write frontiers")
     }
 
     /// Flushes to the file.
     pub fn flush(&mut self) -> anyhow::Result<()> {
         self.w.flush().context("cannot flush frontiers")
+    }
+}
+
+/// Appends one record (`fr`: `[check]` of (d, e) points) to `buf`: the bytes
+/// [`FrontierWriter::write`] writes; a sweep's workers format them.
+pub fn record(group: usize, seed: u64, fr: &[Vec<(f64, f64)>], buf: &mut Vec<u8>) {
+    buf.extend_from_slice(&(group as u32).to_le_bytes());
+    buf.extend_from_slice(&seed.to_le_bytes());
+    buf.extend_from_slice(&(fr.len() as u32).to_le_bytes());
+    for c in fr {
+        buf.extend_from_slice(&(c.len() as u32).to_le_bytes());
+        for &(d, e) in c {
+            buf.extend_from_slice(&d.to_le_bytes());
+            buf.extend_from_slice(&e.to_le_bytes());
+        }
     }
 }
 

@@ -66,25 +66,18 @@ impl RowLogWriter {
 
     /// One unit: `values` in result order.
     pub fn write(&mut self, group: usize, seed: u64, values: &[SeedValues]) -> anyhow::Result<()> {
-        let b = &mut self.buf;
+        let mut b = std::mem::take(&mut self.buf);
         b.clear();
-        b.extend_from_slice(&(group as u32).to_le_bytes());
-        b.extend_from_slice(&seed.to_le_bytes());
-        b.extend_from_slice(&(values.len() as u32).to_le_bytes());
-        for v in values {
-            b.extend_from_slice(&v.usage_pct.to_le_bytes());
-            b.extend_from_slice(&v.max_abs_diff.to_le_bytes());
-            b.extend_from_slice(&v.worst_step.step.to_le_bytes());
-            b.extend_from_slice(&v.worst_step.micro.unwrap_or(NO_MICRO).to_le_bytes());
-            b.extend_from_slice(&v.mismatched.to_le_bytes());
-            b.extend_from_slice(&v.elements.to_le_bytes());
-            b.extend_from_slice(&v.nonfinite.to_le_bytes());
-            b.extend_from_slice(&v.max_abs_expected.to_le_bytes());
-            b.extend_from_slice(&v.theory_det_pct.to_le_bytes());
-            b.extend_from_slice(&v.theory_prob_pct.to_le_bytes());
-        }
+        record(group, seed, values, &mut b);
+        let done = self.write_record(&b);
+        self.buf = b;
+        done
+    }
+
+    /// One unit's record as [`record`] formatted it.
+    pub fn write_record(&mut self, rec: &[u8]) -> anyhow::Result<()> {
         self.w
-            .write_all(b)
+            .write_all(rec)
             .with_context(|| format!("cannot write {}", self.path.display()))
     }
 
@@ -93,6 +86,26 @@ impl RowLogWriter {
         self.w
             .flush()
             .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+}
+
+/// Appends one unit's record (`values` in result order) to `b`: the bytes
+/// [`RowLogWriter::write`] writes; a sweep's workers format them.
+pub fn record(group: usize, seed: u64, values: &[SeedValues], b: &mut Vec<u8>) {
+    b.extend_from_slice(&(group as u32).to_le_bytes());
+    b.extend_from_slice(&seed.to_le_bytes());
+    b.extend_from_slice(&(values.len() as u32).to_le_bytes());
+    for v in values {
+        b.extend_from_slice(&v.usage_pct.to_le_bytes());
+        b.extend_from_slice(&v.max_abs_diff.to_le_bytes());
+        b.extend_from_slice(&v.worst_step.step.to_le_bytes());
+        b.extend_from_slice(&v.worst_step.micro.unwrap_or(NO_MICRO).to_le_bytes());
+        b.extend_from_slice(&v.mismatched.to_le_bytes());
+        b.extend_from_slice(&v.elements.to_le_bytes());
+        b.extend_from_slice(&v.nonfinite.to_le_bytes());
+        b.extend_from_slice(&v.max_abs_expected.to_le_bytes());
+        b.extend_from_slice(&v.theory_det_pct.to_le_bytes());
+        b.extend_from_slice(&v.theory_prob_pct.to_le_bytes());
     }
 }
 

@@ -113,6 +113,22 @@ impl SeedsOut {
         }
     }
 
+    /// The format it writes.
+    pub fn format(&self) -> SeedsFormat {
+        match self {
+            Self::Csv(_) => SeedsFormat::Csv,
+            Self::Log(_) => SeedsFormat::Parquet,
+        }
+    }
+
+    /// One unit's rows as [`format_unit`] formatted them for this writer's format.
+    pub fn write_formatted(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        match self {
+            Self::Csv(w) => w.write_rows(bytes),
+            Self::Log(w) => w.write_record(bytes),
+        }
+    }
+
     /// Flushes buffered rows to the partial file (a checkpoint follows).
     pub fn flush(&mut self) -> anyhow::Result<()> {
         match self {
@@ -163,6 +179,25 @@ impl SeedsOut {
                     .with_context(|| format!("cannot remove {}", partial.display()))?;
                 Ok(file)
             }
+        }
+    }
+}
+
+/// Appends one unit's rows in `format` to `out` (CSV rows, or a row-log record): the bytes
+/// [`SeedsOut::write`] writes.
+pub fn format_unit(
+    format: SeedsFormat,
+    meta: &GroupMeta,
+    group: usize,
+    seed: u64,
+    values: &[SeedValues],
+    out: &mut Vec<u8>,
+) -> anyhow::Result<()> {
+    match format {
+        SeedsFormat::Csv => crate::export::csv::seed_rows(meta, seed, values, out),
+        SeedsFormat::Parquet => {
+            rowlog::record(group, seed, values, out);
+            Ok(())
         }
     }
 }

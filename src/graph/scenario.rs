@@ -18,7 +18,7 @@ use crate::graph::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
 use crate::mutant::Mutant;
 use crate::profile::Profile;
 use crate::rng::torch::TorchGenerator;
-use crate::scenario::{CheckSpec, Scenario, Workspace};
+use crate::scenario::{CheckSpec, Parts, Scenario, Workspace};
 
 /// A scenario described by resolved graphs.
 #[derive(Debug)]
@@ -42,6 +42,8 @@ pub struct GraphBuffers {
     b32: Bufs<f32>,
     b64: Bufs<f64>,
     f64_backend: F64Backend,
+    /// (plan address, seed) of the parameters in `init`.
+    drawn_key: Option<(usize, u64)>,
     o32: OuterBufs<f32>,
     o64: OuterBufs<f64>,
     /// An outer loop's data drawn for this seed, and the draw's scratch.
@@ -1058,35 +1060,57 @@ impl Scenario for GraphScenario {
         self.modifiers
     }
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
+        self.run_parts(param, seed, profile, Parts::ALL, ws)
+    }
+    fn run_parts(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        parts: Parts,
+        ws: &mut Workspace,
+    ) {
         let plan = &self.plans[param];
         if plan.outer.is_some() {
             return run_outer(plan, seed, profile, ws);
         }
         let mut traces = std::mem::take(&mut ws.traces);
-        traces.clear();
         let kernels = ws.kernels;
         let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<GraphBuffers>();
-        draw_params(&plan.graph, seed, &mut bufs.torch, &mut bufs.init);
-        plan.compute(
-            &mut bufs.f64_backend,
-            &bufs.init,
-            false,
-            None,
-            true,
-            &mut bufs.b64,
-            &mut traces.f64,
-        );
+        // The initial parameters depend on (graph, seed) only: drawn again unless this
+        // workspace's last draw was for this very plan and seed.
+        let key = (plan as *const Plan as usize, seed);
+        if bufs.drawn_key != Some(key) {
+            draw_params(&plan.graph, seed, &mut bufs.torch, &mut bufs.init);
+            bufs.drawn_key = Some(key);
+        }
+        if parts.f64 {
+            traces.f64.clear();
+            plan.compute(
+                &mut bufs.f64_backend,
+                &bufs.init,
+                false,
+                None,
+                true,
+                &mut bufs.b64,
+                &mut traces.f64,
+            );
+        }
         let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
-        plan.compute(
-            &mut be,
-            &bufs.init,
-            false,
-            None,
-            false,
-            &mut bufs.b32,
-            &mut traces.reference,
-        );
+        if parts.reference {
+            traces.reference.clear();
+            plan.compute(
+                &mut be,
+                &bufs.init,
+                false,
+                None,
+                false,
+                &mut bufs.b32,
+                &mut traces.reference,
+            );
+        }
+        traces.sharded.clear();
         plan.compute(
             &mut be,
             &bufs.init,
@@ -1098,6 +1122,29 @@ impl Scenario for GraphScenario {
         );
         ws.traces = traces;
     }
+    fn same_computation(&self, a: usize, b: usize) -> bool {
+        a == b || executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+    }
+}
+
+/// `g` as the executor sees it: the id (a name) cleared, and an embedding's
+/// [`EmbeddingParallel::ColumnShardedLookup`] replaced by [`EmbeddingParallel::None`], which
+/// [`Plan::compute`] runs in one match arm with it and which nothing else in the executor,
+/// [`plan`] or [`validate`] tells apart. Two graphs with equal executed forms are
+/// prepared into equal plans and compute the same traces for every seed, profile and mutant.
+/// The mutants a graph admits ([`ResolvedGraph::mutants`]) may still differ; a mutant runs
+/// the same executor code on either graph.
+fn executed_form(g: &ResolvedGraph) -> ResolvedGraph {
+    let mut g = g.clone();
+    g.id.clear();
+    for l in &mut g.layers {
+        if let Op::Embedding { parallel, .. } = &mut l.op {
+            if *parallel == EmbeddingParallel::ColumnShardedLookup {
+                *parallel = EmbeddingParallel::None;
+            }
+        }
+    }
+    g
 }
 
 /// One seed-run of an outer-loop graph: its data (written in the file, or drawn for `seed`),

@@ -8,7 +8,7 @@ use crate::evaluate::Comparison;
 use crate::graph::GraphScenario;
 use crate::mutant::Mutant;
 use crate::profile::Profile;
-use crate::scenario::{CheckSpec, Scenario, Workspace};
+use crate::scenario::{CheckSpec, Parts, Scenario, Workspace};
 
 use super::file::ScenarioFile;
 
@@ -67,6 +67,19 @@ impl Scenario for Asserting {
     }
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
         self.inner.run(param, seed, profile, ws)
+    }
+    fn run_parts(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        parts: Parts,
+        ws: &mut Workspace,
+    ) {
+        self.inner.run_parts(param, seed, profile, parts, ws)
+    }
+    fn same_computation(&self, a: usize, b: usize) -> bool {
+        self.inner.same_computation(a, b)
     }
     fn summary(&self) -> String {
         self.inner.summary()

@@ -77,6 +77,24 @@ impl Traces {
     }
 }
 
+/// Which of a seed-run's first two computations [`Scenario::run_parts`] runs besides the
+/// sharded one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    /// The float64 ground truth.
+    pub f64: bool,
+    /// The unsharded fp32 reference.
+    pub reference: bool,
+}
+
+impl Parts {
+    /// All three computations.
+    pub const ALL: Parts = Parts {
+        f64: true,
+        reference: true,
+    };
+}
+
 /// Per-thread reusable state: matmul scratch and each scenario's own buffers.
 #[derive(Default)]
 pub struct Workspace {
@@ -151,6 +169,29 @@ pub trait Scenario: Send + Sync {
     /// Runs one seed of one parametrization in `profile`, leaving the three computations in
     /// `ws.traces`.
     fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace);
+    /// Runs the sharded computation (with `ws.mutant`) of one seed, and of the other two only
+    /// those `parts` asks for; a trace not asked for is left in `ws.traces` as it is. The
+    /// caller asks for less only when `ws.traces` already holds that trace for this seed and
+    /// a parametrization that [`Scenario::same_computation`] proves equal to `param` (the
+    /// float64 trace depends on neither the profile nor the mutant, the reference trace not
+    /// on the mutant). The default runs all three ([`Scenario::run`]), which is always right.
+    fn run_parts(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        parts: Parts,
+        ws: &mut Workspace,
+    ) {
+        let _ = parts;
+        self.run(param, seed, profile, ws)
+    }
+    /// Whether parametrizations `a` and `b` compute the same three traces for every seed,
+    /// profile and mutant, proved from their structure (never from their ids). The default
+    /// knows only that a parametrization equals itself.
+    fn same_computation(&self, a: usize, b: usize) -> bool {
+        a == b
+    }
     /// One line on what one seed-run computes, for `list`.
     fn summary(&self) -> String;
 }
