@@ -31,9 +31,8 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
     ),
     ("diloco.toml", include_str!("../configs/diloco.toml")),
     // Issue 8's new built-ins, in the scenario language, validated against torch in
-    // tests/builtin_fixtures.rs. The other four (deepspeed_tp_column_parallel,
-    // megatron_tp_mlp, megatron_vocab_parallel_cross_entropy, fsdp_zero2_grad_acc) join this
-    // list once the graph executor runs them (column parallelism, data parallelism).
+    // tests/builtin_fixtures.rs. The other three (deepspeed_tp_column_parallel,
+    // megatron_tp_mlp, fsdp_zero2_grad_acc) are not registered here yet.
     (
         "deepspeed_tp_row_parallel.toml",
         include_str!("../configs/deepspeed_tp_row_parallel.toml"),
@@ -41,6 +40,10 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
     (
         "deepspeed_uneven_tp3_row_parallel.toml",
         include_str!("../configs/deepspeed_uneven_tp3_row_parallel.toml"),
+    ),
+    (
+        "megatron_vocab_parallel_cross_entropy.toml",
+        include_str!("../configs/megatron_vocab_parallel_cross_entropy.toml"),
     ),
 ];
 

@@ -965,20 +965,43 @@ fn column_parallel_built_ins_measured_against_torch() {
     assert!(agg.elements_same * 3 >= agg.elements, "{agg:?}");
 }
 
+/// Megatron's vocab-parallel cross-entropy at TP 2 and 4 (2 seeds each), run by the graph
+/// executor. Measured (torch 2.15, `cpu-fma`): 4286 of 5128 elements with bits identical
+/// (83.58 %), 14 of 32 tensors; the loss identical in all 8, the reference logits in all 4,
+/// the sharded logits at TP 2 (at TP 4 each rank's matmul has 8 output columns, and MKL's
+/// sgemm accumulates such narrow outputs in another order, as for the uneven TP 3 head).
+/// No gradient tensor is identical: torch's `torch.exp` on a CPU tensor is MKL's `vmsExp`,
+/// which the product models by the correctly rounded exp ([`seedsweep::model::vocab_parallel`]);
+/// scripts/builtins_torch.py's own inputs show 2 to 7 of the 512 exps per run rounded the
+/// other way by MKL, and each such exp changes one row of the head gradient and one row of
+/// the input gradient (the matmuls themselves reproduce torch's bits from torch's softmax
+/// gradient: 512 of 512 elements, measured). Asserted: the identical tensors above, and the
+/// measured element agreement as a floor.
+#[test]
+fn megatron_vocab_parallel_ce_measured_against_torch() {
+    let s = graph_scenario("configs/megatron_vocab_parallel_cross_entropy.toml").unwrap();
+    let agg = agreement("megatron-vocab-parallel-ce", &s);
+    for (param, seed, comp, key, same) in &agg.identical {
+        let exact = key.starts_with("loss@")
+            || (key.starts_with("logits@") && (comp == "reference" || param.ends_with("-2")));
+        if exact {
+            assert!(same, "{param} seed {seed} {comp} {key} differs from torch");
+        }
+    }
+    assert!(
+        agg.elements_same >= 4286 && agg.tensors_same >= 14,
+        "agreement fell below the measured 4286 elements / 14 tensors: {agg:?}"
+    );
+}
+
 /// The files the executor does not run yet, with the exact refusal (what is missing). This
 /// fails as soon as one of them runs, so its comparison with torch gets written then.
 #[test]
 fn executor_refusals_of_the_new_built_ins_are_the_known_ones() {
-    for (file, missing) in [
-        (
-            "configs/megatron_vocab_parallel_cross_entropy.toml",
-            "vocab",
-        ),
-        (
-            "configs/fsdp_zero2_grad_acc.toml",
-            "parallel.dp`: data parallelism is not supported",
-        ),
-    ] {
+    for (file, missing) in [(
+        "configs/fsdp_zero2_grad_acc.toml",
+        "parallel.dp`: data parallelism is not supported",
+    )] {
         match graph_scenario(file) {
             Ok(_) => panic!("{file} now runs: compare it with its torch fixture here"),
             Err(e) => {

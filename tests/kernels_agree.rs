@@ -26,8 +26,9 @@ fn fast_and_scalar_reference_kernels_give_identical_traces() {
     };
     let groups = catalog.plan(&sel).unwrap();
     // T1 4 params, T2 3, maxtext-diloco 1, diloco 1, deepspeed-tp-row-parallel 4,
-    // deepspeed-uneven-tp3-row-parallel 2; each in the 5 profiles.
-    assert_eq!(groups.len(), (4 + 3 + 1 + 1 + 4 + 2) * 5);
+    // deepspeed-uneven-tp3-row-parallel 2, megatron-vocab-parallel-ce 2; each in the 5
+    // profiles.
+    assert_eq!(groups.len(), (4 + 3 + 1 + 1 + 4 + 2 + 2) * 5);
     let mut fast = Workspace::with_kernels(Kernels::Fast);
     let mut scalar = Workspace::with_kernels(Kernels::ScalarReference);
     for g in &groups {

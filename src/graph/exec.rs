@@ -29,6 +29,7 @@ use crate::model::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
 };
+use crate::model::vocab_parallel::{vocab_parallel_cross_entropy, VocabParallelBuffers};
 use crate::mutant::{Mutant, TpFaults};
 use crate::real::Real;
 use crate::scenario::CheckSpec;
@@ -107,6 +108,7 @@ pub struct Bufs<R> {
     /// accumulated gradient.
     drift: [Vec<R>; 3],
     rp: RowParallelBuffers<R>,
+    vp: VocabParallelBuffers<R>,
     /// Float targets of the loss (MSE), this micro-step.
     target: Vec<R>,
     /// Optimizer state per parameter, and of the drift copy.
@@ -272,7 +274,7 @@ impl Plan {
                 for (li, layer) in g.layers.iter().enumerate() {
                     self.forward(be, li, &layer.op, &shards[li], faults, drift, inputs, bf);
                 }
-                let loss = self.loss(be, inputs, scale, bf);
+                let loss = self.loss(be, inputs, scale, sharded, bf);
                 for &c in &self.by_phase[0] {
                     let decl = &g.checks[c];
                     if decl.at == At::Step && !last {
@@ -504,12 +506,13 @@ impl Plan {
     }
 
     /// Mean loss of this micro-step, with its gradient (seeded with `scale`) in the loss
-    /// input's gradient buffer.
+    /// input's gradient buffer. `sharded` selects the vocab split of a vocab-parallel loss.
     fn loss<B: Backend>(
         &self,
         be: &mut B,
         inputs: &[InputValue],
         scale: B::R,
+        sharded: bool,
         bf: &mut Bufs<B::R>,
     ) -> B::R
     where
@@ -530,8 +533,24 @@ impl Plan {
                 loss::mse(&bf.acts[t.0], &bf.target, scale, &mut bf.dacts[t.0])
             }
             LossKind::Sum => loss::sum(&bf.acts[t.0], scale, &mut bf.dacts[t.0]),
-            LossKind::VocabParallelCrossEntropy { .. } => {
-                unreachable!("validated by GraphScenario::new")
+            LossKind::VocabParallelCrossEntropy { labels } => {
+                let v = g.width(t);
+                let ranks = if sharded { g.parallel.tp } else { 1 };
+                let shards = g
+                    .parallel
+                    .shard_rule
+                    .ranges(v, ranks)
+                    .unwrap_or_else(|| std::iter::once(0..v).collect());
+                vocab_parallel_cross_entropy(
+                    be,
+                    &bf.acts[t.0],
+                    &inputs[labels.0].i,
+                    v,
+                    &shards,
+                    scale,
+                    &mut bf.dacts[t.0],
+                    &mut bf.vp,
+                )
             }
         }
     }

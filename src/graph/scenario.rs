@@ -435,7 +435,7 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     }
     tensor(g.loss.input, at("loss.input".into()))?;
     match g.loss.kind {
-        LossKind::CrossEntropy { labels } => {
+        LossKind::CrossEntropy { labels } | LossKind::VocabParallelCrossEntropy { labels } => {
             let n = int_input(labels, at("loss.labels".into()))?;
             if n != g.rows(g.loss.input) {
                 return Err(err(
@@ -470,12 +470,18 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
             }
         },
         LossKind::Sum => {}
-        LossKind::VocabParallelCrossEntropy { .. } => {
+    }
+    if let LossKind::VocabParallelCrossEntropy { .. } = g.loss.kind {
+        let v = g.width(g.loss.input);
+        if g.parallel.shard_rule.ranges(v, g.parallel.tp).is_none() {
             return Err(err(
                 file,
                 at("loss.parallel".into()),
-                "vocab-parallel cross-entropy is not supported by the executor yet",
-            ))
+                format!(
+                    "a vocabulary of {v} does not split over tp = {} under the shard rule",
+                    g.parallel.tp
+                ),
+            ));
         }
     }
     for (ci, c) in g.checks.iter().enumerate() {

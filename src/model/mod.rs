@@ -11,3 +11,4 @@ pub mod layers;
 pub mod loss;
 pub mod optim;
 pub mod tp;
+pub mod vocab_parallel;
