@@ -124,3 +124,40 @@ fn rms_norm_measured_against_torch() {
         );
     }
 }
+
+/// The example block (layernorm -> column -> gelu -> row -> residual add at TP 2) runs in the
+/// executor, one seed-run end to end with finite values in every computation; the same file
+/// with a sequence-parallel layernorm is refused, naming the file and the key.
+#[test]
+fn the_prenorm_example_runs_and_a_sequence_parallel_norm_is_refused() {
+    use seedsweep::graph::GraphScenario;
+    use seedsweep::profile::ProfileRegistry;
+    use seedsweep::scenario::{Scenario, Workspace};
+    let file = "configs/examples/tp2_prenorm_block.toml";
+    let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let load = |text: &str| {
+        let sf = seedsweep::lang::file::parse_file(file, text).unwrap_or_else(|e| panic!("{e}"));
+        GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
+    };
+    let s = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "test")
+        .unwrap();
+    let mut ws = Workspace::default();
+    s.run(0, 8173, &profile, &mut ws);
+    for t in [&ws.traces.f64, &ws.traces.reference, &ws.traces.sharded] {
+        assert!(!t.values.is_empty() && t.values.iter().all(|v| v.is_finite()));
+    }
+    let sp = text.replace(
+        r#"op = "layernorm", input = "x" }"#,
+        r#"op = "layernorm", input = "x", parallel = "sequence" }"#,
+    );
+    assert_ne!(sp, text);
+    let e = load(&sp).unwrap_err().to_string();
+    assert!(
+        e.contains(file) && e.contains("layers[0].parallel") && e.contains("sequence-parallel"),
+        "{e}"
+    );
+}

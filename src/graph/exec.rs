@@ -11,8 +11,8 @@ use crate::backend::Backend;
 use crate::check::StepLabel;
 use crate::graph::init::InputValue;
 use crate::graph::ir::{
-    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
-    ResolvedGraph, TensorId,
+    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind, Op,
+    Optimizer, ResolvedGraph, TensorId,
 };
 use crate::model::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
@@ -24,6 +24,9 @@ use crate::model::layers::{
     sgd_unfused, tanh_backward,
 };
 use crate::model::loss;
+use crate::model::norm::{
+    layer_norm, layer_norm_backward, residual_add, rms_norm, rms_norm_backward,
+};
 use crate::model::optim::{adam_step, sgd_step, OptState};
 use crate::model::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
@@ -499,8 +502,29 @@ impl Plan {
                 }
                 bf.acts[out.0] = y;
             }
-            Op::Norm { .. } | Op::ResidualAdd { .. } => {
-                unreachable!("validated by GraphScenario::new")
+            Op::Norm {
+                kind,
+                x,
+                weight,
+                bias,
+                eps,
+                out,
+                ..
+            } => {
+                let n = g.width(x);
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let w = weight.map(|p| bf.params[self.storage[p.0]].as_slice());
+                let b = bias.map(|p| bf.params[self.storage[p.0]].as_slice());
+                match kind {
+                    NormKind::LayerNorm => layer_norm(&bf.acts[x.0], w, b, eps, n, &mut y),
+                    NormKind::RmsNorm => rms_norm(&bf.acts[x.0], w, eps, n, &mut y),
+                }
+                bf.acts[out.0] = y;
+            }
+            Op::ResidualAdd { a, b, out } => {
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y);
+                bf.acts[out.0] = y;
             }
         }
     }
@@ -691,6 +715,62 @@ impl Plan {
                     Activation::Silu => silu_backward(dy, xs, &mut dx),
                 }
                 self.act_grad_done(bf, x.0, dx);
+            }
+            Op::Norm {
+                kind,
+                x,
+                weight,
+                bias,
+                eps,
+                ..
+            } => {
+                let n = g.width(x);
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                let wp = weight.map(|p| self.storage[p.0]);
+                let bp = bias.map(|p| self.storage[p.0]);
+                let mut dw = wp.map(|p| self.grad_target(bf, p));
+                let mut db = bp.map(|p| self.grad_target(bf, p));
+                let mut dx = self.needs_grad[x.0].then(|| self.act_grad_target(bf, x.0));
+                let w = wp.map(|p| bf.params[p].as_slice());
+                let xs = &bf.acts[x.0];
+                match kind {
+                    NormKind::LayerNorm => layer_norm_backward(
+                        xs,
+                        w,
+                        &dy,
+                        eps,
+                        n,
+                        dx.as_deref_mut(),
+                        dw.as_deref_mut(),
+                        db.as_deref_mut(),
+                    ),
+                    NormKind::RmsNorm => {
+                        rms_norm_backward(xs, w, &dy, eps, n, dx.as_deref_mut(), dw.as_deref_mut())
+                    }
+                }
+                if let (Some(p), Some(d)) = (wp, dw) {
+                    self.grad_done(bf, p, d);
+                }
+                if let (Some(p), Some(d)) = (bp, db) {
+                    self.grad_done(bf, p, d);
+                }
+                if let Some(d) = dx {
+                    self.act_grad_done(bf, x.0, d);
+                }
+                bf.dacts[out.0] = dy;
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                // AddBackward hands the output gradient to both operands unchanged; a tensor
+                // with several consumers sums them (act_grad_done).
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                for t in [a, b] {
+                    if self.needs_grad[t.0] {
+                        let mut d = self.act_grad_target(bf, t.0);
+                        d.copy_from_slice(&dy);
+                        self.act_grad_done(bf, t.0, d);
+                    }
+                }
+                bf.dacts[out.0] = dy;
             }
             _ => unreachable!("validated by GraphScenario::new"),
         }

@@ -11,8 +11,8 @@ use crate::evaluate::Comparison;
 use crate::graph::exec::{phase, Bufs, Phase, Plan};
 use crate::graph::init::{draw_inputs, draw_params};
 use crate::graph::ir::{
-    Activation, CheckTensor, DrawKind, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
-    ResolvedGraph,
+    Activation, CheckTensor, DrawKind, EmbeddingParallel, LinearParallel, LossKind, NormParallel,
+    Op, Optimizer, ResolvedGraph,
 };
 use crate::mutant::Mutant;
 use crate::profile::Profile;
@@ -423,12 +423,46 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 }
                 let _ = kind;
             }
-            Op::Norm { .. } | Op::ResidualAdd { .. } => {
-                return Err(err(
-                    file,
-                    key("op"),
-                    "norms and residual adds are not supported by the executor yet",
-                ));
+            Op::Norm {
+                x,
+                weight,
+                bias,
+                parallel,
+                ..
+            } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+                let n = g.width(x);
+                for (p, what) in [(weight, "weight"), (bias, "bias")] {
+                    if let Some(p) = p {
+                        param(p, key(what))?;
+                        if g.params[p.0].shape != [n] {
+                            return Err(err(file, key(what), format!("the {what} must be [{n}]")));
+                        }
+                    }
+                }
+                if parallel == NormParallel::Sequence && g.parallel.tp > 1 {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        "sequence-parallel norms are not supported by the executor yet; \
+                         allowed at tp > 1: none",
+                    ));
+                }
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                read(a)?;
+                read(b)?;
+                let shape = &g.tensors[out.0].shape;
+                if &g.tensors[a.0].shape != shape || &g.tensors[b.0].shape != shape {
+                    return Err(err(
+                        file,
+                        key("out"),
+                        "both operands must have the output's shape",
+                    ));
+                }
             }
         }
         produced[out.0] = true;
@@ -561,6 +595,9 @@ fn plan(g: ResolvedGraph) -> Plan {
                 });
                 continue;
             }
+            Op::Norm {
+                weight: Some(_), ..
+            } => needs_grad[out.0] = true,
             Op::Activation { x, .. } | Op::Norm { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }
