@@ -32,7 +32,9 @@ use crate::model::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
 };
-use crate::model::vocab_parallel::{vocab_parallel_cross_entropy, VocabParallelBuffers};
+use crate::model::vocab_parallel::{
+    vocab_parallel_cross_entropy, vocab_parallel_embedding, VocabParallelBuffers,
+};
 use crate::mutant::{Mutant, TpFaults};
 use crate::real::Real;
 use crate::scenario::CheckSpec;
@@ -446,6 +448,27 @@ impl Plan {
         let g = &self.graph;
         match *op {
             Op::Embedding {
+                ids,
+                table,
+                out,
+                parallel: EmbeddingParallel::Vocab,
+                ..
+            } if shards.len() > 1 => {
+                let tbl = &bf.params[self.storage[table.0]];
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let dim = g.width(out);
+                vocab_parallel_embedding(
+                    be,
+                    tbl,
+                    dim,
+                    &inputs[ids.0].i,
+                    shards,
+                    &mut y,
+                    &mut bf.vp,
+                );
+                bf.acts[out.0] = y;
+            }
+            Op::Embedding {
                 ids, table, out, ..
             } => {
                 let s = self.storage[table.0];
@@ -603,7 +626,6 @@ impl Plan {
                 ids,
                 table,
                 padding_idx,
-                parallel: EmbeddingParallel::None | EmbeddingParallel::ColumnShardedLookup,
                 ..
             } => {
                 let s = self.storage[table.0];
@@ -772,7 +794,6 @@ impl Plan {
                 }
                 bf.dacts[out.0] = dy;
             }
-            _ => unreachable!("validated by GraphScenario::new"),
         }
     }
 

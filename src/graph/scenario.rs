@@ -365,11 +365,16 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                         ));
                     }
                 }
-                if parallel == EmbeddingParallel::Vocab {
+                if parallel == EmbeddingParallel::Vocab
+                    && g.parallel.shard_rule.ranges(ts[0], g.parallel.tp).is_none()
+                {
                     return Err(err(
                         file,
                         key("parallel"),
-                        "vocab-parallel embedding is not supported by the executor yet",
+                        format!(
+                            "{} table rows do not split over tp = {} under the shard rule",
+                            ts[0], g.parallel.tp
+                        ),
                     ));
                 }
             }
@@ -574,6 +579,22 @@ fn plan(g: ResolvedGraph) -> Plan {
     for l in &g.layers {
         let out = l.op.output();
         match l.op {
+            Op::Embedding {
+                table,
+                parallel: EmbeddingParallel::Vocab,
+                ..
+            } => {
+                needs_grad[out.0] = true;
+                let rows = g.params[table.0].shape[0];
+                whole.push(one(0..rows));
+                sharded.push(
+                    g.parallel
+                        .shard_rule
+                        .ranges(rows, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..rows)),
+                );
+                continue;
+            }
             Op::Embedding { .. } => needs_grad[out.0] = true,
             Op::Linear { x, parallel, .. } => {
                 needs_grad[out.0] = true;

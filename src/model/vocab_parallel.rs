@@ -1,6 +1,7 @@
 //! Megatron's vocab-parallel layers: `_VocabParallelCrossEntropy`
 //! (`megatron/core/tensor_parallel/cross_entropy.py`) on logits whose vocabulary (last)
-//! dimension is split over the tensor-parallel ranks.
+//! dimension is split over the tensor-parallel ranks, and `VocabParallelEmbedding`
+//! (`megatron/core/tensor_parallel/layers.py`) on a table whose rows are split.
 //!
 //! Every rank's work is written out rank by rank on its column slice of the full logits
 //! matrix (the executor keeps a vocab-sharded activation in its gathered layout, rank r's
@@ -34,6 +35,8 @@ pub struct VocabParallelBuffers<R> {
     pred: Vec<R>,
     sum: Vec<R>,
     loss: Vec<R>,
+    /// Rank-major embedding partials (`tp × tokens × dim`).
+    emb_parts: Vec<R>,
 }
 
 fn sized<R: Real>(v: &mut Vec<R>, n: usize) {
@@ -144,6 +147,44 @@ where
     mean
 }
 
+/// Megatron's `VocabParallelEmbedding` forward: rank r holds table rows `shards[r]`; it masks
+/// the ids outside its range (`input_mask`, the id replaced by its first row), looks up its
+/// rows, zeroes the masked tokens' rows (`output_parallel[input_mask, :] = 0.0`), and the
+/// ranks' partials are summed by the backend's all-reduce (`reduce_from_tensor_model_parallel_region`),
+/// in the profile's order: each element is one looked-up value plus zeros. `table` is
+/// `rows × dim`, `out` is `ids.len() × dim`. Its backward is the plain embedding backward
+/// ([`crate::model::layers::embedding_backward`]): every id lies in exactly one rank's range,
+/// that rank scatter-adds the token's gradient row into its shard, the others add masked
+/// (zeroed) rows.
+#[allow(clippy::too_many_arguments)]
+pub fn vocab_parallel_embedding<B: Backend>(
+    be: &mut B,
+    table: &[B::R],
+    dim: usize,
+    ids: &[i64],
+    shards: &[Range<usize>],
+    out: &mut [B::R],
+    buf: &mut VocabParallelBuffers<B::R>,
+) {
+    let tokens = ids.len();
+    let tp = shards.len();
+    let len = tokens * dim;
+    sized(&mut buf.emb_parts, tp * len);
+    for (r, rows) in shards.iter().enumerate() {
+        let part = &mut buf.emb_parts[r * len..(r + 1) * len];
+        for (t, &id) in ids.iter().enumerate() {
+            let dst = &mut part[t * dim..(t + 1) * dim];
+            let id = id as usize;
+            if rows.contains(&id) {
+                dst.copy_from_slice(&table[id * dim..(id + 1) * dim]);
+            } else {
+                dst.fill(B::R::ZERO);
+            }
+        }
+    }
+    be.all_reduce(&buf.emb_parts, tp, out);
+}
+
 /// `torch.maximum` of two optional values: NaN wins, else the larger.
 fn max_nan<R: Real>(acc: Option<R>, x: R) -> Option<R> {
     let nan = |y: R| y.partial_cmp(&y).is_none();
@@ -197,6 +238,24 @@ mod tests {
             for (a, b) in d.iter().zip(&want_grad) {
                 assert!((a - b).abs() < 1e-14, "{shards:?}: {a} vs {b}");
             }
+        }
+    }
+
+    /// The vocab-parallel lookup equals the plain lookup (each element is one table value
+    /// plus zeros, exact in any order) for any split of the rows.
+    #[test]
+    fn vocab_parallel_embedding_is_the_plain_lookup() {
+        let (rows, dim) = (7, 3);
+        let table: Vec<f64> = (0..rows * dim).map(|i| i as f64 * 0.25 - 2.0).collect();
+        let ids = [6i64, 0, 3, 3, 5];
+        let mut want = vec![0.0; ids.len() * dim];
+        crate::model::layers::embedding_lookup(&table, dim, &ids, &mut want);
+        let mut be = F64Backend::default();
+        let mut buf = VocabParallelBuffers::default();
+        for shards in [vec![0..4, 4..7], vec![0..3, 3..5, 5..7]] {
+            let mut got = vec![1.0; ids.len() * dim];
+            vocab_parallel_embedding(&mut be, &table, dim, &ids, &shards, &mut got, &mut buf);
+            assert_eq!(got, want, "{shards:?}");
         }
     }
 }
