@@ -11,8 +11,8 @@ use crate::backend::Backend;
 use crate::check::StepLabel;
 use crate::graph::init::InputValue;
 use crate::graph::ir::{
-    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind, Op,
-    Optimizer, ResolvedGraph, TensorId,
+    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind,
+    NormParallel, Op, Optimizer, ResolvedGraph, TensorId,
 };
 use crate::model::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
@@ -26,6 +26,7 @@ use crate::model::layers::{
 use crate::model::loss;
 use crate::model::norm::{
     layer_norm, layer_norm_backward, residual_add, rms_norm, rms_norm_backward,
+    sequence_parallel_norm_backward,
 };
 use crate::model::optim::{adam_step, sgd_step, OptState};
 use crate::model::tp::{
@@ -744,6 +745,7 @@ impl Plan {
                 weight,
                 bias,
                 eps,
+                parallel,
                 ..
             } => {
                 let n = g.width(x);
@@ -755,19 +757,43 @@ impl Plan {
                 let mut dx = self.needs_grad[x.0].then(|| self.act_grad_target(bf, x.0));
                 let w = wp.map(|p| bf.params[p].as_slice());
                 let xs = &bf.acts[x.0];
-                match kind {
-                    NormKind::LayerNorm => layer_norm_backward(
+                if parallel == NormParallel::Sequence && shards.len() > 1 {
+                    // Megatron SP: rank r normalises its token rows `shards[r]`; its weight
+                    // gradients are partial sums over those rows, all-reduced over tp.
+                    sequence_parallel_norm_backward(
+                        be,
+                        kind,
                         xs,
                         w,
                         &dy,
                         eps,
                         n,
+                        shards,
                         dx.as_deref_mut(),
                         dw.as_deref_mut(),
                         db.as_deref_mut(),
-                    ),
-                    NormKind::RmsNorm => {
-                        rms_norm_backward(xs, w, &dy, eps, n, dx.as_deref_mut(), dw.as_deref_mut())
+                    );
+                } else {
+                    match kind {
+                        NormKind::LayerNorm => layer_norm_backward(
+                            xs,
+                            w,
+                            &dy,
+                            eps,
+                            n,
+                            dx.as_deref_mut(),
+                            dw.as_deref_mut(),
+                            db.as_deref_mut(),
+                        ),
+                        NormKind::RmsNorm => rms_norm_backward(
+                            xs,
+                            w,
+                            &dy,
+                            eps,
+                            n,
+                            dx.as_deref_mut(),
+                            dw.as_deref_mut(),
+                        ),
                     }
                 }
                 if let (Some(p), Some(d)) = (wp, dw) {

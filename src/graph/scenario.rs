@@ -448,12 +448,18 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                         }
                     }
                 }
-                if parallel == NormParallel::Sequence && g.parallel.tp > 1 {
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                if parallel == NormParallel::Sequence
+                    && g.parallel.shard_rule.ranges(seq, g.parallel.tp).is_none()
+                {
                     return Err(err(
                         file,
                         key("parallel"),
-                        "sequence-parallel norms are not supported by the executor yet; \
-                         allowed at tp > 1: none",
+                        format!(
+                            "a sequence of {seq} tokens does not split over tp = {} under the \
+                             shard rule",
+                            g.parallel.tp
+                        ),
                     ));
                 }
             }
@@ -614,6 +620,31 @@ fn plan(g: ResolvedGraph) -> Plan {
                         .unwrap_or_else(|| one(0..n)),
                     LinearParallel::None => one(0..k),
                 });
+                continue;
+            }
+            Op::Norm {
+                x,
+                weight,
+                parallel: NormParallel::Sequence,
+                ..
+            } => {
+                needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0] || weight.is_some();
+                // Token rows per rank: the first dimension split by the shard rule, each
+                // index covering `rows / seq` rows.
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                let per = g.rows(x) / seq.max(1);
+                let ranges = g
+                    .parallel
+                    .shard_rule
+                    .ranges(seq, g.parallel.tp)
+                    .unwrap_or_else(|| one(0..seq));
+                whole.push(one(0..g.rows(x)));
+                sharded.push(
+                    ranges
+                        .into_iter()
+                        .map(|r| r.start * per..r.end * per)
+                        .collect(),
+                );
                 continue;
             }
             Op::Norm {

@@ -326,6 +326,58 @@ pub fn rms_norm_backward<R: Real>(
     }
 }
 
+/// Megatron sequence-parallel norm backward: `x`, `dy` and `dx` hold all token rows (rows of
+/// width `n`), rank r owns rows `shards[r]`. `dx` is the row-wise backward (rows are
+/// independent: the same bits as unsharded); the weight (and bias) gradients are each rank's
+/// partial over its own rows ([`layer_norm_backward`] / [`rms_norm_backward`] on its block), then
+/// summed over ranks by the backend's all-reduce (Megatron all-reduces the sequence-parallel
+/// norm weights' gradients over tp).
+#[allow(clippy::too_many_arguments)]
+pub fn sequence_parallel_norm_backward<B: crate::backend::Backend>(
+    be: &mut B,
+    kind: crate::graph::ir::NormKind,
+    x: &[B::R],
+    weight: Option<&[B::R]>,
+    dy: &[B::R],
+    eps: f64,
+    n: usize,
+    shards: &[std::ops::Range<usize>],
+    dx: Option<&mut [B::R]>,
+    dweight: Option<&mut [B::R]>,
+    dbias: Option<&mut [B::R]>,
+) {
+    use crate::graph::ir::NormKind;
+    let layer = kind == NormKind::LayerNorm;
+    match kind {
+        NormKind::LayerNorm => layer_norm_backward(x, weight, dy, eps, n, dx, None, None),
+        NormKind::RmsNorm => rms_norm_backward(x, weight, dy, eps, n, dx, None),
+    }
+    let tp = shards.len();
+    let want_w = dweight.is_some();
+    let want_b = dbias.is_some() && layer;
+    let mut pw = vec![B::R::ZERO; tp * n];
+    let mut pb = vec![B::R::ZERO; tp * n];
+    for (r, rows) in shards.iter().enumerate() {
+        let (xs, ds) = (
+            &x[rows.start * n..rows.end * n],
+            &dy[rows.start * n..rows.end * n],
+        );
+        let (w_r, b_r) = (&mut pw[r * n..(r + 1) * n], &mut pb[r * n..(r + 1) * n]);
+        let w_out = want_w.then_some(w_r);
+        if layer {
+            layer_norm_backward(xs, weight, ds, eps, n, None, w_out, want_b.then_some(b_r));
+        } else {
+            rms_norm_backward(xs, weight, ds, eps, n, None, w_out);
+        }
+    }
+    if let Some(d) = dweight {
+        be.all_reduce(&pw, tp, d);
+    }
+    if let (Some(d), true) = (dbias, want_b) {
+        be.all_reduce(&pb, tp, d);
+    }
+}
+
 /// `out = a + b` elementwise (one rounding each).
 pub fn residual_add<R: Real>(a: &[R], b: &[R], out: &mut [R]) {
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
