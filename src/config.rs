@@ -31,8 +31,7 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
     ),
     ("diloco.toml", include_str!("../configs/diloco.toml")),
     // Issue 8's new built-ins, in the scenario language, validated against torch in
-    // tests/builtin_fixtures.rs. megatron_vocab_parallel_cross_entropy joins this list once
-    // the graph executor runs vocab parallelism.
+    // tests/builtin_fixtures.rs.
     (
         "deepspeed_tp_row_parallel.toml",
         include_str!("../configs/deepspeed_tp_row_parallel.toml"),
@@ -52,6 +51,10 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
     (
         "fsdp_zero2_grad_acc.toml",
         include_str!("../configs/fsdp_zero2_grad_acc.toml"),
+    ),
+    (
+        "megatron_vocab_parallel_cross_entropy.toml",
+        include_str!("../configs/megatron_vocab_parallel_cross_entropy.toml"),
     ),
 ];
 

@@ -1057,20 +1057,30 @@ fn data_parallel_refusals_name_the_file_and_key() {
     }
 }
 
-/// The files the executor does not run yet, with the exact refusal (what is missing). This
-/// fails as soon as one of them runs, so its comparison with torch gets written then.
+/// Megatron's vocab-parallel cross-entropy at TP 2 and 4 (2 seeds each), run by the graph
+/// executor. Measured (torch 2.15, the default profile `cpu-fma+mkl-threads-1`): 5030 of 5128
+/// elements with bits identical (98.1 %), 16 of 32 tensors; every loss and every logits tensor
+/// identical (at TP 4 each rank's matmul has 8 output columns, which MKL accumulates with
+/// rounded products; the profile runs that shape by its revealed order; at plain `cpu-fma`
+/// the rate was 83.6 %). The gradients differ in a few elements: torch's `torch.exp` on a CPU
+/// tensor is MKL's `vmsExp`, which the product models by the correctly rounded exp
+/// ([`seedsweep::model::vocab_parallel`]); scripts/builtins_torch.py's own inputs show 2 to 7
+/// of the 512 exps per run rounded the other way by MKL, and each such exp changes one row of
+/// the head gradient and one row of the input gradient (the matmuls themselves reproduce
+/// torch's bits from torch's softmax gradient: 512 of 512 elements, measured). Asserted: the
+/// identical tensors above, and the measured element agreement as a floor.
 #[test]
-fn executor_refusals_of_the_new_built_ins_are_the_known_ones() {
-    for (file, missing) in [(
-        "configs/megatron_vocab_parallel_cross_entropy.toml",
-        "vocab",
-    )] {
-        match graph_scenario(file) {
-            Ok(_) => panic!("{file} now runs: compare it with its torch fixture here"),
-            Err(e) => {
-                eprintln!("{file}: {e}");
-                assert!(e.contains(missing), "{file}: {e}");
-            }
+fn megatron_vocab_parallel_ce_measured_against_torch() {
+    let s = graph_scenario("configs/megatron_vocab_parallel_cross_entropy.toml").unwrap();
+    let agg = agreement("megatron-vocab-parallel-ce", &s);
+    for (param, seed, comp, key, same) in &agg.identical {
+        let exact = key.starts_with("loss@") || key.starts_with("logits@");
+        if exact {
+            assert!(same, "{param} seed {seed} {comp} {key} differs from torch");
         }
     }
+    assert!(
+        agg.elements_same >= 5030 && agg.tensors_same >= 16,
+        "agreement fell below the measured 5030 elements / 16 tensors: {agg:?}"
+    );
 }

@@ -56,6 +56,9 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     let tp_layer_checks = 4 * 3;
     let uneven_checks = 10 + 8;
     let deepspeed_rows = (t1_checks + t2_checks + tp_layer_checks + uneven_checks) * 3 * 2;
+    // megatron-vocab-parallel-ce: 2 params x 4 checks x 3 comparisons x 1 policy
+    // (torch-default).
+    let vocab_ce_rows = 2 * 4 * 3;
     // maxtext-diloco (T3) and diloco: 1 param x 2 profiles (f32, tpu-bf16) x 4 checks (loss,
     // outer_unchanged, outer_params, inner_equals_outer) x 3 comparisons x 3 policies each.
     let diloco_rows = 2 * 4 * 3 * 3;
@@ -65,12 +68,12 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     let new_rows = 4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3;
     assert_eq!(
         summary.lines().count() - 1,
-        deepspeed_rows + new_rows + 2 * diloco_rows
+        deepspeed_rows + new_rows + vocab_ce_rows + 2 * diloco_rows
     );
     // Per seed, except T3: its data are fixed, so it runs once whatever --seeds says.
     assert_eq!(
         seeds.lines().count() - 1,
-        3 * (deepspeed_rows + new_rows) + diloco_rows + 3 * diloco_rows
+        3 * (deepspeed_rows + new_rows + vocab_ce_rows) + diloco_rows + 3 * diloco_rows
     );
 }
 

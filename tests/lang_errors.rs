@@ -87,6 +87,7 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "configs/deepspeed_row_parallel.toml",
         "configs/deepspeed_tied_row_parallel.toml",
         "configs/examples/megatron_mlp_tp4.toml",
+        "configs/examples/tp2_prenorm_block.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));

@@ -921,6 +921,13 @@ pub fn column_sums_f32(x: &[f32], n: usize, out: &mut [f32]) {
     }
 }
 
+/// `x.sum(dim=-1)` of one contiguous row of f32 (or `x.sum()` of a contiguous tensor), bit
+/// for bit as ATen's `cascade_sum` takes a contiguous inner reduction: `0.0 +` the inner sum
+/// below (the output is zero-filled and accumulated into, so a -0.0 sum becomes +0.0).
+pub fn row_sum_f32(x: &[f32]) -> f32 {
+    0.0 + inner_sum(x)
+}
+
 /// ATen's contiguous inner reduction of `n` floats: `vectorized_inner_sum`
 /// for n >= 8 (lane l of 8 sums x[8i + l] with `ilp4_row_sum` over the
 /// n / 8 full vectors; then 0.0 + the n % 8 tail elements in order + lanes

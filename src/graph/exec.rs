@@ -11,8 +11,8 @@ use crate::backend::Backend;
 use crate::check::StepLabel;
 use crate::graph::init::InputValue;
 use crate::graph::ir::{
-    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, Op, Optimizer,
-    ResolvedGraph, TensorId, WeightLayout,
+    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind,
+    NormParallel, Op, Optimizer, ResolvedGraph, TensorId, WeightLayout,
 };
 use crate::model::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
@@ -24,10 +24,17 @@ use crate::model::layers::{
     embedding_lookup, linear, sgd, sgd_unfused, tanh_backward, tanh_inplace,
 };
 use crate::model::loss;
+use crate::model::norm::{
+    layer_norm, layer_norm_backward, residual_add, rms_norm, rms_norm_backward,
+    sequence_parallel_norm_backward,
+};
 use crate::model::optim::{adam_step, sgd_step, OptState};
 use crate::model::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
+};
+use crate::model::vocab_parallel::{
+    vocab_parallel_cross_entropy, vocab_parallel_embedding, VocabParallelBuffers,
 };
 use crate::model::xla;
 use crate::mutant::{Mutant, TpFaults};
@@ -117,6 +124,7 @@ pub struct Bufs<R> {
     /// accumulated gradient.
     drift: [Vec<R>; 3],
     rp: RowParallelBuffers<R>,
+    vp: VocabParallelBuffers<R>,
     /// Float targets of the loss (MSE), this micro-step.
     target: Vec<R>,
     /// Optimizer state per parameter, and of the drift copy.
@@ -131,6 +139,8 @@ pub struct Bufs<R> {
 /// What every micro-step of one computation shares ([`Plan::step_ctx`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StepCtx<'a, R> {
+    /// The sharded computation (else one of the unsharded ones).
+    sharded: bool,
     shards: &'a [Vec<Range<usize>>],
     faults: TpFaults,
     mutant: Option<Mutant>,
@@ -272,6 +282,7 @@ impl Plan {
         let g = &self.graph;
         let micro_steps = g.train.micro_steps;
         StepCtx {
+            sharded,
             shards: if sharded { &self.sharded } else { &self.whole },
             faults: TpFaults::of(mutant),
             mutant,
@@ -556,6 +567,27 @@ impl Plan {
         let g = &self.graph;
         match *op {
             Op::Embedding {
+                ids,
+                table,
+                out,
+                parallel: EmbeddingParallel::Vocab,
+                ..
+            } if shards.len() > 1 => {
+                let tbl = &bf.params[self.storage[table.0]];
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let dim = g.width(out);
+                vocab_parallel_embedding(
+                    be,
+                    tbl,
+                    dim,
+                    &inputs[ids.0].i,
+                    shards,
+                    &mut y,
+                    &mut bf.vp,
+                );
+                bf.acts[out.0] = y;
+            }
+            Op::Embedding {
                 ids, table, out, ..
             } => {
                 let s = self.storage[table.0];
@@ -621,14 +653,35 @@ impl Plan {
                 }
                 bf.acts[out.0] = y;
             }
-            Op::Norm { .. } | Op::ResidualAdd { .. } => {
-                unreachable!("validated by GraphScenario::new")
+            Op::Norm {
+                kind,
+                x,
+                weight,
+                bias,
+                eps,
+                out,
+                ..
+            } => {
+                let n = g.width(x);
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let w = weight.map(|p| bf.params[self.storage[p.0]].as_slice());
+                let b = bias.map(|p| bf.params[self.storage[p.0]].as_slice());
+                match kind {
+                    NormKind::LayerNorm => layer_norm(&bf.acts[x.0], w, b, eps, n, &mut y),
+                    NormKind::RmsNorm => rms_norm(&bf.acts[x.0], w, eps, n, &mut y),
+                }
+                bf.acts[out.0] = y;
+            }
+            Op::ResidualAdd { a, b, out } => {
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y);
+                bf.acts[out.0] = y;
             }
         }
     }
 
     /// Mean loss of this micro-step, with its gradient (seeded with `scale`) in the loss
-    /// input's gradient buffer.
+    /// input's gradient buffer. `sharded` selects the vocab split of a vocab-parallel loss.
     fn loss<B: Backend>(
         &self,
         be: &mut B,
@@ -664,8 +717,24 @@ impl Plan {
                 }
             }
             LossKind::Sum => loss::sum(&bf.acts[t.0], scale, &mut bf.dacts[t.0]),
-            LossKind::VocabParallelCrossEntropy { .. } => {
-                unreachable!("validated by GraphScenario::new")
+            LossKind::VocabParallelCrossEntropy { labels } => {
+                let v = g.width(t);
+                let ranks = if cx.sharded { g.parallel.tp } else { 1 };
+                let shards = g
+                    .parallel
+                    .shard_rule
+                    .ranges(v, ranks)
+                    .unwrap_or_else(|| std::iter::once(0..v).collect());
+                vocab_parallel_cross_entropy(
+                    be,
+                    &bf.acts[t.0],
+                    &inputs[labels.0].i,
+                    v,
+                    &shards,
+                    scale,
+                    &mut bf.dacts[t.0],
+                    &mut bf.vp,
+                )
             }
         }
     }
@@ -695,7 +764,6 @@ impl Plan {
                 ids,
                 table,
                 padding_idx,
-                parallel: EmbeddingParallel::None | EmbeddingParallel::ColumnShardedLookup,
                 ..
             } => {
                 let s = self.storage[table.0];
@@ -841,7 +909,87 @@ impl Plan {
                 }
                 self.act_grad_done(bf, x.0, dx);
             }
-            _ => unreachable!("validated by GraphScenario::new"),
+            Op::Norm {
+                kind,
+                x,
+                weight,
+                bias,
+                eps,
+                parallel,
+                ..
+            } => {
+                let n = g.width(x);
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                let wp = weight.map(|p| self.storage[p.0]);
+                let bp = bias.map(|p| self.storage[p.0]);
+                let mut dw = wp.map(|p| self.grad_target(bf, p));
+                let mut db = bp.map(|p| self.grad_target(bf, p));
+                let mut dx = self.needs_grad[x.0].then(|| self.act_grad_target(bf, x.0));
+                let w = wp.map(|p| bf.params[p].as_slice());
+                let xs = &bf.acts[x.0];
+                if parallel == NormParallel::Sequence && shards.len() > 1 {
+                    // Megatron SP: rank r normalises its token rows `shards[r]`; its weight
+                    // gradients are partial sums over those rows, all-reduced over tp.
+                    sequence_parallel_norm_backward(
+                        be,
+                        kind,
+                        xs,
+                        w,
+                        &dy,
+                        eps,
+                        n,
+                        shards,
+                        dx.as_deref_mut(),
+                        dw.as_deref_mut(),
+                        db.as_deref_mut(),
+                    );
+                } else {
+                    match kind {
+                        NormKind::LayerNorm => layer_norm_backward(
+                            xs,
+                            w,
+                            &dy,
+                            eps,
+                            n,
+                            dx.as_deref_mut(),
+                            dw.as_deref_mut(),
+                            db.as_deref_mut(),
+                        ),
+                        NormKind::RmsNorm => rms_norm_backward(
+                            xs,
+                            w,
+                            &dy,
+                            eps,
+                            n,
+                            dx.as_deref_mut(),
+                            dw.as_deref_mut(),
+                        ),
+                    }
+                }
+                if let (Some(p), Some(d)) = (wp, dw) {
+                    self.grad_done(bf, p, d);
+                }
+                if let (Some(p), Some(d)) = (bp, db) {
+                    self.grad_done(bf, p, d);
+                }
+                if let Some(d) = dx {
+                    self.act_grad_done(bf, x.0, d);
+                }
+                bf.dacts[out.0] = dy;
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                // AddBackward hands the output gradient to both operands unchanged; a tensor
+                // with several consumers sums them (act_grad_done).
+                let dy = std::mem::take(&mut bf.dacts[out.0]);
+                for t in [a, b] {
+                    if self.needs_grad[t.0] {
+                        let mut d = self.act_grad_target(bf, t.0);
+                        d.copy_from_slice(&dy);
+                        self.act_grad_done(bf, t.0, d);
+                    }
+                }
+                bf.dacts[out.0] = dy;
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use crate::graph::exec::{phase, Bufs, Phase, Plan};
 use crate::graph::init::{draw_inputs, draw_params, draw_teacher, InputValue};
 use crate::graph::ir::{
     Activation, At, CheckTensor, DrawKind, EmbeddingParallel, GradReduce, LinearParallel, LossKind,
-    Op, Optimizer, OuterData, ResolvedGraph, WeightLayout,
+    NormParallel, Op, Optimizer, OuterData, ResolvedGraph, WeightLayout,
 };
 use crate::graph::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
 use crate::mutant::Mutant;
@@ -450,11 +450,16 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                         ));
                     }
                 }
-                if parallel == EmbeddingParallel::Vocab {
+                if parallel == EmbeddingParallel::Vocab
+                    && g.parallel.shard_rule.ranges(ts[0], g.parallel.tp).is_none()
+                {
                     return Err(err(
                         file,
                         key("parallel"),
-                        "vocab-parallel embedding is not supported by the executor yet",
+                        format!(
+                            "{} table rows do not split over tp = {} under the shard rule",
+                            ts[0], g.parallel.tp
+                        ),
                     ));
                 }
             }
@@ -516,19 +521,59 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 }
                 let _ = kind;
             }
-            Op::Norm { .. } | Op::ResidualAdd { .. } => {
-                return Err(err(
-                    file,
-                    key("op"),
-                    "norms and residual adds are not supported by the executor yet",
-                ));
+            Op::Norm {
+                x,
+                weight,
+                bias,
+                parallel,
+                ..
+            } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+                let n = g.width(x);
+                for (p, what) in [(weight, "weight"), (bias, "bias")] {
+                    if let Some(p) = p {
+                        param(p, key(what))?;
+                        if g.params[p.0].shape != [n] {
+                            return Err(err(file, key(what), format!("the {what} must be [{n}]")));
+                        }
+                    }
+                }
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                if parallel == NormParallel::Sequence
+                    && g.parallel.shard_rule.ranges(seq, g.parallel.tp).is_none()
+                {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        format!(
+                            "a sequence of {seq} tokens does not split over tp = {} under the \
+                             shard rule",
+                            g.parallel.tp
+                        ),
+                    ));
+                }
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                read(a)?;
+                read(b)?;
+                let shape = &g.tensors[out.0].shape;
+                if &g.tensors[a.0].shape != shape || &g.tensors[b.0].shape != shape {
+                    return Err(err(
+                        file,
+                        key("out"),
+                        "both operands must have the output's shape",
+                    ));
+                }
             }
         }
         produced[out.0] = true;
     }
     tensor(g.loss.input, at("loss.input".into()))?;
     match g.loss.kind {
-        LossKind::CrossEntropy { labels } => {
+        LossKind::CrossEntropy { labels } | LossKind::VocabParallelCrossEntropy { labels } => {
             let n = int_input(labels, at("loss.labels".into()))?;
             if n != g.rows(g.loss.input) {
                 return Err(err(
@@ -570,12 +615,18 @@ fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
             }
         },
         LossKind::Sum => {}
-        LossKind::VocabParallelCrossEntropy { .. } => {
+    }
+    if let LossKind::VocabParallelCrossEntropy { .. } = g.loss.kind {
+        let v = g.width(g.loss.input);
+        if g.parallel.shard_rule.ranges(v, g.parallel.tp).is_none() {
             return Err(err(
                 file,
                 at("loss.parallel".into()),
-                "vocab-parallel cross-entropy is not supported by the executor yet",
-            ))
+                format!(
+                    "a vocabulary of {v} does not split over tp = {} under the shard rule",
+                    g.parallel.tp
+                ),
+            ));
         }
     }
     for (ci, c) in g.checks.iter().enumerate() {
@@ -795,6 +846,22 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
     for l in &g.layers {
         let out = l.op.output();
         match l.op {
+            Op::Embedding {
+                table,
+                parallel: EmbeddingParallel::Vocab,
+                ..
+            } => {
+                needs_grad[out.0] = true;
+                let rows = g.params[table.0].shape[0];
+                whole.push(one(0..rows));
+                sharded.push(
+                    g.parallel
+                        .shard_rule
+                        .ranges(rows, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..rows)),
+                );
+                continue;
+            }
             Op::Embedding { .. } => needs_grad[out.0] = true,
             Op::Linear { x, parallel, .. } => {
                 needs_grad[out.0] = true;
@@ -816,6 +883,34 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                 });
                 continue;
             }
+            Op::Norm {
+                x,
+                weight,
+                parallel: NormParallel::Sequence,
+                ..
+            } => {
+                needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0] || weight.is_some();
+                // Token rows per rank: the first dimension split by the shard rule, each
+                // index covering `rows / seq` rows.
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                let per = g.rows(x) / seq.max(1);
+                let ranges = g
+                    .parallel
+                    .shard_rule
+                    .ranges(seq, g.parallel.tp)
+                    .unwrap_or_else(|| one(0..seq));
+                whole.push(one(0..g.rows(x)));
+                sharded.push(
+                    ranges
+                        .into_iter()
+                        .map(|r| r.start * per..r.end * per)
+                        .collect(),
+                );
+                continue;
+            }
+            Op::Norm {
+                weight: Some(_), ..
+            } => needs_grad[out.0] = true,
             Op::Activation { x, .. } | Op::Norm { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }

@@ -16,7 +16,7 @@
 //! vectorizes, so forward agrees on 5,576 / 8,192 (68.1 %, s = 2) and 7,343 / 8,192 (89.6 %,
 //! s = 0.5), backward on 2,347 (28.6 %) and 1,835 (22.4 %). Relu copies or zeroes (exact).
 
-use crate::fp::torch_ops::{exp_f32, sleef_tanhf_u10};
+use crate::fp::torch_ops::{exp_f32, row_sum_f32, sleef_tanhf_u10};
 use crate::real::Real;
 
 /// `M_SQRT1_2` rounded to f32.
@@ -37,6 +37,15 @@ pub trait ActReal: Real {
     fn exp_k(self) -> Self;
     /// `tanh` as the tanh-approximate gelu uses it.
     fn tanh_k(self) -> Self;
+    /// `torch.exp` on a tensor (f32: MKL's `vmsExp`, modelled by the correctly rounded exp,
+    /// `libm::exp` in f64 rounded once; measured agreement in
+    /// [`crate::model::vocab_parallel`]).
+    fn exp_vml(self) -> Self;
+    /// `torch.log` on a tensor (f32: MKL's `vmsLn`, modelled as [`ActReal::exp_vml`] is).
+    fn ln_vml(self) -> Self;
+    /// `x.sum(dim=-1)` of one contiguous row (f32: ATen's order,
+    /// [`crate::fp::torch_ops::row_sum_f32`]; f64: left to right from 0).
+    fn row_sum_k(x: &[Self]) -> Self;
 }
 
 impl ActReal for f32 {
@@ -49,6 +58,15 @@ impl ActReal for f32 {
     fn tanh_k(self) -> Self {
         sleef_tanhf_u10(self)
     }
+    fn exp_vml(self) -> Self {
+        libm::exp(f64::from(self)) as f32
+    }
+    fn ln_vml(self) -> Self {
+        libm::log(f64::from(self)) as f32
+    }
+    fn row_sum_k(x: &[Self]) -> Self {
+        row_sum_f32(x)
+    }
 }
 
 impl ActReal for f64 {
@@ -60,6 +78,15 @@ impl ActReal for f64 {
     }
     fn tanh_k(self) -> Self {
         libm::tanh(self)
+    }
+    fn exp_vml(self) -> Self {
+        libm::exp(self)
+    }
+    fn ln_vml(self) -> Self {
+        libm::log(self)
+    }
+    fn row_sum_k(x: &[Self]) -> Self {
+        x.iter().fold(0.0, |a, &b| a + b)
     }
 }
 

@@ -9,6 +9,8 @@ pub mod activations;
 pub mod condition;
 pub mod layers;
 pub mod loss;
+pub mod norm;
 pub mod optim;
 pub mod tp;
+pub mod vocab_parallel;
 pub mod xla;

@@ -1,0 +1,181 @@
+//! `src/model/norm.rs` against real PyTorch: `tests/data/torch_norm.json`, written by
+//! `scripts/norm_torch.py` (torch 2.15 on the CPU, one thread, eager, `ATEN_CPU_CAPABILITY=avx2`):
+//! `F.layer_norm` and `F.rms_norm` with weight (and bias) on 3 rows of widths 16, 35, 64, 200
+//! and 300, forward and the backward of `(y · dy).sum()`. Every element is compared bit for bit.
+
+use seedsweep::model::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+use serde_json::Value;
+
+fn bits(v: &Value, key: &str) -> Vec<f32> {
+    let h = v[key].as_str().unwrap_or_else(|| panic!("no {key}"));
+    (0..h.len() / 8)
+        .map(|i| f32::from_bits(u32::from_str_radix(&h[8 * i..8 * i + 8], 16).unwrap()))
+        .collect()
+}
+
+/// (elements identical, elements) of `got` against the fixture's `key`.
+fn same(case: &Value, key: &str, got: &[f32]) -> (usize, usize) {
+    let want = bits(case, key);
+    assert_eq!(want.len(), got.len(), "{key}: length");
+    let s = want
+        .iter()
+        .zip(got)
+        .filter(|(a, b)| a.to_bits() == b.to_bits())
+        .count();
+    (s, want.len())
+}
+
+fn cases() -> Vec<Value> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/torch_norm.json");
+    let text = std::fs::read_to_string(path).expect("regenerate with scripts/norm_torch.py");
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["threads"], 1);
+    assert_eq!(json["cpu_capability"], "AVX2");
+    json["cases"].as_array().unwrap().clone()
+}
+
+/// LayerNorm: ATen's `RowwiseMoments` cascade and the fused forward and backward formulas of
+/// `norm.rs` reproduce torch on every element of y, dx, dweight and dbias at widths 16, 64 and
+/// 200 (multiples of the 8 lanes). Not yet at 35 and 300 (a ragged tail): at 35 `y`, `dweight`
+/// and `dbias` are exact and `dx` is not (the lane reduction of `ds`/`db` over a ragged tail is
+/// not torch's order); at 300 two of the three rows' means differ from torch's saved mean by
+/// an ulp (a Welford-cascade merge not yet modelled), which reaches y, dx and dweight.
+/// Asserted: exactness at the lane-multiple widths, and the measured totals as floors.
+#[test]
+fn layer_norm_matches_torch_bit_for_bit_at_lane_multiples() {
+    let mut checked = 0;
+    let mut totals = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+    for c in cases().iter().filter(|c| c["kind"] == "layernorm") {
+        let n = c["n"].as_u64().unwrap() as usize;
+        let eps = c["eps"].as_f64().unwrap();
+        let (x, w, b, dy) = (
+            bits(c, "x"),
+            bits(c, "weight"),
+            bits(c, "bias"),
+            bits(c, "dy"),
+        );
+        let mut y = vec![0.0f32; x.len()];
+        layer_norm(&x, Some(&w), Some(&b), eps, n, &mut y);
+        let mut dx = vec![0.0f32; x.len()];
+        let (mut dw, mut db) = (vec![0.0f32; n], vec![0.0f32; n]);
+        layer_norm_backward(
+            &x,
+            Some(&w),
+            &dy,
+            eps,
+            n,
+            Some(&mut dx),
+            Some(&mut dw),
+            Some(&mut db),
+        );
+        for (key, got) in [("y", &y), ("dx", &dx), ("dweight", &dw), ("dbias", &db)] {
+            let (s, t) = same(c, key, got);
+            eprintln!("layernorm n = {n:3} {key:7}: {s}/{t} elements identical to torch");
+            if n.is_multiple_of(8) {
+                assert_eq!(s, t, "layernorm n = {n} {key}: {s}/{t} identical");
+            }
+            let e = totals.entry(key).or_default();
+            e.0 += s;
+            e.1 += t;
+            checked += t;
+        }
+    }
+    assert!(checked > 0);
+    for (key, floor) in [("y", 1668), ("dx", 1590), ("dweight", 505), ("dbias", 615)] {
+        let (s, t) = totals[key];
+        eprintln!("layernorm {key}: {s}/{t} identical in all");
+        assert!(s >= floor, "layernorm {key}: {s}/{t}, measured {floor}");
+    }
+}
+
+/// RMSNorm: `norm.rs` writes the composite's formulas in one stated order, which is not
+/// torch's (its reductions are ATen's vectorised sums, and its backward is autograd's graph of
+/// the composite). Measured and printed (`--nocapture`); asserted at the measured agreement.
+#[test]
+fn rms_norm_measured_against_torch() {
+    let mut agg = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+    for c in cases().iter().filter(|c| c["kind"] == "rmsnorm") {
+        let n = c["n"].as_u64().unwrap() as usize;
+        let eps = c["eps"].as_f64().unwrap();
+        let (x, w, dy) = (bits(c, "x"), bits(c, "weight"), bits(c, "dy"));
+        let mut y = vec![0.0f32; x.len()];
+        rms_norm(&x, Some(&w), eps, n, &mut y);
+        let mut dx = vec![0.0f32; x.len()];
+        let mut dw = vec![0.0f32; n];
+        rms_norm_backward(&x, Some(&w), &dy, eps, n, Some(&mut dx), Some(&mut dw));
+        for (key, got) in [("y", &y), ("dx", &dx), ("dweight", &dw)] {
+            let (s, t) = same(c, key, got);
+            let e = agg.entry(key).or_default();
+            e.0 += s;
+            e.1 += t;
+        }
+    }
+    for (k, (s, t)) in &agg {
+        eprintln!(
+            "rmsnorm {k}: {s}/{t} elements identical to torch ({:.2} %)",
+            100.0 * *s as f64 / *t as f64
+        );
+    }
+    for (key, floor) in [("y", 691), ("dx", 471), ("dweight", 133)] {
+        assert!(
+            agg[key].0 >= floor,
+            "rmsnorm {key}: {:?}, measured {floor}",
+            agg[key]
+        );
+    }
+}
+
+/// The example block (layernorm -> column -> gelu -> row -> residual add at TP 2) runs in the
+/// executor, replicated and with a sequence-parallel layernorm. Rows are independent, so the
+/// forward (the block's output at the first step) is the same bits either way; the norm
+/// weight gradient differs only by the order of its row sum (per-rank partials all-reduced),
+/// so it stays within a few ulp of the replicated one (1e-6 relative to the largest
+/// element: two orders of an 8-term sum of values of one sign class differ by a few unit
+/// roundoffs, 6e-8 each).
+#[test]
+fn the_prenorm_example_runs_replicated_and_sequence_parallel() {
+    use seedsweep::graph::GraphScenario;
+    use seedsweep::profile::ProfileRegistry;
+    use seedsweep::scenario::{Scenario, Workspace};
+    let file = "configs/examples/tp2_prenorm_block.toml";
+    let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "test")
+        .unwrap();
+    let run = |text: &str| {
+        let sf = seedsweep::lang::file::parse_file(file, text).unwrap_or_else(|e| panic!("{e}"));
+        let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut ws = Workspace::default();
+        s.run(0, 8173, &profile, &mut ws);
+        let names: Vec<&str> = s.checks(0).iter().map(|c| c.name).collect();
+        let t = &ws.traces.sharded;
+        assert!(!t.values.is_empty() && t.values.iter().all(|v| v.is_finite()));
+        let get = |name: &str| {
+            let slot = t
+                .slots
+                .iter()
+                .find(|sl| names[sl.check] == name && sl.step.to_string() == "0")
+                .unwrap();
+            t.data(slot).to_vec()
+        };
+        (get("out"), get("ln_weight_grad"))
+    };
+    let (out_sp, gw_sp) = run(&text);
+    let replicated = text.replace(
+        r#"op = "layernorm", input = "x", parallel = "sequence" }"#,
+        r#"op = "layernorm", input = "x" }"#,
+    );
+    assert_ne!(replicated, text);
+    let (out, gw) = run(&replicated);
+    assert_eq!(
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        out_sp.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let m = gw.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    for (a, b) in gw.iter().zip(&gw_sp) {
+        assert!((a - b).abs() <= 1e-6 * m, "{a} vs {b}");
+    }
+}
