@@ -1,6 +1,7 @@
 //! Tensor parallelism: DeepSpeed's shard sizes, the row-parallel and the column-parallel
 //! linear layers.
 
+use ndarray::{s, ArrayView2, ArrayViewMut2};
 use std::ops::Range;
 
 use crate::backend::Backend;
@@ -38,7 +39,18 @@ pub fn shard_ranges(total: usize, tp: usize, grain: usize) -> Vec<Range<usize>> 
         .collect()
 }
 
-/// Copies columns `cols` of the `rows × width` matrix `src` into `dst` (`rows × cols.len()`).
+/// `buf` (at least `rows × cols` long) as a `rows × cols` row-major matrix view.
+fn matrix<R>(buf: &[R], rows: usize, cols: usize) -> ArrayView2<'_, R> {
+    ArrayView2::from_shape((rows, cols), &buf[..rows * cols]).expect("a rows × cols buffer")
+}
+
+/// `buf` (at least `rows × cols` long) as a writable `rows × cols` row-major matrix view.
+fn matrix_mut<R>(buf: &mut [R], rows: usize, cols: usize) -> ArrayViewMut2<'_, R> {
+    ArrayViewMut2::from_shape((rows, cols), &mut buf[..rows * cols]).expect("a rows × cols buffer")
+}
+
+/// Copies columns `cols` of the `rows × width` matrix `src` into `dst` (`rows × cols.len()`):
+/// a rank's shard of the last dimension (a copy, no arithmetic).
 pub fn gather_columns<R: Real>(
     src: &[R],
     rows: usize,
@@ -47,9 +59,7 @@ pub fn gather_columns<R: Real>(
     dst: &mut [R],
 ) {
     let w = cols.len();
-    for r in 0..rows {
-        dst[r * w..(r + 1) * w].copy_from_slice(&src[r * width + cols.start..r * width + cols.end]);
-    }
+    matrix_mut(dst, rows, w).assign(&matrix(src, rows, width).slice(s![.., cols]));
 }
 
 /// Writes `src` (`rows × cols.len()`) into columns `cols` of the `rows × width` matrix `dst`
@@ -62,9 +72,9 @@ pub fn scatter_columns<R: Real>(
     dst: &mut [R],
 ) {
     let w = cols.len();
-    for r in 0..rows {
-        dst[r * width + cols.start..r * width + cols.end].copy_from_slice(&src[r * w..(r + 1) * w]);
-    }
+    matrix_mut(dst, rows, width)
+        .slice_mut(s![.., cols])
+        .assign(&matrix(src, rows, w));
 }
 
 /// Reusable buffers of [`row_parallel_forward`] and [`row_parallel_backward`].
