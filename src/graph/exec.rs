@@ -493,9 +493,24 @@ impl Plan {
             let [w, _, g2] = &mut bf.drift;
             step(opt, lr, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
         }
+        self.record_step_checks(s, m, lr, bf, trace);
+        loss
+    }
+
+    /// Records the checks of the optimizer-step phase (parameters, and the SGD-update
+    /// self-consistency check with its f32 and f64 expectations) of micro-step `m` of step
+    /// `s`, in check-table order.
+    pub(crate) fn record_step_checks<R: Real>(
+        &self,
+        s: usize,
+        m: usize,
+        lr: R,
+        bf: &mut Bufs<R>,
+        trace: &mut Trace,
+    ) {
         for &c in &self.by_phase[2] {
             let label = self.label(c, s, m);
-            match g.checks[c].tensor {
+            match self.graph.checks[c].tensor {
                 CheckTensor::Param(p) => trace.record(c, label, &bf.params[self.storage[p.0]]),
                 CheckTensor::SgdUpdate(p) => {
                     let i = self.storage[p.0];
@@ -516,7 +531,6 @@ impl Plan {
                 _ => {}
             }
         }
-        loss
     }
 
     fn condition<B: Backend>(

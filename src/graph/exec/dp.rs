@@ -47,10 +47,10 @@ use super::{load, sized, step, Bufs, Plan};
 use crate::backend::Backend;
 use crate::graph::ir::{At, CheckTensor, GradReduce};
 use crate::model::activations::ActReal;
-use crate::model::layers::{accumulate, sgd_unfused};
+use crate::model::layers::accumulate;
 use crate::mutant::{Mutant, TpFaults};
 use crate::real::Real;
-use crate::trace::{SlotRole, Trace};
+use crate::trace::Trace;
 
 /// The data-parallel buffers of one computation, sized on first use and reused.
 #[derive(Debug, Default)]
@@ -110,7 +110,10 @@ impl Plan {
         bf.old.resize_with(np, Vec::new);
         bf.opt.resize_with(np, Default::default);
         bf.opt.iter_mut().for_each(|o| o.reset());
-        let d = &mut bf.dp;
+        // Taken out of `bf` for the run (a move, no allocation) so that `bf` can be lent whole
+        // to the shared step-check recording; put back at the end.
+        let mut dbufs = std::mem::take(&mut bf.dp);
+        let d = &mut dbufs;
         d.ranks.resize_with(dp, Bufs::default);
         d.red.resize_with(np, Vec::new);
         sized(&mut d.losses, dp);
@@ -286,33 +289,10 @@ impl Plan {
                         rb.params[i].copy_from_slice(&bf.params[i]);
                     }
                 }
-                for &c in &self.by_phase[2] {
-                    let label = self.label(c, s, m);
-                    match g.checks[c].tensor {
-                        CheckTensor::Param(p) => {
-                            trace.record(c, label, &bf.params[self.storage[p.0]])
-                        }
-                        CheckTensor::SgdUpdate(p) => {
-                            let i = self.storage[p.0];
-                            trace.record(c, label, &bf.params[i]);
-                            sized(&mut bf.expect, bf.old[i].len());
-                            sgd_unfused(&bf.old[i], &bf.acc[i], lr, &mut bf.expect);
-                            trace.record_role(c, label, SlotRole::SelfExpectedF32, &bf.expect);
-                            let lr64 = lr.to_f64();
-                            bf.expect64.clear();
-                            bf.expect64.extend(
-                                bf.old[i]
-                                    .iter()
-                                    .zip(&bf.acc[i])
-                                    .map(|(&o, &gr)| o.to_f64() - lr64 * gr.to_f64()),
-                            );
-                            trace.record_role(c, label, SlotRole::SelfExpectedF64, &bf.expect64);
-                        }
-                        _ => {}
-                    }
-                }
+                self.record_step_checks(s, m, lr, bf, trace);
             }
         }
+        bf.dp = dbufs;
     }
 
     /// DDP: every rank's accumulated gradient divided by `dp`, then all-reduced, one message
