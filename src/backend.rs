@@ -34,8 +34,25 @@ static UNREVEALED_SHAPES: Mutex<BTreeSet<(Role, usize, usize, usize)>> =
 /// remembers its shape (a miss path: the profile's own kernel then does the matmul's work).
 fn note_unrevealed(role: Role, rows: usize, red: usize, cols: usize) {
     UNREVEALED_MATMULS.fetch_add(1, Ordering::Relaxed);
-    if let Ok(mut set) = UNREVEALED_SHAPES.lock() {
-        set.insert((role, rows, red, cols));
+    thread_local! {
+        /// The shapes this thread has already put in [`UNREVEALED_SHAPES`]: the global
+        /// set is locked once per (thread, shape), not once per matmul call of a sweep.
+        static SEEN: std::cell::RefCell<Vec<(Role, usize, usize, usize)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let key = (role, rows, red, cols);
+    let first = SEEN.with(|seen| {
+        let mut seen = seen.borrow_mut();
+        let new = !seen.contains(&key);
+        if new {
+            seen.push(key);
+        }
+        new
+    });
+    if first {
+        if let Ok(mut set) = UNREVEALED_SHAPES.lock() {
+            set.insert(key);
+        }
     }
 }
 

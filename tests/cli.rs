@@ -740,3 +740,34 @@ fn logits_carry_error_bound_columns_that_cover_the_observed_usage() {
         }
     }
 }
+
+/// `repro` names on stderr the matmul shapes a profile's revealed orders lack: the Megatron
+/// MLP's 8-row shapes are revealed at one thread (`mkl-threads-1`), not at two.
+#[test]
+fn repro_names_the_matmul_shapes_a_revealed_profile_lacks() {
+    let run = |profile: &str| {
+        let out = seedsweep()
+            .args([
+                "repro",
+                "--scenario",
+                "megatron-tp-mlp",
+                "--profile",
+                profile,
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let two = run("cpu-fma+mkl-threads-2");
+    assert!(
+        two.contains("revealed orders do not cover")
+            && two.contains("forward 8x64 over 16")
+            && two.contains("reveal_order.py --shapes")
+            && two.contains("8x16x64"),
+        "{two}"
+    );
+    let one = run("cpu-fma+mkl-threads-1");
+    assert!(!one.contains("do not cover"), "{one}");
+}

@@ -96,6 +96,9 @@ pub struct Plan {
     /// Per layer: an activation that may overwrite its input (its backward needs only its
     /// output, and nothing else reads the input: no other layer, check, loss or input draw).
     pub in_place: Vec<bool>,
+    /// A vocab-parallel loss: the vocabulary's shards in the sharded computation (computed
+    /// once here, not per micro-step). Empty for other losses.
+    pub loss_shards: Vec<Range<usize>>,
     /// With `dp > 1`: one plan per data-parallel rank, on the rank's block of the batch
     /// (the sharded computation runs them: the `dp` module of this file). Empty otherwise.
     pub ranks: Vec<Plan>,
@@ -733,18 +736,18 @@ impl Plan {
             LossKind::Sum => loss::sum(&bf.acts[t.0], scale, &mut bf.dacts[t.0]),
             LossKind::VocabParallelCrossEntropy { labels } => {
                 let v = g.width(t);
-                let ranks = if cx.sharded { g.parallel.tp } else { 1 };
-                let shards = g
-                    .parallel
-                    .shard_rule
-                    .ranges(v, ranks)
-                    .unwrap_or_else(|| std::iter::once(0..v).collect());
+                let whole = 0..v;
+                let shards = if cx.sharded && !self.loss_shards.is_empty() {
+                    self.loss_shards.as_slice()
+                } else {
+                    std::slice::from_ref(&whole)
+                };
                 vocab_parallel_cross_entropy(
                     be,
                     &bf.acts[t.0],
                     &inputs[labels.0].i,
                     v,
-                    &shards,
+                    shards,
                     scale,
                     &mut bf.dacts[t.0],
                     &mut bf.vp,

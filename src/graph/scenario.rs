@@ -980,6 +980,14 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         })
         .collect();
     let lr = g.train.optimizer.lr() as f32;
+    let loss_shards = match g.loss.kind {
+        LossKind::VocabParallelCrossEntropy { .. } => g
+            .parallel
+            .shard_rule
+            .ranges(g.width(g.loss.input), g.parallel.tp)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     Plan {
         graph: g,
         checks,
@@ -994,6 +1002,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         tied_table,
         lr,
         in_place,
+        loss_shards,
         ranks: Vec::new(),
         outer: None,
     }
