@@ -353,6 +353,10 @@ impl From<&SeedCheck> for SeedValues {
     }
 }
 
+/// Most points of one check [`unit_frontiers`] buffers (16 bytes each, 64 MiB); a check
+/// with more elements is streamed twice instead.
+const FRONTIER_BUFFER_POINTS: usize = 1 << 22;
+
 /// The frontiers of one run unit, `[check]`, in the comparison the test asserts, from the
 /// traces left in `ws` by `s.run` (`pts` is scratch). Per element: d = |actual − expected|
 /// (NaN → +∞, and 0 when actual == expected, so equal infinities count as equal), e =
@@ -376,28 +380,58 @@ pub fn unit_frontiers(
                 let d = if x == y { 0.0 } else { d };
                 (d, ey)
             };
-            // [`prefilter`] streamed: the anchors in a first pass, then only the points it
-            // keeps, in the same order (the same points as collecting all and filtering).
-            let mut scan = AnchorScan::default();
-            for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                for (&x, &y) in a.iter().zip(e) {
-                    scan.add(point(x, y));
-                }
-            });
-            let anchors = scan.finish();
             pts.clear();
-            for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                for (&x, &y) in a.iter().zip(e) {
-                    let q = point(x, y);
-                    let keep = match &anchors {
-                        Some(an) => an.keep(q),
-                        None => q.0 > 0.0,
-                    };
-                    if keep {
-                        pts.push(q);
+            let n: usize = asserted
+                .sides(&ws.traces)
+                .0
+                .slots
+                .iter()
+                .filter(|sl| sl.check == c && sl.role == SlotRole::Value)
+                .map(|sl| sl.len)
+                .sum();
+            let mut scan = AnchorScan::default();
+            if n <= FRONTIER_BUFFER_POINTS {
+                // One pass: the points with d > 0 (the only ones [`prefilter`] can keep)
+                // are buffered while the anchors are found, then filtered in place: the
+                // same points in the same order as the two-pass stream below.
+                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                    for (&x, &y) in a.iter().zip(e) {
+                        if x == y {
+                            continue;
+                        }
+                        let q = point(x, y);
+                        if q.0 > 0.0 {
+                            scan.add(q);
+                            pts.push(q);
+                        }
                     }
+                });
+                if let Some(an) = scan.finish() {
+                    pts.retain(|&q| an.keep(q));
                 }
-            });
+            } else {
+                // [`prefilter`] streamed: the anchors in a first pass, then only the points
+                // it keeps, in the same order (the same points as collecting all and
+                // filtering), so that memory stays bounded for big tensors.
+                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                    for (&x, &y) in a.iter().zip(e) {
+                        scan.add(point(x, y));
+                    }
+                });
+                let anchors = scan.finish();
+                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                    for (&x, &y) in a.iter().zip(e) {
+                        let q = point(x, y);
+                        let keep = match &anchors {
+                            Some(an) => an.keep(q),
+                            None => q.0 > 0.0,
+                        };
+                        if keep {
+                            pts.push(q);
+                        }
+                    }
+                });
+            }
             let mut f = Vec::new();
             frontier(pts.iter().copied(), &mut f);
             f

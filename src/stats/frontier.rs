@@ -152,11 +152,15 @@ pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AnchorScan {
     a: Option<Anchors>,
+    /// `p0.d / p0.e` of the current anchor (the same division as when it was offered),
+    /// kept so that each offer costs one division, not two.
+    ratio0: f64,
     infinite: bool,
 }
 
 impl AnchorScan {
     /// Offers a point.
+    #[inline]
     pub fn add(&mut self, q: (f64, f64)) {
         if self.infinite || q.0.is_nan() || q.0 <= 0.0 {
             return;
@@ -165,18 +169,28 @@ impl AnchorScan {
             self.infinite = true;
             return;
         }
-        let st = self.a.get_or_insert(Anchors {
-            ps: q,
-            p0: q,
-            zero_e: false,
-        });
+        let st = match self.a.as_mut() {
+            Some(st) => st,
+            None => {
+                self.ratio0 = q.0 / q.1;
+                self.a.insert(Anchors {
+                    ps: q,
+                    p0: q,
+                    zero_e: false,
+                })
+            }
+        };
         if q.0 > st.ps.0 || (q.0 == st.ps.0 && q.1 < st.ps.1) {
             st.ps = q;
         }
         if q.1 == 0.0 {
             st.zero_e = true;
-        } else if st.p0.1 == 0.0 || q.0 / q.1 > st.p0.0 / st.p0.1 {
-            st.p0 = q;
+        } else {
+            let r = q.0 / q.1;
+            if st.p0.1 == 0.0 || r > self.ratio0 {
+                st.p0 = q;
+                self.ratio0 = r;
+            }
         }
     }
 
