@@ -214,10 +214,12 @@ pub fn families(
 }
 
 /// Runs `work` on every item of `items` on the current rayon pool, [`CHUNK`] items at a time
-/// (per-thread state from `init`), and hands each chunk's results, in item order, to `take`
-/// before the next chunk starts. The results, and everything `take` does with them, are the
-/// same for any thread count; memory is bounded by one chunk's results. Every parallel loop
-/// over seed-runs goes through here.
+/// (per-thread state from `init`), and hands each chunk's results, in item order, to `take`,
+/// one chunk after another. While `take` handles a chunk on the calling thread, the next
+/// chunk is already computed on the pool's other threads ([`in_chunks_of`]), so the serial
+/// part (aggregation, writing) does not leave the workers idle. The results, and everything
+/// `take` does with them, are the same for any thread count; memory is bounded by two
+/// chunks' results. Every parallel loop over seed-runs goes through here.
 pub fn in_order<I, S, T>(
     items: impl Iterator<Item = I>,
     init: impl Fn() -> S + Sync + Send,
@@ -231,7 +233,10 @@ where
     in_chunks_of(CHUNK, items, init, work, take)
 }
 
-/// [`in_order`] with `chunk` items per chunk (>= 1).
+/// [`in_order`] with `chunk` items per chunk (>= 1). Chunk k + 1 is computed (spawned on the
+/// current pool, [`rayon::in_place_scope`]) while `take` runs on chunk k on the calling
+/// thread; `take` still sees the chunks in order, each once, and the first error it returns
+/// ends the loop (the chunk computed beside it is dropped).
 pub fn in_chunks_of<I, S, T>(
     chunk_len: usize,
     items: impl Iterator<Item = I>,
@@ -244,15 +249,29 @@ where
     T: Send,
 {
     let chunk_len = chunk_len.max(1);
-    let mut pending = items.peekable();
-    let mut chunk: Vec<I> = Vec::with_capacity(chunk_len);
-    while pending.peek().is_some() {
-        chunk.clear();
-        chunk.extend(pending.by_ref().take(chunk_len));
-        let results: Vec<T> = chunk.par_iter().map_init(&init, &work).collect();
-        take(&chunk, results)?;
+    let mut pending = items;
+    let mut cur: Vec<I> = pending.by_ref().take(chunk_len).collect();
+    if cur.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let mut results: Vec<T> = cur.par_iter().map_init(&init, &work).collect();
+    loop {
+        let next: Vec<I> = pending.by_ref().take(chunk_len).collect();
+        if next.is_empty() {
+            return take(&cur, results);
+        }
+        let mut next_results: Vec<T> = Vec::new();
+        let (init, work) = (&init, &work);
+        rayon::in_place_scope(|scope| {
+            let (next, next_results) = (&next, &mut next_results);
+            scope.spawn(move |_| {
+                *next_results = next.par_iter().map_init(init, work).collect();
+            });
+            take(&cur, std::mem::take(&mut results))
+        })?;
+        cur = next;
+        results = next_results;
+    }
 }
 
 /// The memory of the seed-runs in flight: one per worker thread (at most one per unit), each
