@@ -771,3 +771,53 @@ fn repro_names_the_matmul_shapes_a_revealed_profile_lacks() {
     let one = run("cpu-fma+mkl-threads-1");
     assert!(!one.contains("do not cover"), "{one}");
 }
+
+#[test]
+fn bench_reports_every_selected_scenario_with_its_ratios() {
+    let out = seedsweep()
+        .args([
+            "bench",
+            "--seeds",
+            "2",
+            "--scenario",
+            "deepspeed-tied-row-parallel,deepspeed-row-parallel",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("scenario"))
+        .unwrap_or_else(|| panic!("no table header in\n{text}"));
+    assert!(
+        header.contains("baseline") && header.contains("1->2"),
+        "{header}"
+    );
+    // One row per scenario: its group count (T1: 4 parametrizations, T2: 3), the baseline
+    // rate, the 1-thread rate, the ratio to the baseline, the 2-thread rate and 1 -> 2.
+    for (name, groups) in [
+        ("deepspeed-tied-row-parallel", 4),
+        ("deepspeed-row-parallel", 3),
+    ] {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name} in\n{text}"));
+        let f: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(f.len(), 7, "{row}");
+        assert_eq!(f[1], groups.to_string(), "{row}");
+        for rate in [f[2], f[3], f[5]] {
+            assert!(rate.parse::<f64>().unwrap() > 0.0, "{row}");
+        }
+        for ratio in [f[4], f[6]] {
+            let r: f64 = ratio.trim_end_matches('x').parse().unwrap();
+            assert!(r.is_finite() && r > 0.0, "{row}");
+        }
+    }
+    assert!(text.contains("fast kernels, 1 thread:"), "{text}");
+}
