@@ -815,11 +815,23 @@ fn tree_reduce(rows: &mut [f32], n: usize, lo: usize, hi: usize) {
 pub fn matmul_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { matmul_f64_avx512(a, b, c, m, k, n) };
+        }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
             return unsafe { matmul_f64_avx2(a, b, c, m, k, n) };
         }
     }
+    matmul_f64_impl(a, b, c, m, k, n);
+}
+
+/// [`matmul_f64`] compiled for AVX-512F: the same operations per element (a product and a
+/// sum, each rounded: Rust never contracts them into an FMA), eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn matmul_f64_avx512(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     matmul_f64_impl(a, b, c, m, k, n);
 }
 
@@ -975,11 +987,22 @@ pub fn transpose_f64(src: &[f64], dst: &mut [f64], rows: usize, cols: usize) {
 pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { matmul_tn_f64_avx512(a, b, c, m, k, n) };
+        }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
             return unsafe { matmul_tn_f64_avx2(a, b, c, m, k, n) };
         }
     }
+    matmul_tn_f64_impl(a, b, c, m, k, n);
+}
+
+/// [`matmul_tn_f64`] compiled for AVX-512F: the same operations per element, eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn matmul_tn_f64_avx512(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     matmul_tn_f64_impl(a, b, c, m, k, n);
 }
 
@@ -1477,6 +1500,39 @@ mod tests {
         assert_eq!(ptrs(&s), before, "scratch was reallocated");
     }
 
+    /// c = a·b by every f64 kernel this CPU can run (portable, AVX2, AVX-512F) and by the
+    /// dispatching entry points, named: all must give the same bits.
+    fn every_f64_kernel(
+        a: &[f64],
+        b: &[f64],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Vec<(&'static str, Vec<f64>)> {
+        let mut out = Vec::new();
+        let mut run = |name: &'static str, f: &dyn Fn(&mut [f64])| {
+            let mut c = vec![f64::NAN; m * n];
+            f(&mut c);
+            out.push((name, c));
+        };
+        run("portable", &|c| matmul_f64_impl(a, b, c, m, k, n));
+        run("dispatch", &|c| matmul_f64(a, b, c, m, k, n));
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                run("avx2", &|c| unsafe { matmul_f64_avx2(a, b, c, m, k, n) });
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                run("avx512", &|c| unsafe {
+                    matmul_f64_avx512(a, b, c, m, k, n)
+                });
+            }
+        }
+        out
+    }
+
     #[test]
     fn f64_variants_match_naive_triple_loop() {
         let mut rng = Rng(6);
@@ -1501,9 +1557,9 @@ mod tests {
                 }
             }
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let mut c = vec![f64::NAN; m * n];
-            matmul_f64(&a, &b, &mut c, m, k, n);
-            assert_eq!(bits(&c), bits(&want));
+            for (name, c) in every_f64_kernel(&a, &b, m, k, n) {
+                assert_eq!(bits(&c), bits(&want), "{name} {m}x{k}x{n}");
+            }
             let mut bt = vec![0.0; k * n];
             for kk in 0..k {
                 for j in 0..n {
@@ -1552,9 +1608,9 @@ mod tests {
                 }
             }
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let mut c = vec![f64::NAN; m * n];
-            matmul_f64(&a, &b, &mut c, m, k, n);
-            assert_eq!(bits(&c), bits(&want), "matmul_f64 {m}x{k}x{n}");
+            for (name, c) in every_f64_kernel(&a, &b, m, k, n) {
+                assert_eq!(bits(&c), bits(&want), "{name} {m}x{k}x{n}");
+            }
             let mut bt = vec![0.0; k * n];
             for kk in 0..k {
                 for j in 0..n {
