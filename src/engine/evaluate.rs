@@ -13,7 +13,7 @@
 
 use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
-use crate::stats::frontier::{frontier, AnchorScan};
+use crate::stats::frontier::{frontier, pair_point, scan_pairs, AnchorScan};
 use crate::trace::{Slot, SlotRole, Trace};
 
 /// One of the three comparisons.
@@ -373,13 +373,6 @@ pub fn unit_frontiers(
         .iter()
         .enumerate()
         .map(|(c, spec)| {
-            let point = |x: f64, y: f64| {
-                let d = (x - y).abs();
-                let d = if d.is_nan() { f64::INFINITY } else { d };
-                let ey = if y.is_finite() { y.abs() } else { 0.0 };
-                let d = if x == y { 0.0 } else { d };
-                (d, ey)
-            };
             pts.clear();
             let n: usize = asserted
                 .sides(&ws.traces)
@@ -391,23 +384,15 @@ pub fn unit_frontiers(
                 .sum();
             let mut scan = AnchorScan::default();
             if n <= FRONTIER_BUFFER_POINTS {
-                // One pass: the points with d > 0 (the only ones [`prefilter`] can keep)
-                // are buffered while the anchors are found, then filtered in place: the
-                // same points in the same order as the two-pass stream below.
+                // One pass: every point buffered while the anchors are found, then the
+                // points [`prefilter`] keeps kept in place (d = 0 points never are): the same
+                // points in the same order as the two-pass stream below.
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                    for (&x, &y) in a.iter().zip(e) {
-                        if x == y {
-                            continue;
-                        }
-                        let q = point(x, y);
-                        if q.0 > 0.0 {
-                            scan.add(q);
-                            pts.push(q);
-                        }
-                    }
+                    scan_pairs(a, e, &mut scan, pts);
                 });
-                if let Some(an) = scan.finish() {
-                    pts.retain(|&q| an.keep(q));
+                match scan.finish() {
+                    Some(an) => an.retain(pts),
+                    None => pts.retain(|q| q.0 > 0.0),
                 }
             } else {
                 // [`prefilter`] streamed: the anchors in a first pass, then only the points
@@ -415,13 +400,13 @@ pub fn unit_frontiers(
                 // filtering), so that memory stays bounded for big tensors.
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     for (&x, &y) in a.iter().zip(e) {
-                        scan.add(point(x, y));
+                        scan.add(pair_point(x, y));
                     }
                 });
                 let anchors = scan.finish();
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     for (&x, &y) in a.iter().zip(e) {
-                        let q = point(x, y);
+                        let q = pair_point(x, y);
                         let keep = match &anchors {
                             Some(an) => an.keep(q),
                             None => q.0 > 0.0,

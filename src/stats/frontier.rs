@@ -37,6 +37,9 @@
 
 use std::cmp::Ordering;
 
+mod simd;
+pub use simd::{pair_point, scan_pairs};
+
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
 const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
 
@@ -145,16 +148,27 @@ pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
         pts.retain(|p| p.0 > 0.0);
         return;
     };
-    pts.retain(|&q| anchors.keep(q));
+    anchors.retain(pts);
 }
 
-/// [`Anchors::of`] one point at a time.
+/// [`Anchors::of`] one point at a time, or a run of points at a time ([`AnchorScan::merge`]
+/// of the scan of a later run). What it keeps decides the anchors exactly as offering the
+/// points one by one in order does:
+/// - p* (`ps`): the largest d, the smallest e among those (equal points are equal values);
+/// - p₀: the first point with e > 0 of the largest computed ratio `d / e` (a later point
+///   replaces it only when its ratio is strictly larger); when no point has e > 0, the first
+///   point;
+/// - whether some point has e = 0, and whether some d is infinite (then there are no
+///   anchors).
+///
+/// Only points with 0 < d count (NaN d counts as none).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AnchorScan {
-    a: Option<Anchors>,
-    /// `p0.d / p0.e` of the current anchor (the same division as when it was offered),
-    /// kept so that each offer costs one division, not two.
-    ratio0: f64,
+    ps: Option<(f64, f64)>,
+    /// The p₀ candidate with e > 0 and its ratio (the same division as when it was offered).
+    best: Option<((f64, f64), f64)>,
+    first: Option<(f64, f64)>,
+    zero_e: bool,
     infinite: bool,
 }
 
@@ -169,27 +183,42 @@ impl AnchorScan {
             self.infinite = true;
             return;
         }
-        let st = match self.a.as_mut() {
-            Some(st) => st,
-            None => {
-                self.ratio0 = q.0 / q.1;
-                self.a.insert(Anchors {
-                    ps: q,
-                    p0: q,
-                    zero_e: false,
-                })
-            }
-        };
-        if q.0 > st.ps.0 || (q.0 == st.ps.0 && q.1 < st.ps.1) {
-            st.ps = q;
+        if self.first.is_none() {
+            self.first = Some(q);
+        }
+        match self.ps {
+            Some(p) if !(q.0 > p.0 || (q.0 == p.0 && q.1 < p.1)) => {}
+            _ => self.ps = Some(q),
         }
         if q.1 == 0.0 {
-            st.zero_e = true;
+            self.zero_e = true;
         } else {
             let r = q.0 / q.1;
-            if st.p0.1 == 0.0 || r > self.ratio0 {
-                st.p0 = q;
-                self.ratio0 = r;
+            match self.best {
+                Some((_, br)) if r.partial_cmp(&br) != Some(Ordering::Greater) => {}
+                _ => self.best = Some((q, r)),
+            }
+        }
+    }
+
+    /// Takes in the scan of points that come after every point offered so far, as if they
+    /// had been offered one by one.
+    pub fn merge(&mut self, later: &AnchorScan) {
+        self.infinite |= later.infinite;
+        self.zero_e |= later.zero_e;
+        if self.first.is_none() {
+            self.first = later.first;
+        }
+        if let Some(q) = later.ps {
+            match self.ps {
+                Some(p) if !(q.0 > p.0 || (q.0 == p.0 && q.1 < p.1)) => {}
+                _ => self.ps = Some(q),
+            }
+        }
+        if let Some((q, r)) = later.best {
+            match self.best {
+                Some((_, br)) if r.partial_cmp(&br) != Some(Ordering::Greater) => {}
+                _ => self.best = Some((q, r)),
             }
         }
     }
@@ -197,10 +226,14 @@ impl AnchorScan {
     /// The anchors (None: no point with d > 0, or an infinite d).
     pub fn finish(self) -> Option<Anchors> {
         if self.infinite {
-            None
-        } else {
-            self.a
+            return None;
         }
+        let first = self.first?;
+        Some(Anchors {
+            ps: self.ps.unwrap_or(first),
+            p0: self.best.map_or(first, |(q, _)| q),
+            zero_e: self.zero_e,
+        })
     }
 }
 
@@ -246,6 +279,12 @@ impl Anchors {
             }
         }
         true
+    }
+
+    /// Keeps, in place and in order, the points of `pts` that [`Anchors::keep`] keeps
+    /// (vectorized where the CPU allows, with the same answer per point).
+    pub fn retain(&self, pts: &mut Vec<(f64, f64)>) {
+        simd::retain(self, pts);
     }
 }
 
