@@ -485,54 +485,108 @@ fn pair_stats_impl(
 /// is in `[-4, 16)` and in scientific notation with a signed two-digit exponent otherwise
 /// (`1e-06`, `1.1173542588949203e-06`, `0.0001`, `1e+16`, `inf`, `nan`).
 pub fn py_repr(x: f64) -> String {
+    let mut out = Vec::with_capacity(24);
+    py_repr_into(x, &mut out);
+    String::from_utf8(out).expect("py_repr writes ASCII")
+}
+
+/// [`py_repr`] appended to `out`, without allocating (the digits are formatted into a stack
+/// buffer first).
+pub fn py_repr_into(x: f64, out: &mut Vec<u8>) {
     if x.is_nan() {
-        return "nan".into();
+        return out.extend_from_slice(b"nan");
     }
     if x.is_infinite() {
-        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+        return out.extend_from_slice(if x > 0.0 { b"inf" } else { b"-inf" });
     }
     if x == 0.0 {
-        return if x.is_sign_negative() {
-            "-0.0".into()
+        return out.extend_from_slice(if x.is_sign_negative() {
+            b"-0.0"
         } else {
-            "0.0".into()
-        };
+            b"0.0"
+        });
     }
-    // Rust's `{:e}` gives the shortest round-trip digits: "1.1173542588949203e-6".
-    let sci = format!("{:e}", x);
-    let (mantissa, exp) = sci.split_once('e').expect("`{:e}` always has an exponent");
-    let exp: i32 = exp.parse().expect("exponent is an integer");
+    // Rust's `{:e}` gives the shortest round-trip digits: "1.1173542588949203e-6" (at most
+    // 17 digits, a sign, a point and a 4-character exponent).
+    let mut buf = StackBuf::default();
+    std::fmt::Write::write_fmt(&mut buf, format_args!("{x:e}")).expect("fits the buffer");
+    let sci = &buf.bytes[..buf.len];
+    let e_at = sci
+        .iter()
+        .position(|&c| c == b'e')
+        .expect("`{:e}` always has an exponent");
+    let (mantissa, exp_text) = (&sci[..e_at], &sci[e_at + 1..]);
+    let (exp_neg, exp_digits) = match exp_text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, exp_text),
+    };
+    let exp_abs = exp_digits
+        .iter()
+        .fold(0i32, |acc, &c| acc * 10 + i32::from(c - b'0'));
+    let exp = if exp_neg { -exp_abs } else { exp_abs };
     if (-4..16).contains(&exp) {
-        let neg = mantissa.starts_with('-');
-        let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-        let mut out = String::new();
+        let neg = mantissa.first() == Some(&b'-');
+        let mut digits = [0u8; 24];
+        let mut nd = 0;
+        for &c in mantissa.iter().filter(|c| c.is_ascii_digit()) {
+            digits[nd] = c;
+            nd += 1;
+        }
+        let digits = &digits[..nd];
         if neg {
-            out.push('-');
+            out.push(b'-');
         }
         if exp < 0 {
-            out.push_str("0.");
-            for _ in 0..(-exp - 1) {
-                out.push('0');
-            }
-            out.push_str(&digits);
+            out.extend_from_slice(b"0.");
+            out.extend(std::iter::repeat_n(b'0', (-exp - 1) as usize));
+            out.extend_from_slice(digits);
         } else {
             let point = exp as usize + 1;
             if digits.len() <= point {
-                out.push_str(&digits);
-                for _ in digits.len()..point {
-                    out.push('0');
-                }
-                out.push_str(".0");
+                out.extend_from_slice(digits);
+                out.extend(std::iter::repeat_n(b'0', point - digits.len()));
+                out.extend_from_slice(b".0");
             } else {
-                out.push_str(&digits[..point]);
-                out.push('.');
-                out.push_str(&digits[point..]);
+                out.extend_from_slice(&digits[..point]);
+                out.push(b'.');
+                out.extend_from_slice(&digits[point..]);
             }
         }
-        out
     } else {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
+        out.extend_from_slice(mantissa);
+        out.push(b'e');
+        out.push(if exp < 0 { b'-' } else { b'+' });
+        if exp_abs < 10 {
+            out.push(b'0');
+        }
+        out.extend_from_slice(exp_digits);
+    }
+}
+
+/// A small fixed buffer that `{:e}` of an f64 is written into.
+struct StackBuf {
+    bytes: [u8; 40],
+    len: usize,
+}
+
+impl Default for StackBuf {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 40],
+            len: 0,
+        }
+    }
+}
+
+impl std::fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        if end > self.bytes.len() {
+            return Err(std::fmt::Error);
+        }
+        self.bytes[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -784,6 +838,83 @@ mod tests {
             }
         )
         .is_none());
+    }
+
+    /// The earlier, allocating `py_repr` (string splitting of `{:e}`): the reference the
+    /// allocation-free one is checked against.
+    fn py_repr_reference(x: f64) -> String {
+        if x.is_nan() {
+            return "nan".into();
+        }
+        if x.is_infinite() {
+            return if x > 0.0 { "inf".into() } else { "-inf".into() };
+        }
+        if x == 0.0 {
+            return if x.is_sign_negative() {
+                "-0.0".into()
+            } else {
+                "0.0".into()
+            };
+        }
+        let sci = format!("{:e}", x);
+        let (mantissa, exp) = sci.split_once('e').unwrap();
+        let exp: i32 = exp.parse().unwrap();
+        if (-4..16).contains(&exp) {
+            let neg = mantissa.starts_with('-');
+            let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+            let mut out = String::new();
+            if neg {
+                out.push('-');
+            }
+            if exp < 0 {
+                out.push_str("0.");
+                out.push_str(&"0".repeat((-exp - 1) as usize));
+                out.push_str(&digits);
+            } else {
+                let point = exp as usize + 1;
+                if digits.len() <= point {
+                    out.push_str(&digits);
+                    out.push_str(&"0".repeat(point - digits.len()));
+                    out.push_str(".0");
+                } else {
+                    out.push_str(&digits[..point]);
+                    out.push('.');
+                    out.push_str(&digits[point..]);
+                }
+            }
+            out
+        } else {
+            let sign = if exp < 0 { '-' } else { '+' };
+            format!("{mantissa}e{sign}{:02}", exp.abs())
+        }
+    }
+
+    #[test]
+    fn py_repr_into_matches_the_reference_on_random_bit_patterns() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..200_000u64 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // Raw bit patterns, and values near every decimal exponent boundary.
+            let x = if i % 2 == 0 {
+                f64::from_bits(s)
+            } else {
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((s % 41) as i32 - 20)
+            };
+            assert_eq!(py_repr(x), py_repr_reference(x), "{x:e}");
+        }
+        for x in [
+            1e16,
+            9999999999999998.0,
+            1e-4,
+            9.999999999999999e-5,
+            1e-5,
+            5e-324,
+            f64::MAX,
+        ] {
+            assert_eq!(py_repr(x), py_repr_reference(x), "{x:e}");
+        }
     }
 
     #[test]

@@ -185,8 +185,77 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
 }
 
 /// Appends one seed's `seeds.csv` rows (no header) to `out`: check, then comparison, then
-/// policy. The bytes a [`SeedsWriter`] writes; a sweep's workers format them.
+/// policy. The bytes a [`SeedsWriter`] writes; a sweep's workers format them. Written field
+/// by field without allocating: the same bytes as serializing [`SeedRow`] with the csv
+/// writer ([`seed_rows_serde`], which the tests compare against): fields quoted only when
+/// they hold a comma, a quote or a line break (quotes doubled), floats as [`py_repr`], `\n`
+/// after each row.
 pub fn seed_rows(
+    meta: &GroupMeta,
+    seed: u64,
+    res: &[SeedValues],
+    out: &mut Vec<u8>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut prefix = Vec::with_capacity(96);
+    for f in [&meta.scenario, &meta.param, &meta.profile] {
+        field(&mut prefix, f);
+        prefix.push(b',');
+    }
+    write!(prefix, "{seed},")?;
+    let mut k = 0;
+    for check in &meta.checks {
+        for comparison in Comparison::ALL {
+            for policy in &meta.policies {
+                let sc = &res[k];
+                k += 1;
+                out.extend_from_slice(&prefix);
+                field(out, check);
+                out.push(b',');
+                field(out, comparison.name());
+                out.push(b',');
+                field(out, policy);
+                out.push(b',');
+                crate::check::py_repr_into(sc.usage_pct, out);
+                out.push(b',');
+                crate::check::py_repr_into(sc.max_abs_diff, out);
+                write!(
+                    out,
+                    ",{},{},{},{},",
+                    sc.worst_step, sc.mismatched, sc.elements, sc.nonfinite
+                )?;
+                crate::check::py_repr_into(sc.max_abs_expected, out);
+                out.push(b',');
+                field(out, &meta.mutant);
+                out.push(b',');
+                crate::check::py_repr_into(sc.theory_det_pct, out);
+                out.push(b',');
+                crate::check::py_repr_into(sc.theory_prob_pct, out);
+                out.push(b'\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One CSV field as the csv writer's default (`QuoteStyle::Necessary`) writes it: as is,
+/// or in double quotes with inner quotes doubled when it holds `,`, `"`, `\r` or `\n`.
+fn field(out: &mut Vec<u8>, s: &str) {
+    if !s.bytes().any(|b| matches!(b, b',' | b'"' | b'\r' | b'\n')) {
+        return out.extend_from_slice(s.as_bytes());
+    }
+    out.push(b'"');
+    for b in s.bytes() {
+        if b == b'"' {
+            out.push(b'"');
+        }
+        out.push(b);
+    }
+    out.push(b'"');
+}
+
+/// [`seed_rows`] through serde and the csv writer: the definition of its bytes.
+pub fn seed_rows_serde(
     meta: &GroupMeta,
     seed: u64,
     res: &[SeedValues],
@@ -811,4 +880,103 @@ pub fn scale_csv(
         }
     }
     to_bytes(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Tolerance;
+
+    fn meta(names: [&str; 5]) -> GroupMeta {
+        GroupMeta {
+            scenario: names[0].into(),
+            param: names[1].into(),
+            profile: names[2].into(),
+            mutant: names[3].into(),
+            checks: vec!["logits".into(), names[4].into()],
+            policies: vec!["old".into(), "a,b".into()],
+            tolerances: vec![
+                vec![
+                    Tolerance {
+                        atol: 1e-6,
+                        rtol: 1e-5
+                    };
+                    2
+                ];
+                2
+            ],
+            asserted: Comparison::ShardedVsRef,
+            seed_dependent: true,
+        }
+    }
+
+    #[test]
+    fn hand_written_rows_are_the_csv_writers_bytes() {
+        // Floats from random bit patterns (NaN, infinities, subnormals, -0.0 among them) and
+        // names that need quoting: the two writers must agree byte for byte.
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let specials = [
+            f64::NAN,
+            f64::INFINITY,
+            -0.0,
+            0.0,
+            5e-324,
+            1e16,
+            9.999e15,
+            1e-5,
+            123.0,
+        ];
+        let metas = [
+            meta([
+                "deepspeed-tied-row-parallel",
+                "35-3-False-0",
+                "cpu-fma",
+                "",
+                "tied_grad",
+            ]),
+            meta(["a\"b", "x,y", "p\nq", "missing-allreduce", "c\r"]),
+        ];
+        for round in 0..300 {
+            let m = &metas[round % 2];
+            let mut float = || {
+                let r = next();
+                match r % 4 {
+                    0 => specials[(r >> 8) as usize % specials.len()],
+                    1 => f64::from_bits(next()),
+                    _ => (r >> 11) as f64 / (1u64 << 40) as f64 * 10f64.powi((r % 13) as i32 - 6),
+                }
+            };
+            let res: Vec<SeedValues> = (0..m.entries())
+                .map(|i| SeedValues {
+                    usage_pct: float(),
+                    max_abs_diff: float(),
+                    worst_step: StepLabel {
+                        step: i as u32 % 4,
+                        micro: (i % 3 == 0).then_some(i as u32 % 2),
+                    },
+                    mismatched: i as u32 * 7,
+                    elements: 670,
+                    nonfinite: i as u32 % 2,
+                    max_abs_expected: float(),
+                    theory_det_pct: float(),
+                    theory_prob_pct: float(),
+                })
+                .collect();
+            let seed = next();
+            let (mut fast, mut serde) = (Vec::new(), Vec::new());
+            seed_rows(m, seed, &res, &mut fast).unwrap();
+            seed_rows_serde(m, seed, &res, &mut serde).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&serde),
+                "round {round}"
+            );
+        }
+    }
 }
