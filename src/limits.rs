@@ -168,6 +168,10 @@ pub fn per_run(catalog: &Catalog, g: &Group) -> (u64, String) {
             }
         }
     }
+    // A parametrization evaluated step by step holds one step's traces at a time.
+    if s.streams(g.param) {
+        r = 1;
+    }
     let bytes = (3 * 8 * numel)
         .saturating_mul(r + 4)
         .saturating_add(16 << 20);

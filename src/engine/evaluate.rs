@@ -13,7 +13,7 @@
 
 use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
-use crate::stats::frontier::{frontier, pair_point, scan_pairs, AnchorScan};
+use crate::stats::frontier::{frontier, pair_point, scan_pairs, staircase_merge, AnchorScan};
 use crate::trace::{Slot, SlotRole, Trace};
 
 /// One of the three comparisons.
@@ -262,53 +262,197 @@ pub fn evaluate_reusing(
             }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
-            for_each_pair(traces, c, spec, comparison, |step, a, e| {
-                let fused = if tolerances.len() == 2 {
-                    pair_stats_finite(a, e, tolerances[0][c], tolerances[1][c])
-                } else {
-                    None
-                };
-                let (max_d, max_e) = match &fused {
-                    Some((_, mags)) => *mags,
-                    None => magnitude_stats(a, e),
-                };
-                for (p, tols) in tolerances.iter().enumerate() {
-                    let (usage, mismatched, nonfinite) = match &fused {
-                        Some((pair, _)) => pair[p],
-                        None => usage_stats(a, e, tols[c]),
-                    };
-                    let r = &mut out[base + p];
-                    if first || usage > r.usage {
-                        r.usage = usage;
-                        r.worst_step = step;
-                        r.mismatched = mismatched as u32;
-                        r.elements = a.len() as u32;
-                    }
-                    r.max_abs_diff = r.max_abs_diff.max(max_d);
-                    r.max_abs_expected = r.max_abs_expected.max(max_e);
-                    r.nonfinite += nonfinite as u32;
-                }
-                if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
-                    let (gd, gp) = theory_factors(&red, comparison, a.len());
-                    for (p, tols) in tolerances.iter().enumerate() {
-                        let m = max_ratio(cond, e, tols[c]);
-                        let (ud, up) = (gd * m, gp * m);
-                        let r = &mut out[base + p];
-                        r.theory_det = if r.theory_det.is_nan() {
-                            ud
-                        } else {
-                            r.theory_det.max(ud)
-                        };
-                        r.theory_prob = if r.theory_prob.is_nan() {
-                            up
-                        } else {
-                            r.theory_prob.max(up)
-                        };
-                    }
-                }
-                first = false;
-            });
+            fold_comparison(
+                spec,
+                c,
+                comparison,
+                tolerances,
+                traces,
+                &mut out[base..],
+                &mut first,
+            );
         }
+    }
+}
+
+/// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
+/// in recording order, into `out` (one entry per policy): the worst usage (the first on
+/// ties; `first`: no tensor folded yet), maxima and sums as [`evaluate`] documents them.
+fn fold_comparison(
+    spec: &CheckSpec,
+    c: usize,
+    comparison: Comparison,
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    out: &mut [SeedCheck],
+    first: &mut bool,
+) {
+    for_each_pair(traces, c, spec, comparison, |step, a, e| {
+        let fused = if tolerances.len() == 2 {
+            pair_stats_finite(a, e, tolerances[0][c], tolerances[1][c])
+        } else {
+            None
+        };
+        let (max_d, max_e) = match &fused {
+            Some((_, mags)) => *mags,
+            None => magnitude_stats(a, e),
+        };
+        for (p, tols) in tolerances.iter().enumerate() {
+            let (usage, mismatched, nonfinite) = match &fused {
+                Some((pair, _)) => pair[p],
+                None => usage_stats(a, e, tols[c]),
+            };
+            let r = &mut out[p];
+            if *first || usage > r.usage {
+                r.usage = usage;
+                r.worst_step = step;
+                r.mismatched = mismatched as u32;
+                r.elements = a.len() as u32;
+            }
+            r.max_abs_diff = r.max_abs_diff.max(max_d);
+            r.max_abs_expected = r.max_abs_expected.max(max_e);
+            r.nonfinite += nonfinite as u32;
+        }
+        if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
+            let (gd, gp) = theory_factors(&red, comparison, a.len());
+            for (p, tols) in tolerances.iter().enumerate() {
+                let m = max_ratio(cond, e, tols[c]);
+                let (ud, up) = (gd * m, gp * m);
+                let r = &mut out[p];
+                r.theory_det = if r.theory_det.is_nan() {
+                    ud
+                } else {
+                    r.theory_det.max(ud)
+                };
+                r.theory_prob = if r.theory_prob.is_nan() {
+                    up
+                } else {
+                    r.theory_prob.max(up)
+                };
+            }
+        }
+        *first = false;
+    });
+}
+
+/// One seed's evaluation folded step by step, for a parametrization that runs in lockstep
+/// ([`Scenario::run_stepwise`]): [`StreamedEval::step`] takes each step's traces in order,
+/// [`StreamedEval::finish`] gives what [`evaluate`] and [`unit_frontiers`] give for the
+/// traces of all steps at once, bit for bit (the same tensors folded in the same order; the
+/// frontier from the anchors over all points and the staircase of every step's points, see
+/// [`staircase_merge`]). Memory: one step's traces and the staircases.
+pub struct StreamedEval {
+    out: Vec<SeedCheck>,
+    first: Vec<bool>,
+    scans: Vec<AnchorScan>,
+    stairs: Vec<Vec<(f64, f64)>>,
+    /// Per e bucket, the largest d of the current step's points (see [`StreamedEval::step`]).
+    bucket_max: Vec<f64>,
+    tmp: Vec<(f64, f64)>,
+    frontiers: bool,
+}
+
+/// e buckets of the streamed staircase prefilter: the top 16 bits of e's bit pattern (the
+/// exponent and 4 mantissa bits; e ≥ 0, so bucket order is value order).
+const E_BUCKETS: usize = 1 << 16;
+
+impl StreamedEval {
+    /// An empty fold for `checks` under `policies` policies; frontiers too when asked.
+    pub fn new(checks: &[CheckSpec], policies: usize, frontiers: bool) -> Self {
+        let n = checks.len() * Comparison::ALL.len();
+        Self {
+            out: vec![SeedCheck::default(); n * policies],
+            first: vec![true; n],
+            scans: vec![AnchorScan::default(); if frontiers { checks.len() } else { 0 }],
+            stairs: vec![Vec::new(); if frontiers { checks.len() } else { 0 }],
+            bucket_max: Vec::new(),
+            tmp: Vec::new(),
+            frontiers,
+        }
+    }
+
+    /// Folds one step's traces (`asserted`: the comparison the frontiers are taken in).
+    pub fn step(
+        &mut self,
+        checks: &[CheckSpec],
+        tolerances: &[Vec<Tolerance>],
+        traces: &Traces,
+        asserted: Comparison,
+    ) {
+        let np = tolerances.len();
+        for (c, spec) in checks.iter().enumerate() {
+            for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
+                let i = c * Comparison::ALL.len() + k;
+                let out = &mut self.out[i * np..(i + 1) * np];
+                fold_comparison(
+                    spec,
+                    c,
+                    comparison,
+                    tolerances,
+                    traces,
+                    out,
+                    &mut self.first[i],
+                );
+            }
+            if !self.frontiers {
+                continue;
+            }
+            // Pass 1: every point offered to the anchors in order, and the largest d per e
+            // bucket. Pass 2: only the points no point of a lower bucket dominates (those
+            // have a smaller e and at least the same d) go on to the staircase.
+            let scan = &mut self.scans[c];
+            let bucket_max = &mut self.bucket_max;
+            bucket_max.clear();
+            bucket_max.resize(E_BUCKETS, 0.0);
+            let bucket = |e: f64| (e.to_bits() >> 48) as usize;
+            for_each_pair(traces, c, spec, asserted, |_, a, e| {
+                for (&x, &y) in a.iter().zip(e) {
+                    let q = pair_point(x, y);
+                    scan.add(q);
+                    let b = &mut bucket_max[bucket(q.1)];
+                    if q.0 > *b {
+                        *b = q.0;
+                    }
+                }
+            });
+            // Exclusive prefix maximum: the largest d over the buckets below.
+            let mut below = 0.0f64;
+            for b in bucket_max.iter_mut() {
+                let here = *b;
+                *b = below;
+                if here > below {
+                    below = here;
+                }
+            }
+            let tmp = &mut self.tmp;
+            tmp.clear();
+            for_each_pair(traces, c, spec, asserted, |_, a, e| {
+                for (&x, &y) in a.iter().zip(e) {
+                    let q = pair_point(x, y);
+                    if q.0 > 0.0 && q.0 > bucket_max[bucket(q.1)] {
+                        tmp.push(q);
+                    }
+                }
+            });
+            staircase_merge(&mut self.stairs[c], tmp);
+        }
+    }
+
+    /// The folded entries (layout of [`evaluate`]) and, when asked for, the frontier of
+    /// every check.
+    pub fn finish(mut self) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
+        let mut fronts = Vec::with_capacity(self.stairs.len());
+        for (scan, mut pts) in self.scans.into_iter().zip(self.stairs) {
+            match scan.finish() {
+                Some(an) => an.retain(&mut pts),
+                None => pts.retain(|q| q.0 > 0.0),
+            }
+            let mut f = Vec::new();
+            frontier(pts.iter().copied(), &mut f);
+            fronts.push(f);
+        }
+        self.tmp.clear();
+        (self.out, fronts)
     }
 }
 

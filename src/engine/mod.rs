@@ -32,9 +32,15 @@ use plan::{Family, GroupMeta};
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
 /// computation), in `ws`, and evaluates every check × comparison × policy into `out`
 /// (layout of [`evaluate::evaluate`]). The traces stay in `ws.traces`.
+/// A group whose scenario [`crate::scenario::Scenario::streams`] it runs and is evaluated
+/// step by step ([`run::run_group_streamed`]); `ws.traces` then holds the last step only.
 pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &mut Vec<SeedCheck>) {
-    run::run_group(catalog, g, seed, ws);
     let s = &catalog.scenarios[g.scenario];
+    if s.streams(g.param) {
+        *out = run::run_group_streamed(catalog, g, seed, ws, false).0;
+        return;
+    }
+    run::run_group(catalog, g, seed, ws);
     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
 }
 
@@ -130,19 +136,28 @@ pub fn drive(
             |(ws, pts, out, prev), &seed| -> anyhow::Result<SeedResult> {
                 let mut values = Vec::with_capacity(f.runs.len());
                 let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
-                run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
-                    let s = catalog.scenarios[g.scenario].as_ref();
-                    // Same reference and float64 traces as the run before (a family's
-                    // groups have equal checks and tolerances): its ref-vs-f64 entries.
-                    let reuse = (!parts.reference).then_some(&prev[..]);
-                    let checks = s.checks(g.param);
-                    evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                let first = &groups[f.groups.start];
+                if catalog.scenarios[first.scenario].streams(first.param) {
+                    // Alone in its family ([`plan::families`]): step by step.
+                    let (out, fr) =
+                        run::run_group_streamed(catalog, first, seed, ws, want_frontiers);
                     values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
-                    if want_frontiers {
-                        frontiers.push(unit_frontiers(s, g.param, ws, pts));
-                    }
-                    std::mem::swap(out, prev);
-                });
+                    frontiers.push(fr);
+                } else {
+                    run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
+                        let s = catalog.scenarios[g.scenario].as_ref();
+                        // Same reference and float64 traces as the run before (a family's
+                        // groups have equal checks and tolerances): its ref-vs-f64 entries.
+                        let reuse = (!parts.reference).then_some(&prev[..]);
+                        let checks = s.checks(g.param);
+                        evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                        values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
+                        if want_frontiers {
+                            frontiers.push(unit_frontiers(s, g.param, ws, pts));
+                        }
+                        std::mem::swap(out, prev);
+                    });
+                }
                 let mut bytes = Vec::new();
                 let mut fresh = 0;
                 for (j, gi) in f.groups.clone().enumerate() {

@@ -174,6 +174,8 @@ pub fn families(
         let joins = out.last().is_some_and(|f| {
             let first = &groups[f.groups.start];
             f.groups.end == gi
+                && !catalog.scenarios[g.scenario].streams(g.param)
+                && !catalog.scenarios[first.scenario].streams(first.param)
                 && f.seeds == seeds
                 && first.scenario == g.scenario
                 && first.tolerances == g.tolerances

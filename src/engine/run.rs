@@ -9,10 +9,12 @@
 //! Work shared inside one seed (issue 12): a [`Family`] of groups computes at each seed the
 //! float64 trace once, the reference once per profile and the sharded trace once per
 //! distinct (profile, mutant) ([`run_family`], through [`Scenario::run_parts`], whose
-//! default runs all three, so scenarios that do not implement it stay correct). No other
-//! module calls [`Scenario::run`].
+//! default runs all three, so scenarios that do not implement it stay correct). A group
+//! whose traces would be large runs step by step instead ([`run_group_streamed`], through
+//! [`Scenario::run_stepwise`]). No other module calls [`Scenario::run`].
 
 use crate::catalog::{Catalog, Group};
+use crate::engine::evaluate::{SeedCheck, StreamedEval};
 use crate::engine::plan::Family;
 use crate::mutant::Mutant;
 use crate::profile::Profile;
@@ -30,6 +32,28 @@ pub fn run_seed(
 ) {
     ws.mutant = mutant;
     s.run(param, seed, profile, ws);
+}
+
+/// Runs one planned group at `seed` one training step at a time where its scenario
+/// [`Scenario::streams`] it (otherwise all at once), folding each step's traces into the
+/// evaluation of every check × comparison × policy and, when `frontiers`, the check's
+/// tolerance frontiers ([`StreamedEval`]): memory O(model) instead of O(steps × model).
+pub fn run_group_streamed(
+    catalog: &Catalog,
+    g: &Group,
+    seed: u64,
+    ws: &mut Workspace,
+    frontiers: bool,
+) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
+    let s = catalog.scenarios[g.scenario].as_ref();
+    let checks = s.checks(g.param);
+    let asserted = s.asserted_comparison();
+    let mut ev = StreamedEval::new(checks, g.tolerances.len(), frontiers);
+    ws.mutant = g.mutant;
+    s.run_stepwise(g.param, seed, &g.profile, ws, &mut |traces| {
+        ev.step(checks, &g.tolerances, traces, asserted)
+    });
+    ev.finish()
 }
 
 /// Runs one planned group at `seed` (its profile, and its mutant injected into the sharded

@@ -40,6 +40,9 @@ pub struct GraphBuffers {
     init: Vec<Vec<f32>>,
     torch: Option<TorchGenerator>,
     b32: Bufs<f32>,
+    /// The sharded computation's buffers when it runs in lockstep with the reference
+    /// ([`Scenario::run_stepwise`]); empty otherwise.
+    b32s: Bufs<f32>,
     b64: Bufs<f64>,
     f64_backend: F64Backend,
     /// (plan address, seed) of the parameters in `init`.
@@ -1226,10 +1229,107 @@ impl Scenario for GraphScenario {
         );
         ws.traces = traces;
     }
+    fn streams(&self, param: usize) -> bool {
+        let plan = &self.plans[param];
+        if plan.outer.is_some() || !plan.ranks.is_empty() {
+            return false;
+        }
+        let t = &plan.graph.train;
+        let records = (t.steps.max(1) * t.micro_steps.max(1)) as u128;
+        let numel: u128 = self
+            .checks(param)
+            .iter()
+            .map(|c| c.shape.iter().map(|&d| d as u128).product::<u128>())
+            .sum();
+        t.steps > 1 && 3 * 8 * numel * records >= STREAM_FROM
+    }
+    fn run_stepwise(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        ws: &mut Workspace,
+        each_step: &mut dyn FnMut(&crate::scenario::Traces),
+    ) {
+        if !self.streams(param) {
+            self.run(param, seed, profile, ws);
+            return each_step(&ws.traces);
+        }
+        let plan = &self.plans[param];
+        let mut traces = std::mem::take(&mut ws.traces);
+        let kernels = ws.kernels;
+        let mutant = ws.mutant;
+        let (bufs, scratch) = ws.buffers::<GraphBuffers>();
+        let key = (plan as *const Plan as usize, seed);
+        if bufs.drawn_key != Some(key) {
+            draw_params(&plan.graph, seed, &mut bufs.torch, &mut bufs.init);
+            bufs.drawn_key = Some(key);
+        }
+        // The three computations of [`Plan::compute`], each with its own buffers, advanced
+        // one step at a time: the same micro-steps on the same inputs in the same order per
+        // computation, so the same values.
+        let (c64, cref, csh) = (
+            plan.step_ctx(false, None, true, None),
+            plan.step_ctx(false, None, false, None),
+            plan.step_ctx(true, mutant, false, None),
+        );
+        plan.load_state(&c64, &bufs.init, &mut bufs.b64);
+        plan.load_state(&cref, &bufs.init, &mut bufs.b32);
+        plan.load_state(&csh, &bufs.init, &mut bufs.b32s);
+        let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+        let micro_steps = plan.graph.train.micro_steps;
+        for s in 0..plan.graph.train.steps {
+            traces.f64.clear();
+            traces.reference.clear();
+            traces.sharded.clear();
+            for m in 0..micro_steps {
+                let inputs = &plan.inputs[s * micro_steps + m];
+                plan.micro_step(
+                    &mut bufs.f64_backend,
+                    &c64,
+                    s,
+                    m,
+                    inputs,
+                    &mut bufs.b64,
+                    &mut traces.f64,
+                );
+            }
+            for m in 0..micro_steps {
+                let inputs = &plan.inputs[s * micro_steps + m];
+                plan.micro_step(
+                    &mut be,
+                    &cref,
+                    s,
+                    m,
+                    inputs,
+                    &mut bufs.b32,
+                    &mut traces.reference,
+                );
+            }
+            for m in 0..micro_steps {
+                let inputs = &plan.inputs[s * micro_steps + m];
+                plan.micro_step(
+                    &mut be,
+                    &csh,
+                    s,
+                    m,
+                    inputs,
+                    &mut bufs.b32s,
+                    &mut traces.sharded,
+                );
+            }
+            each_step(&traces);
+        }
+        ws.traces = traces;
+    }
     fn same_computation(&self, a: usize, b: usize) -> bool {
         a == b || executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
     }
 }
+
+/// Trace bytes (three computations, f64 values, every recorded step) from which a
+/// parametrization runs step by step ([`Scenario::streams`]): 256 MiB.
+pub const STREAM_FROM: u128 = 256 << 20;
 
 /// `g` as the executor sees it: the id (a name) cleared, and an embedding's
 /// [`EmbeddingParallel::ColumnShardedLookup`] replaced by [`EmbeddingParallel::None`], which

@@ -186,6 +186,30 @@ pub trait Scenario: Send + Sync {
         let _ = parts;
         self.run(param, seed, profile, ws)
     }
+    /// Whether [`Scenario::run_stepwise`] computes `param` one training step at a time
+    /// (its traces over all steps would be large), so that a sweep evaluates each step as it
+    /// comes and keeps memory O(model), not O(steps × model). The default: never.
+    fn streams(&self, param: usize) -> bool {
+        let _ = param;
+        false
+    }
+    /// Runs the three computations of one seed (the sharded one with `ws.mutant`) and hands
+    /// `each_step` their traces: for a parametrization that [`Scenario::streams`], once per
+    /// training step, in step order, the three traces holding only that step's slots (the
+    /// computations advanced in lockstep); otherwise once, with every step (the default,
+    /// through [`Scenario::run`]). Folding the calls' evaluations in order gives what
+    /// evaluating all steps at once gives.
+    fn run_stepwise(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        ws: &mut Workspace,
+        each_step: &mut dyn FnMut(&Traces),
+    ) {
+        self.run(param, seed, profile, ws);
+        each_step(&ws.traces);
+    }
     /// Whether parametrizations `a` and `b` compute the same three traces for every seed,
     /// profile and mutant, proved from their structure (never from their ids). The default
     /// knows only that a parametrization equals itself.

@@ -151,6 +151,30 @@ pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
     anchors.retain(pts);
 }
 
+/// Replaces `stairs` (a Pareto staircase, or empty) by the staircase of `stairs` ∪ `more`:
+/// the points with d > 0 that no other point dominates (d_p ≥ d_q and e_p ≤ e_q), one of
+/// each set of equal points, sorted by e ascending. `more` is left empty. Dropping dominated
+/// points leaves a check's frontier unchanged bit for bit, also after [`prefilter`]'s test
+/// with anchors found over all points: if the dominating point is dropped by that test, so
+/// is the dominated one (every test is monotone in d and e, and an anchor dominated by
+/// another point is dominated by p*, which stays), and otherwise it stays in its place.
+pub fn staircase_merge(stairs: &mut Vec<(f64, f64)>, more: &mut Vec<(f64, f64)>) {
+    more.retain(|q| q.0 > 0.0);
+    more.append(stairs);
+    more.sort_by(|x, y| match x.1.total_cmp(&y.1) {
+        Ordering::Equal => y.0.total_cmp(&x.0),
+        o => o,
+    });
+    let mut max_d = 0.0;
+    for &p in more.iter() {
+        if p.0 > max_d {
+            max_d = p.0;
+            stairs.push(p);
+        }
+    }
+    more.clear();
+}
+
 /// [`Anchors::of`] one point at a time, or a run of points at a time ([`AnchorScan::merge`]
 /// of the scan of a later run). What it keeps decides the anchors exactly as offering the
 /// points one by one in order does:

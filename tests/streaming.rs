@@ -1,0 +1,161 @@
+//! Step-by-step evaluation (issue 12): a parametrization whose traces over all steps would be
+//! large runs its three computations in lockstep and is evaluated one step at a time
+//! (`Scenario::run_stepwise`, `engine::evaluate::StreamedEval`), with memory O(model).
+//! Both halves are checked against the all-at-once path, bit for bit:
+//! - the executor: the per-step traces of a streamed run, concatenated, are the traces of
+//!   `Scenario::run` (T1 at hidden size 2048, which streams);
+//! - the fold: feeding the all-at-once traces of every built-in T1 group (clean and every
+//!   mutant) to `StreamedEval` one step at a time gives `evaluate` and `unit_frontiers`.
+
+use seedsweep::catalog::{Catalog, Selection};
+use seedsweep::engine::evaluate::{evaluate, unit_frontiers, StreamedEval};
+use seedsweep::engine::run::{run_group, run_group_streamed};
+use seedsweep::scenario::{Traces, Workspace};
+use seedsweep::trace::Trace;
+
+/// T1's file with one parametrization at hidden size `hidden` (the rest unchanged).
+fn t1_at_hidden(hidden: usize) -> tempfile::NamedTempFile {
+    let text = std::fs::read_to_string("configs/deepspeed_tied_row_parallel.toml").unwrap();
+    let (head, rest) = text.split_once("# Parametrizations").unwrap();
+    let policies = &rest[rest.find("# The tolerances").unwrap()..];
+    let head = head.replace(
+        "name = \"deepspeed-tied-row-parallel\"",
+        "name = \"t1-wide\"",
+    );
+    let body = format!(
+        "{head}\n[[params]]\nid = \"{hidden}-3-False-0\"\nhidden = {hidden}\nembedding.padding_idx = 3\n\n{policies}"
+    );
+    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::io::Write::write_all(&mut f, body.as_bytes()).unwrap();
+    f
+}
+
+/// `t` split by step label, in recording order (each part a trace of its own).
+fn by_step(t: &Trace) -> Vec<Trace> {
+    let mut parts: Vec<(u32, Trace)> = Vec::new();
+    for s in &t.slots {
+        if parts.last().is_none_or(|(step, _)| *step != s.step.step) {
+            parts.push((s.step.step, Trace::default()));
+        }
+        let part = &mut parts.last_mut().unwrap().1;
+        let start = part.values.len();
+        part.values.extend_from_slice(t.data(s));
+        let mut slot = *s;
+        slot.start = start;
+        part.slots.push(slot);
+    }
+    parts.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Every slot's metadata (offsets aside) and value bits.
+fn fingerprint(traces: &[&Trace]) -> Vec<String> {
+    traces
+        .iter()
+        .flat_map(|t| {
+            t.slots.iter().map(|s| {
+                let bits: Vec<u64> = t.data(s).iter().map(|x| x.to_bits()).collect();
+                format!(
+                    "{} {:?} {:?} {} {:x?}",
+                    s.check, s.step, s.role, s.len, bits
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
+    let file = t1_at_hidden(2048);
+    let catalog = Catalog::load(&[file.path()], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            scenarios: Some(vec!["t1-wide".into()]),
+            mutants: Some(vec!["missing-allreduce".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+    let s = &catalog.scenarios[groups[0].scenario];
+    assert!(s.streams(groups[0].param), "hidden 2048 should stream");
+    for g in &groups {
+        let mut whole = Workspace::default();
+        run_group(&catalog, g, 8199, &mut whole);
+        let mut steps: Vec<[Vec<String>; 3]> = Vec::new();
+        let mut ws = Workspace::default();
+        ws.mutant = g.mutant;
+        s.run_stepwise(g.param, 8199, &g.profile, &mut ws, &mut |t: &Traces| {
+            steps.push([
+                fingerprint(&[&t.f64]),
+                fingerprint(&[&t.reference]),
+                fingerprint(&[&t.sharded]),
+            ]);
+        });
+        assert_eq!(steps.len(), 3, "one call per training step");
+        for (k, t) in [
+            &whole.traces.f64,
+            &whole.traces.reference,
+            &whole.traces.sharded,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
+            assert_eq!(
+                streamed,
+                fingerprint(&[t]),
+                "trace {k}, mutant {:?}",
+                g.mutant
+            );
+        }
+        // And the engine's streamed unit folds them into what evaluating the whole gives.
+        let mut want = Vec::new();
+        evaluate(s.checks(g.param), &g.tolerances, &whole.traces, &mut want);
+        let mut pts = Vec::new();
+        let want_fr = unit_frontiers(s.as_ref(), g.param, &whole, &mut pts);
+        let (got, got_fr) = run_group_streamed(&catalog, g, 8199, &mut ws, true);
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        assert_eq!(format!("{got_fr:?}"), format!("{want_fr:?}"));
+    }
+}
+
+#[test]
+fn folding_the_steps_one_by_one_gives_the_all_at_once_evaluation() {
+    let catalog = Catalog::load(&[] as &[&str], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
+            mutants: Some(vec!["all".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut ws = Workspace::default();
+    let mut pts = Vec::new();
+    for g in &groups {
+        let s = &catalog.scenarios[g.scenario];
+        let checks = s.checks(g.param);
+        for seed in [8173, 8199, 8202] {
+            run_group(&catalog, g, seed, &mut ws);
+            let mut want = Vec::new();
+            evaluate(checks, &g.tolerances, &ws.traces, &mut want);
+            let want_fr = unit_frontiers(s.as_ref(), g.param, &ws, &mut pts);
+            let (f, r, sh) = (
+                by_step(&ws.traces.f64),
+                by_step(&ws.traces.reference),
+                by_step(&ws.traces.sharded),
+            );
+            assert_eq!((f.len(), r.len()), (sh.len(), sh.len()));
+            let mut ev = StreamedEval::new(checks, g.tolerances.len(), true);
+            for ((f, r), sh) in f.into_iter().zip(r).zip(sh) {
+                let t = Traces {
+                    f64: f,
+                    reference: r,
+                    sharded: sh,
+                };
+                ev.step(checks, &g.tolerances, &t, s.asserted_comparison());
+            }
+            let (got, got_fr) = ev.finish();
+            let id = (s.param_ids()[g.param], g.mutant, seed);
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{id:?}");
+            assert_eq!(format!("{got_fr:?}"), format!("{want_fr:?}"), "{id:?}");
+        }
+    }
+}
