@@ -93,7 +93,8 @@ type SeedResult = (Vec<Vec<SeedValues>>, Vec<(Vec<u8>, Vec<u8>)>);
 /// Runs every unit of `plan` after the first `skip` (already fed by a resume) on the current
 /// rayon pool, family by family (`families`, from [`plan::families`] of `plan`): the seeds
 /// of a family in chunks ([`plan::in_chunks_of`], about [`plan::CHUNK`] computations a
-/// chunk), each seed computing the family's runs once ([`run::run_family`]). Every group's
+/// chunk), each seed computing the family's runs once ([`run::run_family`]; a group that
+/// streams is alone in its family and runs step by step, [`run::run_group_streamed`]). Every group's
 /// aggregate is fed in seed order as its results come; the workers format every unit's
 /// rows and frontier record, and the sink gets them in output order (group-major): the
 /// family's first group as its chunks finish, the others held back and handed on when the
