@@ -347,13 +347,46 @@ pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryE
                 .collect()
         })
         .collect();
-    let fits: Vec<TailEstimate> = inputs.par_iter().map(TailInput::estimate).collect();
+    // The fits and every entry's p50/p95 (a sort of its sample) at once, all in parallel.
+    let (fits, quantiles): (Vec<TailEstimate>, Vec<Vec<(f64, f64, &'static str)>>) = rayon::join(
+        || inputs.par_iter().map(TailInput::estimate).collect(),
+        || {
+            aggs.par_iter()
+                .map(|a| {
+                    a.entries
+                        .par_iter()
+                        .map(|e| entry_quantiles(e, a.seeds))
+                        .collect()
+                })
+                .collect()
+        },
+    );
     metas
         .iter()
         .zip(aggs)
         .zip(&slots)
-        .map(|((m, a), s)| summarize_with(m, a, |k| s[k].map(|i| fits[i].clone())))
+        .zip(&quantiles)
+        .map(|(((m, a), s), q)| summarize_with(m, a, q, |k| s[k].map(|i| fits[i].clone())))
         .collect()
+}
+
+/// An entry's (p50, p95, method) over `seeds` seeds.
+fn entry_quantiles(e: &EntryAgg, seeds: usize) -> (f64, f64, &'static str) {
+    match &e.quantiles {
+        // A group with no seeds here (another shard's) has no quantiles; it is not written
+        // out.
+        _ if seeds == 0 => (0.0, 0.0, "exact"),
+        Quantiles::Exact(v) => {
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            (
+                quantile_sorted(&sorted, 0.5),
+                quantile_sorted(&sorted, 0.95),
+                "exact",
+            )
+        }
+        Quantiles::Histogram(h, _) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
+    }
 }
 
 /// The summary entries of one group, in result order.
@@ -363,34 +396,20 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
         .expect("one group in, one out")
 }
 
-/// [`summarize`] with the tail estimate of entry `k` (in result order) from `tail(k)`.
+/// [`summarize`] with entry k's (p50, p95, method) from `quantiles[k]` and its tail
+/// estimate from `tail(k)` (k in result order).
 fn summarize_with(
     meta: &GroupMeta,
     agg: &GroupAgg,
+    quantiles: &[(f64, f64, &'static str)],
     tail: impl Fn(usize) -> Option<TailEstimate>,
 ) -> Vec<SummaryEntry> {
     let mut out = Vec::with_capacity(meta.entries());
-    let mut sorted = Vec::new();
     for (c, check) in meta.checks.iter().enumerate() {
         for (ci, comparison) in Comparison::ALL.into_iter().enumerate() {
             for (p, policy) in meta.policies.iter().enumerate() {
                 let e = &agg.entries[meta.index(c, ci, p)];
-                let (p50, p95, method) = match &e.quantiles {
-                    // A group with no seeds here (another shard's) has no quantiles; it is
-                    // not written out.
-                    _ if agg.seeds == 0 => (0.0, 0.0, "exact"),
-                    Quantiles::Exact(v) => {
-                        sorted.clear();
-                        sorted.extend_from_slice(v);
-                        sorted.sort_by(f64::total_cmp);
-                        (
-                            quantile_sorted(&sorted, 0.5),
-                            quantile_sorted(&sorted, 0.95),
-                            "exact",
-                        )
-                    }
-                    Quantiles::Histogram(h, _) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
-                };
+                let (p50, p95, method) = quantiles[meta.index(c, ci, p)];
                 let tail = tail(meta.index(c, ci, p));
                 out.push(SummaryEntry {
                     check: check.clone(),

@@ -1537,7 +1537,7 @@ mod tests {
     fn f64_variants_match_naive_triple_loop() {
         let mut rng = Rng(6);
         for _ in 0..50 {
-            let (m, k, n) = (1 + rng.below(7), rng.below(40), 1 + rng.below(9));
+            let (m, k, n) = (1 + rng.below(11), rng.below(40), 1 + rng.below(41));
             let a: Vec<f64> = (0..m * k)
                 .map(|_| rng.val() as f64 * (1.0 + 1e-9))
                 .collect();
