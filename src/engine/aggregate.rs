@@ -348,7 +348,7 @@ pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryE
         })
         .collect();
     // The fits and every entry's p50/p95 (a sort of its sample) at once, all in parallel.
-    let (fits, quantiles): (Vec<TailEstimate>, Vec<Vec<(f64, f64, &'static str)>>) = rayon::join(
+    let (fits, quantiles): (Vec<TailEstimate>, Vec<Vec<EntryQuantiles>>) = rayon::join(
         || inputs.par_iter().map(TailInput::estimate).collect(),
         || {
             aggs.par_iter()
@@ -370,8 +370,11 @@ pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryE
         .collect()
 }
 
+/// An entry's (p50, p95, quantile method).
+type EntryQuantiles = (f64, f64, &'static str);
+
 /// An entry's (p50, p95, method) over `seeds` seeds.
-fn entry_quantiles(e: &EntryAgg, seeds: usize) -> (f64, f64, &'static str) {
+fn entry_quantiles(e: &EntryAgg, seeds: usize) -> EntryQuantiles {
     match &e.quantiles {
         // A group with no seeds here (another shard's) has no quantiles; it is not written
         // out.
@@ -401,7 +404,7 @@ pub fn summarize(meta: &GroupMeta, agg: &GroupAgg) -> Vec<SummaryEntry> {
 fn summarize_with(
     meta: &GroupMeta,
     agg: &GroupAgg,
-    quantiles: &[(f64, f64, &'static str)],
+    quantiles: &[EntryQuantiles],
     tail: impl Fn(usize) -> Option<TailEstimate>,
 ) -> Vec<SummaryEntry> {
     let mut out = Vec::with_capacity(meta.entries());
