@@ -1533,6 +1533,33 @@ mod tests {
         out
     }
 
+    /// Asserts that every f64 kernel, and the nt and tn forms on the transposed operands,
+    /// give `want` (c = a·b, m×k by k×n) bit for bit.
+    fn assert_f64_forms(a: &[f64], b: &[f64], m: usize, k: usize, n: usize, want: &[f64]) {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (name, c) in every_f64_kernel(a, b, m, k, n) {
+            assert_eq!(bits(&c), bits(want), "{name} {m}x{k}x{n}");
+        }
+        let mut bt = vec![0.0; k * n];
+        for kk in 0..k {
+            for j in 0..n {
+                bt[j * k + kk] = b[kk * n + j];
+            }
+        }
+        let mut c = vec![f64::NAN; m * n];
+        matmul_nt_f64(a, &bt, &mut c, m, k, n, &mut Vec::new());
+        assert_eq!(bits(&c), bits(want), "matmul_nt_f64 {m}x{k}x{n}");
+        let mut at = vec![0.0; m * k];
+        for i in 0..m {
+            for kk in 0..k {
+                at[kk * m + i] = a[i * k + kk];
+            }
+        }
+        let mut c = vec![f64::NAN; m * n];
+        matmul_tn_f64(&at, b, &mut c, m, k, n);
+        assert_eq!(bits(&c), bits(want), "matmul_tn_f64 {m}x{k}x{n}");
+    }
+
     #[test]
     fn f64_variants_match_naive_triple_loop() {
         let mut rng = Rng(6);
@@ -1556,28 +1583,7 @@ mod tests {
                     assert_eq!(acc.to_bits(), want[i * n + j].to_bits());
                 }
             }
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for (name, c) in every_f64_kernel(&a, &b, m, k, n) {
-                assert_eq!(bits(&c), bits(&want), "{name} {m}x{k}x{n}");
-            }
-            let mut bt = vec![0.0; k * n];
-            for kk in 0..k {
-                for j in 0..n {
-                    bt[j * k + kk] = b[kk * n + j];
-                }
-            }
-            let mut c = vec![f64::NAN; m * n];
-            matmul_nt_f64(&a, &bt, &mut c, m, k, n, &mut Vec::new());
-            assert_eq!(bits(&c), bits(&want));
-            let mut at = vec![0.0; m * k];
-            for i in 0..m {
-                for kk in 0..k {
-                    at[kk * m + i] = a[i * k + kk];
-                }
-            }
-            let mut c = vec![f64::NAN; m * n];
-            matmul_tn_f64(&at, &b, &mut c, m, k, n);
-            assert_eq!(bits(&c), bits(&want));
+            assert_f64_forms(&a, &b, m, k, n, &want);
         }
     }
 
@@ -1607,28 +1613,7 @@ mod tests {
                     want[i * n + j] = acc;
                 }
             }
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for (name, c) in every_f64_kernel(&a, &b, m, k, n) {
-                assert_eq!(bits(&c), bits(&want), "{name} {m}x{k}x{n}");
-            }
-            let mut bt = vec![0.0; k * n];
-            for kk in 0..k {
-                for j in 0..n {
-                    bt[j * k + kk] = b[kk * n + j];
-                }
-            }
-            let mut c = vec![f64::NAN; m * n];
-            matmul_nt_f64(&a, &bt, &mut c, m, k, n, &mut Vec::new());
-            assert_eq!(bits(&c), bits(&want), "matmul_nt_f64 {m}x{k}x{n}");
-            let mut at = vec![0.0; m * k];
-            for i in 0..m {
-                for kk in 0..k {
-                    at[kk * m + i] = a[i * k + kk];
-                }
-            }
-            let mut c = vec![f64::NAN; m * n];
-            matmul_tn_f64(&at, &b, &mut c, m, k, n);
-            assert_eq!(bits(&c), bits(&want), "matmul_tn_f64 {m}x{k}x{n}");
+            assert_f64_forms(&a, &b, m, k, n, &want);
         }
     }
 

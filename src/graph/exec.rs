@@ -263,12 +263,27 @@ impl Plan {
         }
         let cx = self.step_ctx(sharded, mutant, condition, None);
         self.load_state(&cx, init, bf);
-        let micro_steps = self.graph.train.micro_steps;
         for s in 0..self.graph.train.steps {
-            for m in 0..micro_steps {
-                let inputs = &self.inputs[s * micro_steps + m];
-                self.micro_step(be, &cx, s, m, inputs, bf, trace);
-            }
+            self.step(be, &cx, s, bf, trace);
+        }
+    }
+
+    /// Training step `s` of one computation: its micro-steps in order on their inputs
+    /// ([`Plan::micro_step`]), the last one ending in the optimizer step.
+    pub(crate) fn step<B: Backend>(
+        &self,
+        be: &mut B,
+        cx: &StepCtx<'_, B::R>,
+        s: usize,
+        bf: &mut Bufs<B::R>,
+        trace: &mut Trace,
+    ) where
+        B::R: ActReal,
+    {
+        let micro_steps = self.graph.train.micro_steps;
+        for m in 0..micro_steps {
+            let inputs = &self.inputs[s * micro_steps + m];
+            self.micro_step(be, cx, s, m, inputs, bf, trace);
         }
     }
 

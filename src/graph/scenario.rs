@@ -57,6 +57,18 @@ pub struct GraphBuffers {
     teacher: Vec<f32>,
 }
 
+impl GraphBuffers {
+    /// The initial parameters of `plan` at `seed` in `init`. They depend on (graph, seed)
+    /// only: drawn again unless this workspace's last draw was for this very plan and seed.
+    fn draw(&mut self, plan: &Plan, seed: u64) {
+        let key = (plan as *const Plan as usize, seed);
+        if self.drawn_key != Some(key) {
+            draw_params(&plan.graph, seed, &mut self.torch, &mut self.init);
+            self.drawn_key = Some(key);
+        }
+    }
+}
+
 #[cfg(test)]
 impl GraphBuffers {
     /// Every replica's parameters after the last outer-loop run: the sharded f32
@@ -1185,13 +1197,7 @@ impl Scenario for GraphScenario {
         let kernels = ws.kernels;
         let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<GraphBuffers>();
-        // The initial parameters depend on (graph, seed) only: drawn again unless this
-        // workspace's last draw was for this very plan and seed.
-        let key = (plan as *const Plan as usize, seed);
-        if bufs.drawn_key != Some(key) {
-            draw_params(&plan.graph, seed, &mut bufs.torch, &mut bufs.init);
-            bufs.drawn_key = Some(key);
-        }
+        bufs.draw(plan, seed);
         if parts.f64 {
             traces.f64.clear();
             plan.compute(
@@ -1260,11 +1266,7 @@ impl Scenario for GraphScenario {
         let kernels = ws.kernels;
         let mutant = ws.mutant;
         let (bufs, scratch) = ws.buffers::<GraphBuffers>();
-        let key = (plan as *const Plan as usize, seed);
-        if bufs.drawn_key != Some(key) {
-            draw_params(&plan.graph, seed, &mut bufs.torch, &mut bufs.init);
-            bufs.drawn_key = Some(key);
-        }
+        bufs.draw(plan, seed);
         // The three computations of [`Plan::compute`], each with its own buffers, advanced
         // one step at a time: the same micro-steps on the same inputs in the same order per
         // computation, so the same values.
@@ -1277,47 +1279,19 @@ impl Scenario for GraphScenario {
         plan.load_state(&cref, &bufs.init, &mut bufs.b32);
         plan.load_state(&csh, &bufs.init, &mut bufs.b32s);
         let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
-        let micro_steps = plan.graph.train.micro_steps;
         for s in 0..plan.graph.train.steps {
             traces.f64.clear();
             traces.reference.clear();
             traces.sharded.clear();
-            for m in 0..micro_steps {
-                let inputs = &plan.inputs[s * micro_steps + m];
-                plan.micro_step(
-                    &mut bufs.f64_backend,
-                    &c64,
-                    s,
-                    m,
-                    inputs,
-                    &mut bufs.b64,
-                    &mut traces.f64,
-                );
-            }
-            for m in 0..micro_steps {
-                let inputs = &plan.inputs[s * micro_steps + m];
-                plan.micro_step(
-                    &mut be,
-                    &cref,
-                    s,
-                    m,
-                    inputs,
-                    &mut bufs.b32,
-                    &mut traces.reference,
-                );
-            }
-            for m in 0..micro_steps {
-                let inputs = &plan.inputs[s * micro_steps + m];
-                plan.micro_step(
-                    &mut be,
-                    &csh,
-                    s,
-                    m,
-                    inputs,
-                    &mut bufs.b32s,
-                    &mut traces.sharded,
-                );
-            }
+            plan.step(
+                &mut bufs.f64_backend,
+                &c64,
+                s,
+                &mut bufs.b64,
+                &mut traces.f64,
+            );
+            plan.step(&mut be, &cref, s, &mut bufs.b32, &mut traces.reference);
+            plan.step(&mut be, &csh, s, &mut bufs.b32s, &mut traces.sharded);
             each_step(&traces);
         }
         ws.traces = traces;
