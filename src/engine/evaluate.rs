@@ -344,12 +344,13 @@ fn fold_comparison(
 pub struct StreamedEval {
     out: Vec<SeedCheck>,
     first: Vec<bool>,
+    /// Per check, when frontiers are asked for (empty otherwise): the anchor scan over all
+    /// points so far and the staircase of those points.
     scans: Vec<AnchorScan>,
     stairs: Vec<Vec<(f64, f64)>>,
     /// Per e bucket, the largest d of the current step's points (see [`StreamedEval::step`]).
     bucket_max: Vec<f64>,
     tmp: Vec<(f64, f64)>,
-    frontiers: bool,
 }
 
 /// e buckets of the streamed staircase prefilter: the top 16 bits of e's bit pattern (the
@@ -367,7 +368,6 @@ impl StreamedEval {
             stairs: vec![Vec::new(); if frontiers { checks.len() } else { 0 }],
             bucket_max: Vec::new(),
             tmp: Vec::new(),
-            frontiers,
         }
     }
 
@@ -394,7 +394,8 @@ impl StreamedEval {
                     &mut self.first[i],
                 );
             }
-            if !self.frontiers {
+            // No frontiers asked for: no scans.
+            if self.scans.is_empty() {
                 continue;
             }
             // Pass 1: every point offered to the anchors in order, and the largest d per e
@@ -440,18 +441,14 @@ impl StreamedEval {
 
     /// The folded entries (layout of [`evaluate`]) and, when asked for, the frontier of
     /// every check.
-    pub fn finish(mut self) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
+    pub fn finish(self) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
         let mut fronts = Vec::with_capacity(self.stairs.len());
         for (scan, mut pts) in self.scans.into_iter().zip(self.stairs) {
-            match scan.finish() {
-                Some(an) => an.retain(&mut pts),
-                None => pts.retain(|q| q.0 > 0.0),
-            }
+            scan.filter(&mut pts);
             let mut f = Vec::new();
             frontier(pts.iter().copied(), &mut f);
             fronts.push(f);
         }
-        self.tmp.clear();
         (self.out, fronts)
     }
 }
@@ -534,10 +531,7 @@ pub fn unit_frontiers(
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     scan_pairs(a, e, &mut scan, pts);
                 });
-                match scan.finish() {
-                    Some(an) => an.retain(pts),
-                    None => pts.retain(|q| q.0 > 0.0),
-                }
+                scan.filter(pts);
             } else {
                 // [`prefilter`] streamed: the anchors in a first pass, then only the points
                 // it keeps, in the same order (the same points as collecting all and

@@ -31,9 +31,10 @@ use plan::{Family, GroupMeta};
 
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
 /// computation), in `ws`, and evaluates every check × comparison × policy into `out`
-/// (layout of [`evaluate::evaluate`]). The traces stay in `ws.traces`.
-/// A group whose scenario [`crate::scenario::Scenario::streams`] it runs and is evaluated
-/// step by step ([`run::run_group_streamed`]); `ws.traces` then holds the last step only.
+/// (layout of [`evaluate::evaluate`]). The traces stay in `ws.traces`, except for a
+/// parametrization that [`crate::scenario::Scenario::streams`]: that one runs and is
+/// evaluated step by step ([`run::run_group_streamed`]), and `ws.traces` holds its last
+/// step only.
 pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &mut Vec<SeedCheck>) {
     let s = &catalog.scenarios[g.scenario];
     if s.streams(g.param) {

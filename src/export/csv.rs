@@ -197,19 +197,26 @@ pub fn seed_rows(
     out: &mut Vec<u8>,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let mut prefix = Vec::with_capacity(96);
-    for f in [&meta.scenario, &meta.param, &meta.profile] {
-        field(&mut prefix, f);
-        prefix.push(b',');
-    }
-    write!(prefix, "{seed},")?;
+    // The fields every row starts with, written once in `out` and copied from there.
+    let mut prefix: Option<std::ops::Range<usize>> = None;
     let mut k = 0;
     for check in &meta.checks {
         for comparison in Comparison::ALL {
             for policy in &meta.policies {
                 let sc = &res[k];
                 k += 1;
-                out.extend_from_slice(&prefix);
+                match &prefix {
+                    Some(r) => out.extend_from_within(r.clone()),
+                    None => {
+                        let start = out.len();
+                        for f in [&meta.scenario, &meta.param, &meta.profile] {
+                            field(out, f);
+                            out.push(b',');
+                        }
+                        write!(out, "{seed},")?;
+                        prefix = Some(start..out.len());
+                    }
+                }
                 field(out, check);
                 out.push(b',');
                 field(out, comparison.name());

@@ -25,6 +25,8 @@ use crate::scenario::{CheckSpec, Parts, Scenario, Workspace};
 pub struct GraphScenario {
     common: CommonConfig,
     plans: Vec<Plan>,
+    /// Per parametrization: whether it runs step by step ([`plan_streams`]), decided once.
+    streams: Vec<bool>,
     policies: Vec<Policy>,
     check_names: &'static [&'static str],
     mutants: &'static [Mutant],
@@ -149,6 +151,7 @@ impl GraphScenario {
         let policies = resolve_policies(&common, &names)?;
         Ok(Self {
             common,
+            streams: plans.iter().map(plan_streams).collect(),
             plans,
             policies,
             check_names: leak_slice(names),
@@ -191,6 +194,7 @@ impl GraphScenario {
         Ok(Self {
             common,
             plans: vec![p],
+            streams: vec![false],
             policies,
             check_names: leak_slice(names),
             mutants: leak_slice(mutants),
@@ -1236,18 +1240,7 @@ impl Scenario for GraphScenario {
         ws.traces = traces;
     }
     fn streams(&self, param: usize) -> bool {
-        let plan = &self.plans[param];
-        if plan.outer.is_some() || !plan.ranks.is_empty() {
-            return false;
-        }
-        let t = &plan.graph.train;
-        let records = (t.steps.max(1) * t.micro_steps.max(1)) as u128;
-        let numel: u128 = self
-            .checks(param)
-            .iter()
-            .map(|c| c.shape.iter().map(|&d| d as u128).product::<u128>())
-            .sum();
-        t.steps > 1 && 3 * 8 * numel * records >= STREAM_FROM
+        self.streams[param]
     }
     fn run_stepwise(
         &self,
@@ -1304,6 +1297,22 @@ impl Scenario for GraphScenario {
 /// Trace bytes (three computations, f64 values, every recorded step) from which a
 /// parametrization runs step by step ([`Scenario::streams`]): 256 MiB.
 pub const STREAM_FROM: u128 = 256 << 20;
+
+/// Whether `plan` runs step by step: more than one step, no data-parallel ranks or outer
+/// loop (those run their own way), and traces over all steps of [`STREAM_FROM`] or more.
+fn plan_streams(plan: &Plan) -> bool {
+    if plan.outer.is_some() || !plan.ranks.is_empty() {
+        return false;
+    }
+    let t = &plan.graph.train;
+    let records = (t.steps.max(1) * t.micro_steps.max(1)) as u128;
+    let numel: u128 = plan
+        .checks
+        .iter()
+        .map(|c| c.shape.iter().map(|&d| d as u128).product::<u128>())
+        .sum();
+    t.steps > 1 && 3 * 8 * numel * records >= STREAM_FROM
+}
 
 /// `g` as the executor sees it: the id (a name) cleared, and an embedding's
 /// [`EmbeddingParallel::ColumnShardedLookup`] replaced by [`EmbeddingParallel::None`], which

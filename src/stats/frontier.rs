@@ -144,11 +144,9 @@ pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f6
 /// coordinates and below their chord by the hull margin (the module doc's mediant argument).
 /// Any infinite d: nothing is dropped ([`frontier`] keeps a single infinite point anyway).
 pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
-    let Some(anchors) = Anchors::of(pts.iter().copied()) else {
-        pts.retain(|p| p.0 > 0.0);
-        return;
-    };
-    anchors.retain(pts);
+    let mut scan = AnchorScan::default();
+    pts.iter().for_each(|&q| scan.add(q));
+    scan.filter(pts);
 }
 
 /// Replaces `stairs` (a Pareto staircase, or empty) by the staircase of `stairs` ∪ `more`:
@@ -244,6 +242,15 @@ impl AnchorScan {
                 Some((_, br)) if r.partial_cmp(&br) != Some(Ordering::Greater) => {}
                 _ => self.best = Some((q, r)),
             }
+        }
+    }
+
+    /// Applies [`prefilter`]'s test with the anchors of the points offered to `pts` in
+    /// place (with no anchors, only the d > 0 filter).
+    pub fn filter(self, pts: &mut Vec<(f64, f64)>) {
+        match self.finish() {
+            Some(an) => an.retain(pts),
+            None => pts.retain(|q| q.0 > 0.0),
         }
     }
 
