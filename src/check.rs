@@ -11,6 +11,9 @@
 
 use std::fmt::Write as _;
 
+#[cfg(target_arch = "x86_64")]
+mod pair_avx512;
+
 /// An (atol, rtol) pair.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tolerance {
@@ -348,6 +351,14 @@ pub fn pair_stats_finite(
     }
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && pair_avx512::applies(actual, expected, t1, t2)
+        {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            if let Ok(r) = unsafe { pair_avx512::pair_stats(actual, expected, t1, t2) } {
+                return r;
+            }
+        }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
             return unsafe { pair_stats_avx2(actual, expected, t1, t2) };
