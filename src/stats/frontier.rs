@@ -37,8 +37,10 @@
 
 use std::cmp::Ordering;
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod simd;
-pub use simd::{pair_point, scan_pairs};
+pub use simd::{keep_pairs, pair_point, scan_anchors, scan_pairs};
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
 const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;

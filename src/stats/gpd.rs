@@ -16,7 +16,7 @@
 
 /// Below this |x| the helpers [`ln1p_div`] and [`expm1_div`] use their Taylor series; the
 /// first omitted term is at most x⁵/6 < 2e-21 relative, far below f64 resolution.
-const SERIES_CUTOFF: f64 = 1e-4;
+pub(crate) const SERIES_CUTOFF: f64 = 1e-4;
 
 /// `ln(1 + x)/x`, continuous at 0 (value 1). For |x| < 1e-4 the series
 /// 1 − x/2 + x²/3 − x³/4 + x⁴/5 (Horner), otherwise `log1p(x)/x`. Requires x > −1.

@@ -1,5 +1,6 @@
 //! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
+mod excess_sum;
 pub mod frontier;
 pub mod gpd;
 pub mod profile;

@@ -12,7 +12,8 @@
 //! Everything is deterministic: fixed grids, golden-section search and Illinois root
 //! finding, `libm` transcendentals, sums in slice order.
 
-use super::gpd::{expm1_div, ln1p_div, Gpd, GpdFit, XI_MAX, XI_MIN};
+use super::excess_sum::excess_sum;
+use super::gpd::{expm1_div, Gpd, GpdFit, XI_MAX, XI_MIN};
 
 /// χ²₁ 0.95 quantile, 1.959963984540054².
 pub const CHI2_1_95: f64 = 3.841_458_820_694_124;
@@ -59,15 +60,9 @@ fn loglik(values: &[f64], shift: f64, xi: f64, sigma: f64) -> f64 {
     if !(sigma > 0.0 && sigma.is_finite()) {
         return f64::NEG_INFINITY;
     }
-    let mut s = 0.0;
-    for &v in values {
-        let w = (v - shift) / sigma;
-        let x = xi * w;
-        if x <= -1.0 {
-            return f64::NEG_INFINITY;
-        }
-        s += w * ln1p_div(x);
-    }
+    let Some(s) = excess_sum(values, shift, xi, sigma) else {
+        return f64::NEG_INFINITY;
+    };
     -(values.len() as f64) * libm::log(sigma) - (1.0 + xi) * s
 }
 

@@ -174,6 +174,64 @@ unsafe fn scan_pairs_avx2(
     scan.merge(&local);
 }
 
+/// Offers the point of every pair of `actual` and `expected` to `scan`, in order, storing
+/// none: the first of the two passes that take a check's prefiltered points straight from
+/// its tensors ([`keep_pairs`] is the second).
+pub fn scan_anchors(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::avx512::available() {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { super::avx512::scan_anchors(actual, expected, scan) };
+        }
+    }
+    scan_anchors_portable(actual, expected, scan)
+}
+
+/// The definition of [`scan_anchors`].
+pub fn scan_anchors_portable(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
+    for (&x, &y) in actual.iter().zip(expected) {
+        scan.add(pair_point(x, y));
+    }
+}
+
+/// Appends, in order, the point of every pair that `anchors` keep ([`Anchors::keep`]; with
+/// no anchors, every point with d > 0): the second pass after [`scan_anchors`].
+pub fn keep_pairs(
+    actual: &[f64],
+    expected: &[f64],
+    anchors: Option<&Anchors>,
+    pts: &mut Vec<(f64, f64)>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::avx512::available() {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { super::avx512::keep_pairs(actual, expected, anchors, pts) };
+        }
+    }
+    keep_pairs_portable(actual, expected, anchors, pts)
+}
+
+/// The definition of [`keep_pairs`].
+pub fn keep_pairs_portable(
+    actual: &[f64],
+    expected: &[f64],
+    anchors: Option<&Anchors>,
+    pts: &mut Vec<(f64, f64)>,
+) {
+    for (&x, &y) in actual.iter().zip(expected) {
+        let q = pair_point(x, y);
+        let keep = match anchors {
+            Some(an) => an.keep(q),
+            None => q.0 > 0.0,
+        };
+        if keep {
+            pts.push(q);
+        }
+    }
+}
+
 /// Keeps, in place and in order, the points of `pts` that `an.keep` keeps.
 pub fn retain(an: &Anchors, pts: &mut Vec<(f64, f64)>) {
     #[cfg(target_arch = "x86_64")]
@@ -377,6 +435,92 @@ mod tests {
                     assert_eq!(bits(&v), bits(&want), "retain, seed {seed} {an:?}");
                 }
             }
+        }
+    }
+
+    /// Finite pairs on the anchor screen's edges: ratios d/e within a few ulps of each
+    /// other (the best-ratio test), differences equal to the largest so far (the p* test),
+    /// exact zeros in d and in e, and magnitudes from 1e-300 to 1e300.
+    fn finite_pairs(seed: u64, n: usize) -> (Vec<f64>, Vec<f64>) {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let ratio = 10f64.powi((next() % 9) as i32 - 4);
+        let (mut a, mut e) = (Vec::new(), Vec::new());
+        for k in 0..n {
+            let r = next();
+            let y = match r % 6 {
+                0 => 0.0,
+                1 => ((r >> 8) % 5) as f64 - 2.0,
+                2 => {
+                    (((r >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
+                        * 10f64.powi((r % 601) as i32 - 300)
+                }
+                _ => {
+                    (((r >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
+                        * 10f64.powi((r % 7) as i32 - 3)
+                }
+            };
+            let r2 = next();
+            let ulps = ((r2 >> 8) % 7) as f64 - 3.0;
+            let x = match r2 % 7 {
+                0 => y,
+                1 => y + y.abs() * ratio * (1.0 + ulps * f64::EPSILON),
+                2 => y - y.abs() * ratio,
+                3 => y + (k % 3) as f64 * 1e-3,
+                4 => ((r2 >> 16) % 3) as f64,
+                _ => {
+                    y + (((r2 >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
+                        * ratio
+                        * y.abs().max(1e-6)
+                }
+            };
+            a.push(x);
+            e.push(y);
+        }
+        (a, e)
+    }
+
+    #[test]
+    fn two_pass_kernels_equal_their_definitions() {
+        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
+        };
+        for seed in 0..3000u64 {
+            let n = (seed as usize * 13) % 150;
+            let (a, e) = if seed % 4 == 0 {
+                pairs(seed, n)
+            } else {
+                finite_pairs(seed, n)
+            };
+            let cut = (seed as usize % 5) * n / 5;
+            let (mut s1, mut s2) = (AnchorScan::default(), AnchorScan::default());
+            if seed % 3 == 0 {
+                s1.add((0.5, 0.25));
+                s2.add((0.5, 0.25));
+            }
+            scan_anchors(&a[..cut], &e[..cut], &mut s1);
+            scan_anchors(&a[cut..], &e[cut..], &mut s1);
+            scan_anchors_portable(&a[..cut], &e[..cut], &mut s2);
+            scan_anchors_portable(&a[cut..], &e[cut..], &mut s2);
+            assert_eq!(format!("{s1:?}"), format!("{s2:?}"), "scan, seed {seed}");
+            let an = s2.finish();
+            let (mut p1, mut p2) = (vec![(9.0, 9.0)], vec![(9.0, 9.0)]);
+            keep_pairs(&a, &e, an.as_ref(), &mut p1);
+            keep_pairs_portable(&a, &e, an.as_ref(), &mut p2);
+            assert_eq!(bits(&p1), bits(&p2), "kept, seed {seed}");
+            // And the same as buffering every point and filtering (the one-pass form).
+            let (mut s3, mut p3) = (AnchorScan::default(), Vec::new());
+            if seed % 3 == 0 {
+                s3.add((0.5, 0.25));
+            }
+            scan_pairs_portable(&a, &e, &mut s3, &mut p3);
+            s3.filter(&mut p3);
+            assert_eq!(bits(&p1[1..]), bits(&p3), "filtered, seed {seed}");
         }
     }
 }
