@@ -169,7 +169,7 @@ const GRID: usize = 256;
 /// where that would lose accuracy: z = 0 → 0; z = 1 → s; s > 1 → s + ln(z + (1 − z)e⁻ˢ)
 /// (no overflow of eˢ); −1 < s ≤ 1 → log1p(expm1(s)·z) (small φ exact); s ≤ −1 →
 /// ln((1 − z) + eˢ·z) (φ near −1, where 1 + φ would round to 0).
-fn ln1p_phi_z(s: f64, z: f64) -> f64 {
+pub(crate) fn ln1p_phi_z(s: f64, z: f64) -> f64 {
     if z == 0.0 {
         0.0
     } else if z == 1.0 {
@@ -196,11 +196,7 @@ impl Profile<'_> {
     /// ξ(s) = (1/n)·Σ ln(1 + θyᵢ): for fixed θ the likelihood is maximized in ξ there
     /// (∂ℓ/∂ξ = 0 with σ = ξ/θ). Increasing in s. Summed in slice order.
     fn xi(&self, s: f64) -> f64 {
-        let sum: f64 = self
-            .values
-            .iter()
-            .map(|&v| ln1p_phi_z(s, (v - self.shift) / self.ymax))
-            .sum();
+        let sum = super::gpd_sums::phi_sum(self.values, self.shift, self.ymax, s);
         sum / self.values.len() as f64
     }
 

@@ -1,8 +1,8 @@
 //! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
-mod excess_sum;
 pub mod frontier;
 pub mod gpd;
+mod gpd_sums;
 pub mod profile;
 pub mod tail;
 

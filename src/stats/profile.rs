@@ -12,8 +12,8 @@
 //! Everything is deterministic: fixed grids, golden-section search and Illinois root
 //! finding, `libm` transcendentals, sums in slice order.
 
-use super::excess_sum::excess_sum;
 use super::gpd::{expm1_div, Gpd, GpdFit, XI_MAX, XI_MIN};
+use super::gpd_sums::excess_sum;
 
 /// χ²₁ 0.95 quantile, 1.959963984540054².
 pub const CHI2_1_95: f64 = 3.841_458_820_694_124;
