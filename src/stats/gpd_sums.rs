@@ -592,7 +592,7 @@ mod tests {
             let values: Vec<f64> = ys.iter().map(|y| shift + y).collect();
             // As the fit computes it: z = 1 exactly at the largest excess.
             let ymax = values.iter().map(|v| v - shift).fold(0.0f64, f64::max);
-            if !(ymax > 0.0) {
+            if ymax <= 0.0 {
                 continue;
             }
             let s = ss[case % ss.len()];
