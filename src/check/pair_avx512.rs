@@ -24,10 +24,11 @@
 //! whole result `None`; they are found from the largest |actual| and |expected| bit
 //! patterns).
 //!
-//! Per block the screen costs four comparisons and no division: the lanes' mismatch counts
-//! and the maxima stay in registers until the end.
+//! Per block the screen costs four comparisons (two more count the lanes above 1) and no
+//! division: the lanes' mismatch counts and the maxima stay in registers until the end.
 
 use super::{PairStats, Tolerance};
+use crate::fp::avx512::{lanes, load_pair};
 use std::arch::x86_64::*;
 
 /// 2⁻¹⁰⁰⁰: the smallest allowance (and usage) the screen's error bound is used for.
@@ -53,8 +54,8 @@ fn limit(u: f64) -> f64 {
 
 /// Whether the screened kernel applies: equal lengths (the portable path checks finiteness
 /// over whole slices and compares their common prefix) and both atols in [2⁻¹⁰⁰⁰, 2⁹⁹⁹], so
-/// that every allowance is at least 2⁻¹⁰⁰⁰; [`pair_stats`] itself declines (None from its
-/// inner result, see there) when some |expected| could push an allowance past 2¹⁰⁰⁰.
+/// that every allowance is at least 2⁻¹⁰⁰⁰; [`pair_stats`] itself declines (`Err`) when
+/// some |expected| could push an allowance past 2¹⁰⁰⁰.
 pub(super) fn applies(actual: &[f64], expected: &[f64], t1: Tolerance, t2: Tolerance) -> bool {
     let ok = |t: Tolerance| (TINY..=SAFE * 2.0).contains(&t.atol);
     actual.len() == expected.len() && ok(t1) && ok(t2)
@@ -104,21 +105,9 @@ pub(super) unsafe fn pair_stats(
     let (mut ma, mut me) = (_mm512_setzero_si512(), _mm512_setzero_si512());
     let mut i = 0;
     while i < n {
-        // SAFETY: only lanes within both slices are read. A partial last block loads zeros
-        // in the missing lanes (a masked load; kept out of full blocks, where it is slow on
-        // some CPUs): d = 0 there, which adds nothing to any maximum or count.
-        let (a, e) = if n - i >= 8 {
-            (
-                _mm512_loadu_pd(actual.as_ptr().add(i)),
-                _mm512_loadu_pd(expected.as_ptr().add(i)),
-            )
-        } else {
-            let live: __mmask8 = (1u8 << (n - i)) - 1;
-            (
-                _mm512_maskz_loadu_pd(live, actual.as_ptr().add(i)),
-                _mm512_maskz_loadu_pd(live, expected.as_ptr().add(i)),
-            )
-        };
+        // SAFETY: i < n, the length of both slices. A partial last block has zeros in its
+        // missing lanes: d = 0 there, which adds nothing to any maximum or count.
+        let (a, e) = load_pair(actual, expected, i, n);
         let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
         let m = _mm512_abs_pd(e);
         md = _mm512_max_pd(d, md);
@@ -177,10 +166,9 @@ pub(super) unsafe fn pair_stats(
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn hmax(v: __m512d) -> f64 {
-    let mut lanes = [0.0f64; 8];
-    // SAFETY: `lanes` holds eight f64.
-    _mm512_storeu_pd(lanes.as_mut_ptr(), v);
-    lanes.iter().fold(0.0f64, |m, &x| if x > m { x } else { m })
+    lanes(v)
+        .iter()
+        .fold(0.0f64, |m, &x| if x > m { x } else { m })
 }
 
 #[cfg(test)]

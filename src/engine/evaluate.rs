@@ -14,7 +14,8 @@
 use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::stats::frontier::{
-    frontier, keep_pairs, pair_point, scan_anchors, scan_pairs, staircase_merge, AnchorScan,
+    frontier, keep_pairs, pair_point, scan_anchors, scan_pairs, staircase_merge,
+    two_pass_is_vectorized, AnchorScan,
 };
 use crate::trace::{Slot, SlotRole, Trace};
 
@@ -496,20 +497,6 @@ impl From<&SeedCheck> for SeedValues {
     }
 }
 
-/// Whether the two streamed passes of [`unit_frontiers`] beat buffering every point: where
-/// their vector kernels run (AVX-512F), they store only the kept points and divide only
-/// where a ratio could matter.
-fn two_pass_is_faster() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Most points of one check [`unit_frontiers`] buffers (16 bytes each, 64 MiB); a check
 /// with more elements is streamed twice instead.
 const FRONTIER_BUFFER_POINTS: usize = 1 << 22;
@@ -540,7 +527,7 @@ pub fn unit_frontiers(
                 .map(|sl| sl.len)
                 .sum();
             let mut scan = AnchorScan::default();
-            if n <= FRONTIER_BUFFER_POINTS && !two_pass_is_faster() {
+            if n <= FRONTIER_BUFFER_POINTS && !two_pass_is_vectorized() {
                 // One pass: every point buffered while the anchors are found, then the
                 // points [`prefilter`] keeps kept in place (d = 0 points never are): the same
                 // points in the same order as the two-pass stream below.
@@ -551,7 +538,8 @@ pub fn unit_frontiers(
             } else {
                 // [`prefilter`] streamed: the anchors in a first pass, then only the points
                 // it keeps, in the same order (the same points as collecting all and
-                // filtering), so that memory stays bounded for big tensors.
+                // filtering): memory stays bounded for big tensors, and where the passes are
+                // vectorized they are faster than buffering at any size.
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     scan_anchors(a, e, &mut scan);
                 });

@@ -11,12 +11,15 @@
 //! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
 //! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
 //! - [`tanh_slice`]: the f32 tanh of a slice, a proven fast path beside the exact kernel.
+//! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
 //! the crate.
 
 pub mod allreduce;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 pub mod dot;
 pub mod matmul;
 pub mod revealed;

@@ -40,7 +40,7 @@ use std::cmp::Ordering;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod simd;
-pub use simd::{keep_pairs, pair_point, scan_anchors, scan_pairs};
+pub use simd::{keep_pairs, pair_point, scan_anchors, scan_pairs, two_pass_is_vectorized};
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
 const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;

@@ -377,6 +377,71 @@ mod tests {
             && std::arch::is_x86_feature_detected!("avx512dq")
     }
 
+    /// Uniform exponents: `count` values 2^(lo + span·u), u uniform in [0, 1), negated when
+    /// `signed` and the draw says so (an xorshift stream from `seed`).
+    fn log_spaced(seed: u64, count: usize, lo: f64, span: f64, signed: bool) -> Vec<f64> {
+        let mut s = seed;
+        (0..count)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let mag = 2f64.powf((s >> 11) as f64 / (1u64 << 53) as f64 * span + lo);
+                if signed && s & 1 == 1 {
+                    -mag
+                } else {
+                    mag
+                }
+            })
+            .collect()
+    }
+
+    /// The 16 floats around `x` (8 ulps below to 7 above).
+    fn ulps_around(x: f64) -> impl Iterator<Item = f64> {
+        (x.to_bits() - 8..x.to_bits() + 8).map(f64::from_bits)
+    }
+
+    /// 4096 floats of one high word `hw`, spread over its low words.
+    fn high_word(hw: u64) -> impl Iterator<Item = f64> {
+        (0..4096u64)
+            .map(move |j| f64::from_bits(hw << 32 | (j.wrapping_mul(0x9E37_79B9) & 0xffff_ffff)))
+    }
+
+    /// `vector` eight lanes at a time over `xs` (a multiple of 8 taken), each lane equal to
+    /// `scalar` bit for bit.
+    fn assert_lanes(
+        xs: &[f64],
+        vector: unsafe fn(&[f64; 8]) -> [f64; 8],
+        scalar: fn(f64) -> f64,
+        name: &str,
+    ) {
+        for c in xs.chunks_exact(8) {
+            let c: &[f64; 8] = c.try_into().expect("chunks of 8");
+            // SAFETY: the callers check AVX-512F/DQ before they call.
+            let out = unsafe { vector(c) };
+            for (x, y) in c.iter().zip(out) {
+                let want = scalar(*x);
+                assert_eq!(
+                    y.to_bits(),
+                    want.to_bits(),
+                    "{name}({x:e}) = {y:e}, libm {want:e}"
+                );
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    unsafe fn log1p_lanes(c: &[f64; 8]) -> [f64; 8] {
+        use std::arch::x86_64::*;
+        crate::fp::avx512::lanes(avx512::log1p(_mm512_loadu_pd(c.as_ptr())))
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    unsafe fn log_lanes(c: &[f64; 8]) -> [f64; 8] {
+        use std::arch::x86_64::*;
+        crate::fp::avx512::lanes(avx512::log(_mm512_loadu_pd(c.as_ptr())))
+    }
+
     /// `log1p` lane by lane against `libm::log1p`, bit for bit: log-spaced magnitudes of both
     /// signs from 2⁻⁵³ to 10³⁰⁰ (x > −1), and a few ulps around every branch point of the
     /// scalar code (the k = 0 bounds, k = 2, k = 54, and −1).
@@ -386,18 +451,7 @@ mod tests {
             eprintln!("no AVX-512F/DQ on this CPU: the vector sum is not used here");
             return;
         }
-        let mut xs: Vec<f64> = Vec::new();
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..400_000 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let mag = 2f64.powf((s >> 11) as f64 / (1u64 << 53) as f64 * 1050.0 - 53.0);
-            let x = if s & 1 == 0 { mag } else { -mag };
-            if x > -1.0 && x.is_finite() {
-                xs.push(x);
-            }
-        }
+        let mut xs = log_spaced(0x2545_F491_4F6C_DD1D, 400_000, -53.0, 1050.0, true);
         let edges = [
             f64::from_bits(0x3fda_827a_0000_0000),
             -f64::from_bits(0x3fd2_bec4_0000_0000),
@@ -410,44 +464,14 @@ mod tests {
             1e-4,
             -1e-4,
         ];
-        for e in edges {
-            for b in e.to_bits() - 8..e.to_bits() + 8 {
-                let x = f64::from_bits(b);
-                if x > -1.0 {
-                    xs.push(x);
-                }
-            }
-        }
+        xs.extend(edges.into_iter().flat_map(ulps_around));
         // Whole high words next to the k = 0 bounds: both reductions are accurate, so they
         // agree on most inputs, and only many low words tell them apart.
         for hw in [0x3fda_8279u64, 0x3fda_827a, 0xbfd2_bec4, 0xbfd2_bec5] {
-            for j in 0..4096u64 {
-                let x = f64::from_bits(hw << 32 | (j.wrapping_mul(0x9E37_79B9) & 0xffff_ffff));
-                xs.push(x);
-            }
+            xs.extend(high_word(hw));
         }
-        xs.truncate(xs.len() - xs.len() % 8);
-        for c in xs.chunks_exact(8) {
-            let mut out = [0.0f64; 8];
-            // SAFETY: AVX-512F/DQ checked above; `c` and `out` hold eight f64.
-            unsafe {
-                #[target_feature(enable = "avx512f,avx512dq")]
-                unsafe fn run(c: &[f64], out: &mut [f64; 8]) {
-                    use std::arch::x86_64::*;
-                    let y = avx512::log1p(_mm512_loadu_pd(c.as_ptr()));
-                    _mm512_storeu_pd(out.as_mut_ptr(), y);
-                }
-                run(c, &mut out);
-            }
-            for (x, y) in c.iter().zip(out) {
-                assert_eq!(
-                    y.to_bits(),
-                    libm::log1p(*x).to_bits(),
-                    "log1p({x:e}) = {y:e}, libm {:e}",
-                    libm::log1p(*x)
-                );
-            }
-        }
+        xs.retain(|&x| x > -1.0 && x.is_finite());
+        assert_lanes(&xs, log1p_lanes, libm::log1p, "log1p");
     }
 
     /// The sum against its definition: GPD-like excesses at shapes across [−0.5, 2] (the fit
@@ -496,14 +520,7 @@ mod tests {
         if !vector_available() {
             return;
         }
-        let mut xs: Vec<f64> = Vec::new();
-        let mut s = 0x5DEE_CE66_D1CE_4E5Bu64;
-        for _ in 0..400_000 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            xs.push(2f64.powf((s >> 11) as f64 / (1u64 << 53) as f64 * 2044.0 - 1021.0));
-        }
+        let mut xs = log_spaced(0x5DEE_CE66_D1CE_4E5B, 400_000, -1021.0, 2044.0, false);
         for hw in [
             0x3fe6_a09du64,
             0x3fe6_a09e,
@@ -511,40 +528,17 @@ mod tests {
             0x3ff0_0000,
             0x3ff6_a09e,
         ] {
-            for j in 0..4096u64 {
-                xs.push(f64::from_bits(
-                    hw << 32 | (j.wrapping_mul(0x9E37_79B9) & 0xffff_ffff),
-                ));
-            }
+            xs.extend(high_word(hw));
         }
-        for e in [
+        let edges = [
             1.0,
             2.0,
             2f64.sqrt(),
             f64::MIN_POSITIVE * 16.0,
             f64::MAX / 2.0,
-        ] {
-            for b in e.to_bits() - 8..e.to_bits() + 8 {
-                xs.push(f64::from_bits(b));
-            }
-        }
-        xs.truncate(xs.len() - xs.len() % 8);
-        for c in xs.chunks_exact(8) {
-            let mut out = [0.0f64; 8];
-            // SAFETY: AVX-512F/DQ checked above; `c` and `out` hold eight f64.
-            unsafe {
-                #[target_feature(enable = "avx512f,avx512dq")]
-                unsafe fn run(c: &[f64], out: &mut [f64; 8]) {
-                    use std::arch::x86_64::*;
-                    let y = avx512::log(_mm512_loadu_pd(c.as_ptr()));
-                    _mm512_storeu_pd(out.as_mut_ptr(), y);
-                }
-                run(c, &mut out);
-            }
-            for (x, y) in c.iter().zip(out) {
-                assert_eq!(y.to_bits(), libm::log(*x).to_bits(), "log({x:e}) = {y:e}");
-            }
-        }
+        ];
+        xs.extend(edges.into_iter().flat_map(ulps_around));
+        assert_lanes(&xs, log_lanes, libm::log, "log");
     }
 
     /// The profile sum against its definition in all three branches of `ln1p_phi_z` (s > 1,

@@ -21,6 +21,7 @@
 
 use super::simd::{keep_pairs_portable, scan_anchors_portable};
 use super::{AnchorScan, Anchors, HULL_MARGIN};
+use crate::fp::avx512::{lanes, load_pair};
 use std::arch::x86_64::*;
 
 /// 2⁻¹⁰⁰⁰, the smallest e (and best ratio) the screen's error bound is used for.
@@ -72,21 +73,9 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
     let mut ze: __mmask8 = 0;
     let mut i = 0;
     while i < n {
-        // SAFETY: only lanes within both slices are read (a masked load for the last,
-        // partial block: its missing lanes are zeros, points with d = 0, which change
-        // nothing).
-        let (x, y) = if n - i >= 8 {
-            (
-                _mm512_loadu_pd(actual.as_ptr().add(i)),
-                _mm512_loadu_pd(expected.as_ptr().add(i)),
-            )
-        } else {
-            let live: __mmask8 = (1u8 << (n - i)) - 1;
-            (
-                _mm512_maskz_loadu_pd(live, actual.as_ptr().add(i)),
-                _mm512_maskz_loadu_pd(live, expected.as_ptr().add(i)),
-            )
-        };
+        // SAFETY: i < n, within both slices. A partial last block has zeros in its missing
+        // lanes: points with d = 0, which change nothing.
+        let (x, y) = load_pair(actual, expected, i, n);
         let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
         let e = _mm512_abs_pd(y);
         // Non-finite inputs show up as d or |x| above f64::MAX in bit-pattern order (|y| is
@@ -103,10 +92,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
         let ratio_ok = _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(in_range, r, lim);
         let quiet = !valid | (below_ps & (e_zero | ratio_ok));
         if quiet != 0xff || scan.first.is_none() && valid != 0 {
-            let mut ds = [0.0f64; 8];
-            let mut es = [0.0f64; 8];
-            _mm512_storeu_pd(ds.as_mut_ptr(), d);
-            _mm512_storeu_pd(es.as_mut_ptr(), e);
+            let (ds, es) = (lanes(d), lanes(e));
             for l in 0..8 {
                 scan.add((ds[l], es[l]));
             }
@@ -168,18 +154,7 @@ unsafe fn keep_finite(
     while i < n {
         // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
         // is never kept.
-        let (x, y) = if n - i >= 8 {
-            (
-                _mm512_loadu_pd(actual.as_ptr().add(i)),
-                _mm512_loadu_pd(expected.as_ptr().add(i)),
-            )
-        } else {
-            let live: __mmask8 = (1u8 << (n - i)) - 1;
-            (
-                _mm512_maskz_loadu_pd(live, actual.as_ptr().add(i)),
-                _mm512_maskz_loadu_pd(live, expected.as_ptr().add(i)),
-            )
-        };
+        let (x, y) = load_pair(actual, expected, i, n);
         let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
         let e = _mm512_abs_pd(y);
         big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
@@ -228,10 +203,7 @@ unsafe fn keep_finite(
             | (_mm512_cmp_pd_mask::<_CMP_EQ_OQ>(d, p0d) & _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(e, p0e));
         let keep = positive & (anchor | (!dominated & (rest | !hull_tests)));
         if keep != 0 {
-            let mut ds = [0.0f64; 8];
-            let mut es = [0.0f64; 8];
-            _mm512_storeu_pd(ds.as_mut_ptr(), d);
-            _mm512_storeu_pd(es.as_mut_ptr(), e);
+            let (ds, es) = (lanes(d), lanes(e));
             let mut k = keep;
             while k != 0 {
                 let l = k.trailing_zeros() as usize;

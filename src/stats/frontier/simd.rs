@@ -174,13 +174,28 @@ unsafe fn scan_pairs_avx2(
     scan.merge(&local);
 }
 
+/// Whether [`scan_anchors`] and [`keep_pairs`] run their vector kernels on this CPU
+/// (AVX-512F). Where they do, the two passes beat buffering every point with
+/// [`scan_pairs`]: they store only the kept points and divide only where a ratio could
+/// matter.
+pub fn two_pass_is_vectorized() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::avx512::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Offers the point of every pair of `actual` and `expected` to `scan`, in order, storing
 /// none: the first of the two passes that take a check's prefiltered points straight from
 /// its tensors ([`keep_pairs`] is the second).
 pub fn scan_anchors(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::avx512::available() {
+        if two_pass_is_vectorized() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             return unsafe { super::avx512::scan_anchors(actual, expected, scan) };
         }
@@ -205,7 +220,7 @@ pub fn keep_pairs(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::avx512::available() {
+        if two_pass_is_vectorized() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             return unsafe { super::avx512::keep_pairs(actual, expected, anchors, pts) };
         }
