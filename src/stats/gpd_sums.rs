@@ -1,23 +1,30 @@
-//! The sum at the heart of the GPD log-likelihood, Σᵢ wᵢ·ln1p_div(ξ·wᵢ) with wᵢ =
-//! (valuesᵢ − shift)/σ, computed with a lane-wise `log1p` that gives `libm::log1p`'s bits.
+//! The two sums at the heart of the GPD fits, computed with lane-wise `log1p` and `log` that
+//! give `libm`'s bits:
+//! - the log-likelihood's Σᵢ wᵢ·ln1p_div(ξ·wᵢ) with wᵢ = (valuesᵢ − shift)/σ
+//!   ([`excess_sum`], definition [`excess_sum_portable`]);
+//! - the profile ξ(s)'s Σᵢ ln1p_phi_z(s, (valuesᵢ − shift)/y_max) ([`phi_sum`], definition
+//!   [`phi_sum_portable`]).
 //!
-//! The tail fits evaluate this sum thousands of times per interval (grids, golden sections,
-//! root finding), and the scalar `log1p` behind it was the largest single cost of a sweep with
-//! `--mutants all`. [`excess_sum_portable`] is the definition; [`excess_sum`] computes the
-//! terms eight at a time where AVX-512 is available and adds them one by one in slice order,
-//! so the sum is the same float.
+//! The tail fits evaluate these sums thousands of times per interval (grids, golden
+//! sections, root finding), and the scalar `log1p` and `log` behind them were the largest
+//! single cost of a sweep with `--mutants all`. Where AVX-512 is available the terms are
+//! computed eight at a time and added one by one in slice order, so each sum is the same
+//! float.
 //!
 //! **log1p, lane by lane.** The algorithm is the one of FreeBSD's `s_log1p.c` (Sun
 //! Microsystems' fdlibm, as carried by musl and by the `libm` crate 0.2.16 this crate uses):
 //! reduce 1 + x = 2ᵏ·(1 + f) with √2/2 < 1 + f < √2 (k = 0 and f = x when
 //! −0.2929 < x < 0.4142), with a correction c = ((1 + x) − u)/u for the rounding of u = 1 + x,
 //! then log(1 + f) = f − hfsq + s·(hfsq + R(s²)) with s = f/(2 + f) and R the degree-14
-//! minimax polynomial in s of fdlibm's log, and finally k·ln2 added in two parts. Every step
-//! below is the same IEEE operation in the same order as the scalar code (no fused
+//! minimax polynomial in s of fdlibm's log, and finally k·ln2 added in two parts. `log`
+//! (fdlibm's `e_log.c`) is the same without the correction, for positive normal x. Every
+//! step below is the same IEEE operation in the same order as the scalar code (no fused
 //! multiply-add, the same evaluation order of each expression), selected per lane where the
-//! scalar code branches. Lanes that the scalar code handles by an early return are never used
-//! here: |x| < 10⁻⁴ takes the series (which covers |x| < 2⁻⁵³), x ≤ −1 ends the sum, and any
-//! non-finite value sends the whole sum to the portable loop.
+//! scalar code branches. Lanes that the scalar code handles by an early return are never
+//! used: in the likelihood, |x| < 10⁻⁴ takes the series (which covers |x| < 2⁻⁵³) and x ≤ −1
+//! ends the sum; in the profile, |x| < 2⁻⁵³ returns x as the scalar does; and any non-finite
+//! value (or, for `log`, a zero or subnormal argument) sends the whole sum to the portable
+//! loop.
 
 use super::gpd::{ln1p_div, ln1p_phi_z};
 
@@ -41,9 +48,7 @@ pub fn excess_sum_portable(values: &[f64], shift: f64, xi: f64, sigma: f64) -> O
 pub fn excess_sum(values: &[f64], shift: f64, xi: f64, sigma: f64) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-        {
+        if vectorized() {
             // SAFETY: the CPU supports AVX-512F and AVX-512DQ (checked just above).
             if let Some(r) = unsafe { avx512::excess_sum(values, shift, xi, sigma) } {
                 return r;
@@ -51,6 +56,20 @@ pub fn excess_sum(values: &[f64], shift: f64, xi: f64, sigma: f64) -> Option<f64
         }
     }
     excess_sum_portable(values, shift, xi, sigma)
+}
+
+/// Whether the vector sums run on this CPU (AVX-512F and AVX-512DQ).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn vectorized() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Σ `ln1p_phi_z`(s, (vᵢ − shift)/y_max) over `values` in order, starting from −0.0 as
@@ -69,9 +88,7 @@ pub fn phi_sum_portable(values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
 pub fn phi_sum(values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-        {
+        if vectorized() {
             // SAFETY: the CPU supports AVX-512F and AVX-512DQ (checked just above).
             if let Some(r) = unsafe { avx512::phi_sum(values, shift, ymax, s) } {
                 return r;
@@ -288,6 +305,7 @@ mod avx512 {
         }
         Some(Some(s))
     }
+
     /// The vector form of `phi_sum_portable`: Some(its result), or None when some lane
     /// would leave the arguments the lane-wise `log` and `log1p` take (a NaN, an infinity,
     /// a subnormal or zero argument of `log`), or s is not finite.
@@ -372,11 +390,6 @@ mod avx512 {
 mod tests {
     use super::*;
 
-    fn vector_available() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-    }
-
     /// Uniform exponents: `count` values 2^(lo + span·u), u uniform in [0, 1), negated when
     /// `signed` and the draw says so (an xorshift stream from `seed`).
     fn log_spaced(seed: u64, count: usize, lo: f64, span: f64, signed: bool) -> Vec<f64> {
@@ -447,7 +460,7 @@ mod tests {
     /// scalar code (the k = 0 bounds, k = 2, k = 54, and −1).
     #[test]
     fn lane_log1p_is_libm_log1p() {
-        if !vector_available() {
+        if !vectorized() {
             eprintln!("no AVX-512F/DQ on this CPU: the vector sum is not used here");
             return;
         }
@@ -509,7 +522,7 @@ mod tests {
         }
         // Negative shapes with small scales leave the support in some cases, not in all.
         assert!(nones > 0 && nones < 1500, "{nones} outside the support");
-        let _ = vector_available();
+        let _ = vectorized();
     }
 
     /// `log` lane by lane against `libm::log`, bit for bit: log-spaced normal positive
@@ -517,7 +530,7 @@ mod tests {
     /// √2/2 and around 1, and a few ulps around 1, 2, √2 and the smallest normal.
     #[test]
     fn lane_log_is_libm_log() {
-        if !vector_available() {
+        if !vectorized() {
             return;
         }
         let mut xs = log_spaced(0x5DEE_CE66_D1CE_4E5B, 400_000, -1021.0, 2044.0, false);
