@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 pub mod catalog;
 pub mod check;

@@ -3,6 +3,10 @@
 
 use clap::Parser;
 
+/// Large blocks on transparent huge pages ([`seedsweep::alloc`]).
+#[global_allocator]
+static ALLOCATOR: seedsweep::alloc::HugePageAlloc = seedsweep::alloc::HugePageAlloc;
+
 fn run() -> anyhow::Result<i32> {
     let cli = seedsweep::cli::Cli::parse();
     seedsweep::commands::dispatch(seedsweep::cli::into_action(cli)?)

@@ -183,15 +183,17 @@ pub struct MatmulModel {
 /// allocate nothing.
 #[derive(Default)]
 pub struct MatmulScratch {
-    /// Transposed `b` for `matmul_nt` (k×n).
+    /// Transposed `b` for `matmul_nt` (k×n, or k × panel width).
     bt: Vec<f32>,
+    /// One panel of `c` for `matmul_nt` (m × panel width).
+    panel: Vec<f32>,
     /// Rounded / split pieces of `a` (same layout as the `a` operand).
     pa: [Vec<f32>; 3],
     /// Rounded / split pieces of `b` (k×n).
     pb: [Vec<f32>; 3],
     /// One pass term (m×n).
     term: Vec<f32>,
-    /// One block's accumulators (n).
+    /// One block's accumulators ([`GROUP_ROWS`] × n).
     acc: Vec<f32>,
     /// Pairwise product rows (longest block × n).
     pw: Vec<f32>,
@@ -256,7 +258,8 @@ impl MatmulModel {
     }
 
     /// c (m×n) = a (m×k) · bᵀ where b is (n×k) row-major (torch `F.linear`:
-    /// x · Wᵀ). `b` is transposed into scratch, then the same kernel runs.
+    /// x · Wᵀ). `b` is transposed into scratch, then the same kernel runs; for a big `b`
+    /// and few rows one cache-sized panel of columns at a time ([`nt_panel_width`]).
     ///
     /// Panics unless `a.len() == m*k`, `b.len() == n*k`, `c.len() == m*n`.
     pub fn matmul_nt(
@@ -323,14 +326,31 @@ impl MatmulModel {
         fast: bool,
     ) {
         check_lens(a, b, c, m, k, n);
-        let mut bt = std::mem::take(&mut s.bt);
-        transpose_into(b, n, k, grown(&mut bt, k * n), fast);
         let av = AView {
             data: a,
             rs: k,
             ks: 1,
         };
-        self.run(av, &bt[..k * n], c, m, k, n, s, fast);
+        let mut bt = std::mem::take(&mut s.bt);
+        match nt_panel_width(m, k, n, 4) {
+            None => {
+                transpose_into(b, n, k, grown(&mut bt, k * n), fast);
+                self.run(av, &bt[..k * n], c, m, k, n, s, fast);
+            }
+            Some(width) => {
+                // Panel by panel: rows j0..j0 + p of b (contiguous) transposed into a k × p
+                // panel that stays in cache while every row of c takes its p columns.
+                let mut cp = std::mem::take(&mut s.panel);
+                for j0 in (0..n).step_by(width) {
+                    let p = width.min(n - j0);
+                    transpose_into(&b[j0 * k..(j0 + p) * k], p, k, grown(&mut bt, k * p), fast);
+                    let cp = grown(&mut cp, m * p);
+                    self.run(av, &bt[..k * p], cp, m, k, p, s, fast);
+                    scatter_columns(cp, c, n, j0, p);
+                }
+                s.panel = cp;
+            }
+        }
         s.bt = bt;
     }
 
@@ -385,7 +405,7 @@ impl MatmulModel {
         if kern.accum == Accum::Pairwise {
             grown(pw, kern.split.max_block(k) * n);
         }
-        grown(acc, n);
+        grown(acc, GROUP_ROWS * n);
         let terms = match self.passes {
             Passes::F32 => {
                 kern.run(a, b, c, acc, pw);
@@ -430,6 +450,36 @@ impl MatmulModel {
                 }
             }
         }
+    }
+}
+
+/// Bytes of `b` from which `x·Wᵀ` (`matmul_nt`, [`matmul_nt_f64`]) runs panel by panel
+/// instead of transposing all of `b` first: a big transposed copy costs a pass over memory
+/// and as much fresh memory as `b` (131 MB for a 32,000 × 512 f64 head).
+const NT_PANEL_FROM: usize = 1 << 20;
+
+/// Most rows of `c` for which the panels pay: every panel reads all of `a` again.
+const NT_PANEL_MAX_M: usize = 64;
+
+/// Bytes of one transposed panel (k × width elements), well inside a core's L2.
+const NT_PANEL_BYTES: usize = 512 << 10;
+
+/// The panel width (columns of `c`, a multiple of 16) with which `x·Wᵀ` of shape m × k × n
+/// and elements of `size` bytes runs panel by panel, or None to transpose all of `b`.
+/// Either way each element of `c` is computed by the same kernel in the same order: only
+/// where its inputs were copied to differs.
+fn nt_panel_width(m: usize, k: usize, n: usize, size: usize) -> Option<usize> {
+    if m > NT_PANEL_MAX_M || k * n * size < NT_PANEL_FROM {
+        return None;
+    }
+    let width = (NT_PANEL_BYTES / (k * size).max(1) / 16 * 16).max(16);
+    (width < n).then_some(width)
+}
+
+/// Copies the m × p panel `cp` into columns j0..j0 + p of `c` (m × n).
+fn scatter_columns<T: Copy>(cp: &[T], c: &mut [T], n: usize, j0: usize, p: usize) {
+    for (row, src) in c.chunks_exact_mut(n).zip(cp.chunks_exact(p)) {
+        row[j0..j0 + p].copy_from_slice(src);
     }
 }
 
@@ -630,24 +680,144 @@ fn chain_matmul<const FMA: bool>(
     if n == 0 {
         return;
     }
-    let acc = &mut acc[..n];
-    for (i, c_row) in c.chunks_exact_mut(n).take(m).enumerate() {
-        let a_off = i * a.rs;
-        let mut first = true;
-        for r in kern.split.blocks(k) {
-            if first {
-                chain_block::<FMA>(a, a_off, b, n, r, c_row);
-                first = false;
+    let acc = &mut acc[..GROUP_ROWS * n];
+    let mut i = 0;
+    while i < m {
+        // Rows in groups that share every load of `b` (n ≥ 8); the last row alone.
+        let rows = if n < 8 { 1 } else { (m - i).min(GROUP_ROWS) };
+        let c_rows = &mut c[i * n..(i + rows) * n];
+        match rows {
+            4 => chain_rows::<4, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
+            3 => chain_rows::<3, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
+            2 => chain_rows::<2, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
+            _ => chain_row::<FMA>(a, i, b, n, kern.split, k, c_rows, &mut acc[..n]),
+        }
+        i += rows;
+    }
+}
+
+/// Rows of `c` the chain kernel computes together ([`chain_rows`]).
+const GROUP_ROWS: usize = 4;
+
+/// Row `i` of `c` (`c_row`, n wide): for each K block, the chain of every element
+/// ([`chain_block`]), block results added left to right into `c_row`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chain_row<const FMA: bool>(
+    a: AView<'_>,
+    i: usize,
+    b: &[f32],
+    n: usize,
+    split: KSplit,
+    k: usize,
+    c_row: &mut [f32],
+    acc: &mut [f32],
+) {
+    let a_off = i * a.rs;
+    let mut first = true;
+    for r in split.blocks(k) {
+        if first {
+            chain_block::<FMA>(a, a_off, b, n, r, c_row);
+            first = false;
+        } else {
+            chain_block::<FMA>(a, a_off, b, n, r, acc);
+            for (x, &y) in c_row.iter_mut().zip(acc.iter()) {
+                *x += y;
+            }
+        }
+    }
+    if first {
+        c_row.fill(0.0); // K = 0: no blocks
+    }
+}
+
+/// Rows `i..i + R` of `c` (`c_rows`, R × n, n ≥ 8) in the order of [`chain_row`] for each
+/// element (per K block the chain over kk ascending, block results added left to right),
+/// computed R rows at a time: each tile of `b`'s row kk is loaded once for all R rows
+/// instead of once per row, so a product with few rows and a large `b` (a head's
+/// `x·Wᵀ` at V = 32,000) reads `b` from memory m / R times instead of m times. Tiles are
+/// 16 columns wide; a ragged end is one tile ending at n that overlaps the one before
+/// (lanes are independent chains: a lane computed twice gives the same bits).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chain_rows<const R: usize, const FMA: bool>(
+    a: AView<'_>,
+    i: usize,
+    b: &[f32],
+    n: usize,
+    split: KSplit,
+    k: usize,
+    c_rows: &mut [f32],
+    acc: &mut [f32],
+) {
+    let acc = &mut acc[..R * n];
+    let mut first = true;
+    for r in split.blocks(k) {
+        let dst: &mut [f32] = if first { c_rows } else { acc };
+        let mut j = 0;
+        while j + 16 <= n {
+            tile_rows::<R, 16, FMA>(a, i, b, n, r.clone(), j, dst);
+            j += 16;
+        }
+        if j < n {
+            if n - j <= 8 {
+                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), n - 8, dst);
+            } else if n >= 16 {
+                tile_rows::<R, 16, FMA>(a, i, b, n, r.clone(), n - 16, dst);
             } else {
-                chain_block::<FMA>(a, a_off, b, n, r, acc);
-                for (x, &y) in c_row.iter_mut().zip(acc.iter()) {
-                    *x += y;
-                }
+                // 8 < n < 16: two 8-wide tiles.
+                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), 0, dst);
+                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), n - 8, dst);
             }
         }
         if first {
-            c_row.fill(0.0); // K = 0: no blocks
+            first = false;
+        } else {
+            for (x, &y) in c_rows.iter_mut().zip(acc.iter()) {
+                *x += y;
+            }
         }
+    }
+    if first {
+        c_rows.fill(0.0); // K = 0: no blocks
+    }
+}
+
+/// `dst[q·n + j..][..W] = chain over kk in r of a(i + q, kk) · b[kk][j..j + W]` for q < R:
+/// R × W independent chains held in registers over the whole block, each `b` load shared
+/// by the R rows.
+#[inline(always)]
+fn tile_rows<const R: usize, const W: usize, const FMA: bool>(
+    a: AView<'_>,
+    i: usize,
+    b: &[f32],
+    n: usize,
+    r: Range<usize>,
+    j: usize,
+    dst: &mut [f32],
+) {
+    let mut t = [[0.0f32; W]; R];
+    for kk in r {
+        let bv: &[f32; W] = b[kk * n + j..kk * n + j + W].try_into().unwrap();
+        for (q, tq) in t.iter_mut().enumerate() {
+            let av = a.data[(i + q) * a.rs + kk * a.ks];
+            for l in 0..W {
+                tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
+            }
+        }
+    }
+    for (q, tq) in t.iter().enumerate() {
+        dst[q * n + j..q * n + j + W].copy_from_slice(tq);
+    }
+}
+
+/// One step of a chain: `fma(a, b, c)`, or `c + a·b` with the product rounded first.
+#[inline(always)]
+fn chain_step<const FMA: bool>(av: f32, bv: f32, c: f32) -> f32 {
+    if FMA {
+        av.mul_add(bv, c)
+    } else {
+        c + av * bv
     }
 }
 
@@ -731,14 +901,6 @@ fn tile<const WA: usize, const WB: usize, const FMA: bool>(
     jb: usize,
     dst: &mut [f32],
 ) {
-    #[inline(always)]
-    fn step<const FMA: bool>(av: f32, bv: f32, c: f32) -> f32 {
-        if FMA {
-            av.mul_add(bv, c)
-        } else {
-            c + av * bv
-        }
-    }
     let mut ta = [0.0f32; WA];
     let mut tb = [0.0f32; WB];
     for kk in r {
@@ -747,10 +909,10 @@ fn tile<const WA: usize, const WB: usize, const FMA: bool>(
         let ra: &[f32; WA] = brow[ja..ja + WA].try_into().unwrap();
         let rb: &[f32; WB] = brow[jb..jb + WB].try_into().unwrap();
         for l in 0..WA {
-            ta[l] = step::<FMA>(av, ra[l], ta[l]);
+            ta[l] = chain_step::<FMA>(av, ra[l], ta[l]);
         }
         for l in 0..WB {
-            tb[l] = step::<FMA>(av, rb[l], tb[l]);
+            tb[l] = chain_step::<FMA>(av, rb[l], tb[l]);
         }
     }
     dst[ja..ja + WA].copy_from_slice(&ta);
@@ -938,7 +1100,8 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
 }
 
 /// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`]; `b` is
-/// transposed into `scratch` first (a copy).
+/// transposed into `scratch` first (a copy), all at once or, for a big `b` and few rows,
+/// one cache-sized panel of columns at a time ([`nt_panel_width`]).
 pub fn matmul_nt_f64(
     a: &[f64],
     b: &[f64],
@@ -949,10 +1112,24 @@ pub fn matmul_nt_f64(
     scratch: &mut Vec<f64>,
 ) {
     assert_eq!(b.len(), k * n, "matmul_nt_f64: b has the wrong length");
-    scratch.clear();
-    scratch.resize(k * n, 0.0);
-    transpose_f64(b, scratch, n, k);
-    matmul_f64(a, scratch, c, m, k, n);
+    assert_eq!(c.len(), m * n, "matmul_nt_f64: c has the wrong length");
+    let Some(width) = nt_panel_width(m, k, n, 8) else {
+        // Every element of the scratch is overwritten by the transpose.
+        scratch.resize(k * n, 0.0);
+        transpose_f64(b, &mut scratch[..k * n], n, k);
+        return matmul_f64(a, &scratch[..k * n], c, m, k, n);
+    };
+    // Panel by panel, as `MatmulModel::matmul_nt` does: rows j0..j0 + p of b transposed
+    // into a k × p panel, then the m × p block of c, copied into its columns.
+    let panel = k * width;
+    scratch.resize(panel + m * width, 0.0);
+    let (bt, cp) = scratch.split_at_mut(panel);
+    for j0 in (0..n).step_by(width) {
+        let p = width.min(n - j0);
+        transpose_f64(&b[j0 * k..(j0 + p) * k], &mut bt[..k * p], p, k);
+        matmul_f64(a, &bt[..k * p], &mut cp[..m * p], m, k, p);
+        scatter_columns(&cp[..m * p], c, n, j0, p);
+    }
 }
 
 /// `dst` (cols × rows) = `src` (rows × cols)ᵀ, both row-major, in 32 × 32 tiles so that
@@ -1296,6 +1473,49 @@ mod tests {
         }
     }
 
+    /// Every row count of the row-group kernel (groups of 4, 3 and 2 rows and a lone last
+    /// row; 16- and 8-wide tiles, the overlapping ragged end, n < 8) against the
+    /// reference, for `a` read by rows (`matmul`) and by columns (`matmul_tn`).
+    #[test]
+    fn every_row_count_matches_scalar_reference() {
+        let mut rng = Rng(21);
+        let mut s = MatmulScratch::default();
+        let widths = [
+            1, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 67, 100,
+        ];
+        for m in 1..=11 {
+            for &n in &widths {
+                for (split, accum) in [
+                    (KSplit::Single, Accum::Fma),
+                    (KSplit::Mkl, Accum::Fma),
+                    (KSplit::Blocked(4), Accum::MulAdd),
+                    (KSplit::Chunks(3), Accum::Fma),
+                ] {
+                    let model = MatmulModel {
+                        split,
+                        accum,
+                        passes: Passes::F32,
+                    };
+                    let k = [0, 1, 9, 40][rng.below(4)];
+                    let a = rng.vec(m * k);
+                    let b = rng.vec(k * n);
+                    let want = reference(&model, &a, &b, m, k, n);
+                    let what = format!("{model:?} m={m} k={k} n={n}");
+                    let mut c = vec![f32::NAN; m * n];
+                    model.matmul(&a, &b, &mut c, m, k, n, &mut s);
+                    assert_same_bits(&c, &want, &what);
+                    c.fill(f32::NAN);
+                    model.matmul_portable(&a, &b, &mut c, m, k, n, &mut s);
+                    assert_same_bits(&c, &want, &format!("portable {what}"));
+                    let at = transpose(&a, m, k);
+                    c.fill(f32::NAN);
+                    model.matmul_tn(&at, &b, &mut c, m, k, n, &mut s);
+                    assert_same_bits(&c, &want, &format!("tn {what}"));
+                }
+            }
+        }
+    }
+
     /// The models really are different orders on this data; otherwise the
     /// comparison above could not tell a wrong order from a right one.
     #[test]
@@ -1389,6 +1609,44 @@ mod tests {
                 let mut c = vec![f32::NAN; m * n];
                 model.matmul_tn(&at, &b, &mut c, m, k, n, &mut s);
                 assert_same_bits(&c, &want, &format!("tn {model:?} {m}x{k}x{n}"));
+            }
+        }
+    }
+
+    /// `matmul_nt` on shapes that take the panels (b of 1 MiB and more, few rows; the last
+    /// panel narrower) equals `matmul` on the explicitly transposed b, for every model, on
+    /// the fast and the portable kernels.
+    #[test]
+    fn nt_panels_equal_explicit_transposition() {
+        let mut rng = Rng(23);
+        let mut s = MatmulScratch::default();
+        for (m, k, n) in [(10, 64, 4103), (3, 513, 700)] {
+            let w = nt_panel_width(m, k, n, 4).expect("these shapes take the panels");
+            assert!(n % w != 0, "the last panel is a partial one");
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            let bt = transpose(&b, k, n);
+            for model in all_models().into_iter().filter(|_| rng.below(4) == 0) {
+                for fast in [true, false] {
+                    let mut want = vec![0.0; m * n];
+                    model.run(
+                        AView {
+                            data: &a,
+                            rs: k,
+                            ks: 1,
+                        },
+                        &b,
+                        &mut want,
+                        m,
+                        k,
+                        n,
+                        &mut s,
+                        fast,
+                    );
+                    let mut c = vec![f32::NAN; m * n];
+                    model.nt(&a, &bt, &mut c, m, k, n, &mut s, fast);
+                    assert_same_bits(&c, &want, &format!("nt {model:?} {m}x{k}x{n} fast={fast}"));
+                }
             }
         }
     }
@@ -1599,6 +1857,8 @@ mod tests {
             (9, 2, 66_000),
         ] {
             assert!(k * n * 8 >= F64_TILED_FROM);
+            // matmul_nt_f64 takes its panels here (assert_f64_forms checks it too).
+            assert!(nt_panel_width(m, k, n, 8).is_some());
             let a: Vec<f64> = (0..m * k)
                 .map(|_| rng.val() as f64 * (1.0 + 1e-9))
                 .collect();
