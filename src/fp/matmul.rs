@@ -11,9 +11,13 @@
 //! column `j` of `b`. Multi-pass models ([`Passes`]) compute each term as such a
 //! matmul on the split inputs and fold the terms left to right in f32.
 //!
-//! Kernel structure: for each row `i` and each K block, the innermost loop runs
-//! over `j` (contiguous output elements, each lane an independent chain) in
-//! register tiles. The kernel body is one `#[inline(always)]` function compiled
+//! Kernel structure: for each group of up to 4 rows of `c` and each K block, the
+//! innermost loop runs over `j` (contiguous output elements, each lane an
+//! independent chain) in register tiles of 4 (3, 2) rows × 16 columns, so that each
+//! load of `b` serves every row of the group (a lone last row, and n < 8, take
+//! single-row tiles). `x·Wᵀ` with a big `W` and few rows transposes `W` one
+//! cache-sized panel of columns at a time. None of this changes any element's
+//! order, only which elements are computed together. The kernel body is one `#[inline(always)]` function compiled
 //! twice: once under `#[target_feature(enable = "avx2,fma")]` (chosen at run time
 //! on x86_64 when both features are present) and once portably. IEEE fma,
 //! multiplication and addition are correctly rounded, so both compilations give
@@ -702,7 +706,6 @@ const GROUP_ROWS: usize = 4;
 /// Row `i` of `c` (`c_row`, n wide): for each K block, the chain of every element
 /// ([`chain_block`]), block results added left to right into `c_row`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn chain_row<const FMA: bool>(
     a: AView<'_>,
     i: usize,
@@ -739,7 +742,6 @@ fn chain_row<const FMA: bool>(
 /// 16 columns wide; a ragged end is one tile ending at n that overlaps the one before
 /// (lanes are independent chains: a lane computed twice gives the same bits).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn chain_rows<const R: usize, const FMA: bool>(
     a: AView<'_>,
     i: usize,
