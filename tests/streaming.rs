@@ -159,3 +159,64 @@ fn folding_the_steps_one_by_one_gives_the_all_at_once_evaluation() {
         }
     }
 }
+
+/// The streamed fold reads big tensors in chunks, all three comparisons per chunk; a chunk
+/// holding NaN or ±∞ sends that comparison's whole tensor down the non-finite path, as the
+/// all-at-once evaluation does. Here non-finite values are written into the traces of a
+/// hidden-2048 run (tensors of 137,216 elements: 17 chunks), in different chunks of
+/// different traces and steps, and the streamed fold must still equal `evaluate` and
+/// `unit_frontiers` of the whole run.
+#[test]
+fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
+    let file = t1_at_hidden(2048);
+    let catalog = Catalog::load(&[file.path()], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            scenarios: Some(vec!["t1-wide".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+    let g = &groups[0];
+    let s = &catalog.scenarios[g.scenario];
+    let checks = s.checks(g.param);
+    let mut ws = Workspace::default();
+    run_group(&catalog, g, 8199, &mut ws);
+    // The largest slot of each trace, so that the values land inside a multi-chunk tensor.
+    let big = |t: &Trace, nth: usize| {
+        let mut slots: Vec<_> = t.slots.iter().filter(|s| s.len > 100_000).collect();
+        slots.sort_by_key(|s| (s.step.step, s.start));
+        let s = slots[nth % slots.len()];
+        (s.start, s.len)
+    };
+    let (start, len) = big(&ws.traces.sharded, 0);
+    ws.traces.sharded.values[start + 9 * len / 17] = f64::NAN;
+    let (start, len) = big(&ws.traces.reference, 1);
+    ws.traces.reference.values[start + len - 1] = f64::INFINITY;
+    let (start, _) = big(&ws.traces.f64, 2);
+    ws.traces.f64.values[start + 3] = f64::NEG_INFINITY;
+    let mut want = Vec::new();
+    evaluate(checks, &g.tolerances, &ws.traces, &mut want);
+    let mut pts = Vec::new();
+    let want_fr = unit_frontiers(s.as_ref(), g.param, &ws, &mut pts);
+    assert!(
+        want.iter().any(|r| r.nonfinite > 0),
+        "the injected values are mismatches"
+    );
+    let (f, r, sh) = (
+        by_step(&ws.traces.f64),
+        by_step(&ws.traces.reference),
+        by_step(&ws.traces.sharded),
+    );
+    let mut ev = StreamedEval::new(checks, g.tolerances.len(), true);
+    for ((f, r), sh) in f.into_iter().zip(r).zip(sh) {
+        let t = Traces {
+            f64: f,
+            reference: r,
+            sharded: sh,
+        };
+        ev.step(checks, &g.tolerances, &t, s.asserted_comparison());
+    }
+    let (got, got_fr) = ev.finish();
+    assert_eq!(format!("{got:?}"), format!("{want:?}"));
+    assert_eq!(format!("{got_fr:?}"), format!("{want_fr:?}"));
+}

@@ -11,7 +11,9 @@
 //! Besides the rows ([`evaluate`] into [`SeedCheck`], stored as [`SeedValues`]), one seed's
 //! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
-use crate::check::{magnitude_stats, pair_stats_finite, usage_stats, StepLabel, Tolerance};
+use crate::check::{
+    magnitude_stats, pair_stats_finite, usage_stats, PairStats, StepLabel, Tolerance,
+};
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::stats::frontier::{
     frontier, keep_pairs, pair_point, scan_anchors, scan_pairs, staircase_merge,
@@ -296,46 +298,109 @@ fn fold_comparison(
         } else {
             None
         };
-        let (max_d, max_e) = match &fused {
-            Some((_, mags)) => *mags,
-            None => magnitude_stats(a, e),
+        let pair = Pair {
+            c,
+            comparison,
+            step,
+            a,
+            e,
         };
-        for (p, tols) in tolerances.iter().enumerate() {
-            let (usage, mismatched, nonfinite) = match &fused {
-                Some((pair, _)) => pair[p],
-                None => usage_stats(a, e, tols[c]),
-            };
-            let r = &mut out[p];
-            if *first || usage > r.usage {
-                r.usage = usage;
-                r.worst_step = step;
-                r.mismatched = mismatched as u32;
-                r.elements = a.len() as u32;
-            }
-            r.max_abs_diff = r.max_abs_diff.max(max_d);
-            r.max_abs_expected = r.max_abs_expected.max(max_e);
-            r.nonfinite += nonfinite as u32;
-        }
-        if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
-            let (gd, gp) = theory_factors(&red, comparison, a.len());
-            for (p, tols) in tolerances.iter().enumerate() {
-                let m = max_ratio(cond, e, tols[c]);
-                let (ud, up) = (gd * m, gp * m);
-                let r = &mut out[p];
-                r.theory_det = if r.theory_det.is_nan() {
-                    ud
-                } else {
-                    r.theory_det.max(ud)
-                };
-                r.theory_prob = if r.theory_prob.is_nan() {
-                    up
-                } else {
-                    r.theory_prob.max(up)
-                };
-            }
-        }
-        *first = false;
+        fold_pair(spec, &pair, tolerances, traces, fused, out, first);
     });
+}
+
+/// One (actual, expected) tensor pair of check `c` in `comparison` at `step`.
+struct Pair<'t> {
+    c: usize,
+    comparison: Comparison,
+    step: StepLabel,
+    a: &'t [f64],
+    e: &'t [f64],
+}
+
+/// Folds one tensor pair into `out` as [`fold_comparison`] does, given what
+/// [`pair_stats_finite`] returns for it under the two policies (`fused`; None: computed here
+/// per policy, as for any other number of policies).
+fn fold_pair(
+    spec: &CheckSpec,
+    pair: &Pair<'_>,
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    fused: Option<PairStats>,
+    out: &mut [SeedCheck],
+    first: &mut bool,
+) {
+    let &Pair {
+        c,
+        comparison,
+        step,
+        a,
+        e,
+    } = pair;
+    let (max_d, max_e) = match &fused {
+        Some((_, mags)) => *mags,
+        None => magnitude_stats(a, e),
+    };
+    for (p, tols) in tolerances.iter().enumerate() {
+        let (usage, mismatched, nonfinite) = match &fused {
+            Some((pair, _)) => pair[p],
+            None => usage_stats(a, e, tols[c]),
+        };
+        let r = &mut out[p];
+        if *first || usage > r.usage {
+            r.usage = usage;
+            r.worst_step = step;
+            r.mismatched = mismatched as u32;
+            r.elements = a.len() as u32;
+        }
+        r.max_abs_diff = r.max_abs_diff.max(max_d);
+        r.max_abs_expected = r.max_abs_expected.max(max_e);
+        r.nonfinite += nonfinite as u32;
+    }
+    if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
+        let (gd, gp) = theory_factors(&red, comparison, a.len());
+        for (p, tols) in tolerances.iter().enumerate() {
+            let m = max_ratio(cond, e, tols[c]);
+            let (ud, up) = (gd * m, gp * m);
+            let r = &mut out[p];
+            r.theory_det = if r.theory_det.is_nan() {
+                ud
+            } else {
+                r.theory_det.max(ud)
+            };
+            r.theory_prob = if r.theory_prob.is_nan() {
+                up
+            } else {
+                r.theory_prob.max(up)
+            };
+        }
+    }
+    *first = false;
+}
+
+/// Elements per chunk of [`StreamedEval`]'s fused fold: three comparisons' chunks
+/// (3 × 64 KiB of f64 inputs) stay in the core's L2 between the passes that read them.
+const FUSED_CHUNK: usize = 8192;
+
+/// [`pair_stats_finite`]'s result for a whole tensor from its results for consecutive
+/// chunks: maxima of the usages and magnitudes, sums of the counts. The maxima do not
+/// depend on how the elements are grouped (every value is finite and ≥ 0), so this is the
+/// same result bit for bit; a chunk with a non-finite value gives None for the whole, as
+/// the whole tensor does.
+fn merge_pair_stats(total: &mut PairStats, part: &PairStats) {
+    for (t, p) in total.0.iter_mut().zip(&part.0) {
+        if p.0 > t.0 {
+            t.0 = p.0;
+        }
+        t.1 += p.1;
+        t.2 += p.2;
+    }
+    if part.1 .0 > total.1 .0 {
+        total.1 .0 = part.1 .0;
+    }
+    if part.1 .1 > total.1 .1 {
+        total.1 .1 = part.1 .1;
+    }
 }
 
 /// One seed's evaluation folded step by step, for a parametrization that runs in lockstep
@@ -359,6 +424,24 @@ pub struct StreamedEval {
 /// e buckets of the streamed staircase prefilter: the top 16 bits of e's bit pattern (the
 /// exponent and 4 mantissa bits; e ≥ 0, so bucket order is value order).
 const E_BUCKETS: usize = 1 << 16;
+
+/// The e bucket of a point's e (see [`E_BUCKETS`]).
+fn e_bucket(e: f64) -> usize {
+    (e.to_bits() >> 48) as usize
+}
+
+/// Pass 1 of the streamed frontier over one tensor pair: every point offered to the
+/// anchors in order, and the largest d per e bucket.
+fn scan_points(a: &[f64], e: &[f64], scan: &mut AnchorScan, bucket_max: &mut [f64]) {
+    for (&x, &y) in a.iter().zip(e) {
+        let q = pair_point(x, y);
+        scan.add(q);
+        let b = &mut bucket_max[e_bucket(q.1)];
+        if q.0 > *b {
+            *b = q.0;
+        }
+    }
+}
 
 impl StreamedEval {
     /// An empty fold for `checks` under `policies` policies; frontiers too when asked.
@@ -384,41 +467,41 @@ impl StreamedEval {
     ) {
         let np = tolerances.len();
         for (c, spec) in checks.iter().enumerate() {
-            for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
-                let i = c * Comparison::ALL.len() + k;
-                let out = &mut self.out[i * np..(i + 1) * np];
-                fold_comparison(
-                    spec,
-                    c,
-                    comparison,
-                    tolerances,
-                    traces,
-                    out,
-                    &mut self.first[i],
-                );
+            let frontiers = !self.scans.is_empty();
+            if frontiers {
+                self.bucket_max.clear();
+                self.bucket_max.resize(E_BUCKETS, 0.0);
+            }
+            if !self.fold_fused(spec, c, tolerances, traces, asserted) {
+                for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
+                    let i = c * Comparison::ALL.len() + k;
+                    let out = &mut self.out[i * np..(i + 1) * np];
+                    fold_comparison(
+                        spec,
+                        c,
+                        comparison,
+                        tolerances,
+                        traces,
+                        out,
+                        &mut self.first[i],
+                    );
+                }
+                if frontiers {
+                    let (scan, bucket_max) = (&mut self.scans[c], &mut self.bucket_max);
+                    for_each_pair(traces, c, spec, asserted, |_, a, e| {
+                        scan_points(a, e, scan, bucket_max);
+                    });
+                }
             }
             // No frontiers asked for: no scans.
-            if self.scans.is_empty() {
+            if !frontiers {
                 continue;
             }
-            // Pass 1: every point offered to the anchors in order, and the largest d per e
-            // bucket. Pass 2: only the points no point of a lower bucket dominates (those
-            // have a smaller e and at least the same d) go on to the staircase.
-            let scan = &mut self.scans[c];
+            // Pass 1 (above, with the fold) offered every point to the anchors in order and
+            // kept the largest d per e bucket. Pass 2: only the points no point of a lower
+            // bucket dominates (those have a smaller e and at least the same d) go on to
+            // the staircase.
             let bucket_max = &mut self.bucket_max;
-            bucket_max.clear();
-            bucket_max.resize(E_BUCKETS, 0.0);
-            let bucket = |e: f64| (e.to_bits() >> 48) as usize;
-            for_each_pair(traces, c, spec, asserted, |_, a, e| {
-                for (&x, &y) in a.iter().zip(e) {
-                    let q = pair_point(x, y);
-                    scan.add(q);
-                    let b = &mut bucket_max[bucket(q.1)];
-                    if q.0 > *b {
-                        *b = q.0;
-                    }
-                }
-            });
             // Exclusive prefix maximum: the largest d over the buckets below.
             let mut below = 0.0f64;
             for b in bucket_max.iter_mut() {
@@ -433,13 +516,91 @@ impl StreamedEval {
             for_each_pair(traces, c, spec, asserted, |_, a, e| {
                 for (&x, &y) in a.iter().zip(e) {
                     let q = pair_point(x, y);
-                    if q.0 > 0.0 && q.0 > bucket_max[bucket(q.1)] {
+                    if q.0 > 0.0 && q.0 > bucket_max[e_bucket(q.1)] {
                         tmp.push(q);
                     }
                 }
             });
             staircase_merge(&mut self.stairs[c], tmp);
         }
+    }
+
+    /// The fold of check `c` over this step's traces (all three comparisons, and pass 1 of
+    /// the frontiers when asked for) in chunks of [`FUSED_CHUNK`] elements, each chunk of
+    /// the three traces read from memory once for all of them instead of once per
+    /// comparison and pass; the same results as the per-comparison fold, bit for bit (see
+    /// [`merge_pair_stats`]; the anchors see the same points in the same order). Returns
+    /// false, having done nothing, where it does not apply: other than two policies, or
+    /// comparisons whose tensors do not pair up one for one.
+    fn fold_fused(
+        &mut self,
+        spec: &CheckSpec,
+        c: usize,
+        tolerances: &[Vec<Tolerance>],
+        traces: &Traces,
+        asserted: Comparison,
+    ) -> bool {
+        if tolerances.len() != 2 {
+            return false;
+        }
+        let mut pairs: [Vec<Pair<'_>>; 3] = Default::default();
+        for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
+            for_each_pair(traces, c, spec, comparison, |step, a, e| {
+                pairs[k].push(Pair {
+                    c,
+                    comparison,
+                    step,
+                    a,
+                    e,
+                })
+            });
+        }
+        let lined_up = pairs[1..].iter().all(|p| {
+            p.len() == pairs[0].len()
+                && p.iter().zip(&pairs[0]).all(|(x, y)| {
+                    x.step == y.step && x.a.len() == y.a.len() && x.e.len() == y.a.len()
+                })
+        }) && pairs[0].iter().all(|p| p.e.len() == p.a.len());
+        if !lined_up {
+            return false;
+        }
+        let (t1, t2) = (tolerances[0][c], tolerances[1][c]);
+        let ka = Comparison::ALL.iter().position(|&k| k == asserted);
+        let frontiers = !self.scans.is_empty();
+        for t in 0..pairs[0].len() {
+            let n = pairs[0][t].a.len();
+            let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
+            for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
+                let r = start..(start + FUSED_CHUNK).min(n);
+                for (k, total) in stats.iter_mut().enumerate() {
+                    let p = &pairs[k][t];
+                    let (a, e) = (&p.a[r.clone()], &p.e[r.clone()]);
+                    if let Some(acc) = total {
+                        match pair_stats_finite(a, e, t1, t2) {
+                            Some(part) => merge_pair_stats(acc, &part),
+                            None => *total = None,
+                        }
+                    }
+                    if frontiers && ka == Some(k) {
+                        scan_points(a, e, &mut self.scans[c], &mut self.bucket_max);
+                    }
+                }
+            }
+            for (k, stat) in stats.into_iter().enumerate() {
+                let i = c * Comparison::ALL.len() + k;
+                let out = &mut self.out[i * 2..(i + 1) * 2];
+                fold_pair(
+                    spec,
+                    &pairs[k][t],
+                    tolerances,
+                    traces,
+                    stat,
+                    out,
+                    &mut self.first[i],
+                );
+            }
+        }
+        true
     }
 
     /// The folded entries (layout of [`evaluate`]) and, when asked for, the frontier of
