@@ -567,8 +567,8 @@ impl StreamedEval {
         let (t1, t2) = (tolerances[0][c], tolerances[1][c]);
         let ka = Comparison::ALL.iter().position(|&k| k == asserted);
         let frontiers = !self.scans.is_empty();
-        for t in 0..pairs[0].len() {
-            let n = pairs[0][t].a.len();
+        for (t, lead) in pairs[0].iter().enumerate() {
+            let n = lead.a.len();
             let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
             for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
                 let r = start..(start + FUSED_CHUNK).min(n);
