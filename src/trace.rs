@@ -33,8 +33,11 @@ pub struct Slot {
     pub step: StepLabel,
     /// What the slot holds.
     pub role: SlotRole,
-    /// Offset into [`Trace::values`].
+    /// Offset into [`Trace::values`]; for a lent slot, the index of its view (see
+    /// [`Trace::record_lent`]).
     pub start: usize,
+    /// Whether the slot is a view of the computation's own buffer instead of a copy.
+    pub lent: bool,
     /// Number of elements.
     pub len: usize,
 }
@@ -46,13 +49,149 @@ pub struct Trace {
     pub values: Vec<f64>,
     /// The slots, in recording order.
     pub slots: Vec<Slot>,
+    /// The views of the lent slots ([`Trace::record_lent`]).
+    lent: Vec<Lent>,
+    /// Whether [`Trace::record_lent`] lends (see [`Trace::lend`]).
+    lending: bool,
+}
+
+/// A lent slot's buffer: its address and length, and its element type.
+#[derive(Debug, Clone, Copy)]
+enum Lent {
+    F32(*const f32, usize),
+    F64(*const f64, usize),
+}
+
+// SAFETY: a `Lent` is a shared view of a buffer that its owner leaves unmodified and alive
+// while the view exists (the contract of `Trace::lend`); sharing or sending a shared view of
+// immutable f32/f64 data is sound.
+unsafe impl Send for Lent {}
+// SAFETY: as above.
+unsafe impl Sync for Lent {}
+
+/// The values of one slot as they are stored: f64, or the f32 buffer of an fp32
+/// computation, which widens exactly.
+#[derive(Debug, Clone, Copy)]
+pub enum View<'a> {
+    /// f64 values.
+    F64(&'a [f64]),
+    /// f32 values (each widens to f64 exactly).
+    F32(&'a [f32]),
+}
+
+impl View<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            View::F64(v) => v.len(),
+            View::F32(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements `r` as f64: borrowed when stored as f64, else widened into `buf`.
+    pub fn f64s<'b>(&'b self, r: std::ops::Range<usize>, buf: &'b mut Vec<f64>) -> &'b [f64] {
+        match *self {
+            View::F64(v) => &v[r],
+            View::F32(v) => {
+                buf.clear();
+                buf.extend(v[r].iter().map(|&x| f64::from(x)));
+                buf
+            }
+        }
+    }
 }
 
 impl Trace {
-    /// Forgets every slot, keeping capacity.
+    /// Forgets every slot (and every lent view), keeping capacity.
     pub fn clear(&mut self) {
         self.values.clear();
         self.slots.clear();
+        self.lent.clear();
+    }
+
+    /// Turns lending on or off (off by default): while on, [`Trace::record_lent`] records a
+    /// view of the caller's buffer instead of a copy of its values. Turning it off clears
+    /// the trace.
+    ///
+    /// # Safety
+    /// While lending is on, every buffer passed to [`Trace::record_lent`] must stay alive
+    /// and unmodified until this trace is next cleared ([`Trace::clear`], or `lend(false)`).
+    pub unsafe fn lend(&mut self, on: bool) {
+        if !on {
+            self.clear();
+        }
+        self.lending = on;
+    }
+
+    /// [`Trace::record`] of a buffer its computation does not modify before the trace is
+    /// cleared (a parameter after the optimizer step, the gradient the step used): a view of
+    /// it while lending is on ([`Trace::lend`]), a copy otherwise.
+    pub fn record_lent<R: Real>(&mut self, check: usize, step: StepLabel, data: &[R]) {
+        use std::any::TypeId;
+        if !self.lending {
+            return self.record(check, step, data);
+        }
+        let (ptr, len) = (data.as_ptr(), data.len());
+        let view = if TypeId::of::<R>() == TypeId::of::<f32>() {
+            Lent::F32(ptr as *const f32, len)
+        } else if TypeId::of::<R>() == TypeId::of::<f64>() {
+            Lent::F64(ptr as *const f64, len)
+        } else {
+            return self.record(check, step, data);
+        };
+        self.slots.push(Slot {
+            check,
+            step,
+            role: SlotRole::Value,
+            start: self.lent.len(),
+            len,
+            lent: true,
+        });
+        self.lent.push(view);
+    }
+
+    /// Whether every slot is stored as f64 (no lent fp32 buffer).
+    pub fn all_f64(&self) -> bool {
+        self.lent.iter().all(|l| matches!(l, Lent::F64(..)))
+    }
+
+    /// A copy with every slot's values stored in the copy as f64 (lent views widened and
+    /// copied; the same slots in the same order).
+    pub fn widened(&self) -> Trace {
+        let mut t = Trace::default();
+        for s in &self.slots {
+            let start = t.values.len();
+            match self.view(s) {
+                View::F64(v) => t.values.extend_from_slice(v),
+                View::F32(v) => t.values.extend(v.iter().map(|&x| f64::from(x))),
+            }
+            t.slots.push(Slot {
+                start,
+                lent: false,
+                ..*s
+            });
+        }
+        t
+    }
+
+    /// The values of a slot as stored.
+    pub fn view(&self, slot: &Slot) -> View<'_> {
+        if !slot.lent {
+            return View::F64(self.data(slot));
+        }
+        // SAFETY: the view was recorded while lending was on, and the trace has not been
+        // cleared since, so its buffer is alive and unmodified (the contract of `lend`).
+        unsafe {
+            match self.lent[slot.start] {
+                Lent::F32(p, n) => View::F32(std::slice::from_raw_parts(p, n)),
+                Lent::F64(p, n) => View::F64(std::slice::from_raw_parts(p, n)),
+            }
+        }
     }
 
     /// Records `data` as the value of `check` at `step`.
@@ -76,11 +215,19 @@ impl Trace {
             role,
             start,
             len: data.len(),
+            lent: false,
         });
     }
 
-    /// The values of a slot.
+    /// The values of a slot stored as f64 (every slot but a lent fp32 buffer, which
+    /// [`Trace::view`] reads; asked for here it panics).
     pub fn data(&self, slot: &Slot) -> &[f64] {
+        if slot.lent {
+            return match self.view(slot) {
+                View::F64(v) => v,
+                View::F32(_) => panic!("a lent fp32 slot is read through Trace::view"),
+            };
+        }
         &self.values[slot.start..slot.start + slot.len]
     }
 }

@@ -11,7 +11,7 @@ use seedsweep::catalog::{Catalog, Selection};
 use seedsweep::engine::evaluate::{evaluate, unit_frontiers, StreamedEval};
 use seedsweep::engine::run::{run_group, run_group_streamed};
 use seedsweep::scenario::{Traces, Workspace};
-use seedsweep::trace::Trace;
+use seedsweep::trace::{SlotRole, Trace, View};
 
 /// T1's file with one parametrization at hidden size `hidden` (the rest unchanged).
 fn t1_at_hidden(hidden: usize) -> tempfile::NamedTempFile {
@@ -53,7 +53,10 @@ fn fingerprint(traces: &[&Trace]) -> Vec<String> {
         .iter()
         .flat_map(|t| {
             t.slots.iter().map(|s| {
-                let bits: Vec<u64> = t.data(s).iter().map(|x| x.to_bits()).collect();
+                let bits: Vec<u64> = match t.view(s) {
+                    View::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+                    View::F32(v) => v.iter().map(|&x| f64::from(x).to_bits()).collect(),
+                };
                 format!(
                     "{} {:?} {:?} {} {:x?}",
                     s.check, s.step, s.role, s.len, bits
@@ -83,6 +86,9 @@ fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
         let mut ws = Workspace::default();
         ws.mutant = g.mutant;
         s.run_stepwise(g.param, 8199, &g.profile, &mut ws, &mut |t: &Traces| {
+            // Parameters and gradients are lent, not copied (fp32 ones as f32 buffers).
+            assert!(t.f64.slots.iter().any(|s| s.lent));
+            assert!(!t.reference.all_f64() && !t.sharded.all_f64());
             steps.push([
                 fingerprint(&[&t.f64]),
                 fingerprint(&[&t.reference]),
@@ -202,21 +208,63 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
         want.iter().any(|r| r.nonfinite > 0),
         "the injected values are mismatches"
     );
-    let (f, r, sh) = (
-        by_step(&ws.traces.f64),
-        by_step(&ws.traces.reference),
-        by_step(&ws.traces.sharded),
-    );
-    let mut ev = StreamedEval::new(checks, g.tolerances.len(), true);
-    for ((f, r), sh) in f.into_iter().zip(r).zip(sh) {
-        let t = Traces {
-            f64: f,
-            reference: r,
-            sharded: sh,
-        };
-        ev.step(checks, &g.tolerances, &t, s.asserted_comparison());
+    // Once with every value copied into the traces, once with the fp32 values lent as f32
+    // buffers, as a streamed run records parameters and gradients.
+    for lent in [false, true] {
+        let (f, r, sh) = (
+            by_step(&ws.traces.f64),
+            by_step(&ws.traces.reference),
+            by_step(&ws.traces.sharded),
+        );
+        let mut ev = StreamedEval::new(checks, g.tolerances.len(), true);
+        let mut buffers = Vec::new();
+        for ((f, r), sh) in f.into_iter().zip(r).zip(sh) {
+            let t = if lent {
+                Traces {
+                    f64: f,
+                    reference: lent_f32(&r, &mut buffers),
+                    sharded: lent_f32(&sh, &mut buffers),
+                }
+            } else {
+                Traces {
+                    f64: f,
+                    reference: r,
+                    sharded: sh,
+                }
+            };
+            assert_eq!(t.reference.all_f64(), !lent);
+            ev.step(checks, &g.tolerances, &t, s.asserted_comparison());
+        }
+        let (got, got_fr) = ev.finish();
+        assert_eq!(format!("{got:?}"), format!("{want:?}"), "lent: {lent}");
+        assert_eq!(
+            format!("{got_fr:?}"),
+            format!("{want_fr:?}"),
+            "lent: {lent}"
+        );
     }
-    let (got, got_fr) = ev.finish();
-    assert_eq!(format!("{got:?}"), format!("{want:?}"));
-    assert_eq!(format!("{got_fr:?}"), format!("{want_fr:?}"));
+}
+
+/// `t` re-recorded with every value slot lent as an f32 buffer (kept alive in `buffers`,
+/// which the caller holds past every use of the trace); the values of an fp32 trace are
+/// f32 values, so they narrow exactly.
+fn lent_f32(t: &Trace, buffers: &mut Vec<Vec<f32>>) -> Trace {
+    let mut out = Trace::default();
+    // SAFETY: every lent buffer is moved into `buffers` (its heap block does not move) and
+    // never modified; the caller keeps `buffers` alive while it uses the trace.
+    unsafe { out.lend(true) };
+    for s in &t.slots {
+        let v = t.data(s);
+        if s.role == SlotRole::Value {
+            let b: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            assert!(b.iter().zip(v).all(
+                |(&n, &w)| f64::from(n).to_bits() == w.to_bits() || (w.is_nan() && n.is_nan())
+            ));
+            out.record_lent(s.check, s.step, &b);
+            buffers.push(b);
+        } else {
+            out.record_role(s.check, s.step, s.role, v);
+        }
+    }
+    out
 }

@@ -19,7 +19,7 @@ use crate::stats::frontier::{
     frontier, keep_pairs, pair_point, scan_anchors, scan_pairs, staircase_merge,
     two_pass_is_vectorized, AnchorScan,
 };
-use crate::trace::{Slot, SlotRole, Trace};
+use crate::trace::{Slot, SlotRole, Trace, View};
 
 /// One of the three comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,6 +100,33 @@ pub fn for_each_pair<'t>(
     comparison: Comparison,
     mut f: impl FnMut(StepLabel, &'t [f64], &'t [f64]),
 ) {
+    for_each_slot_pair(traces, check, spec, comparison, |step, (at, a), (et, e)| {
+        f(step, at.data(a), et.data(e))
+    });
+}
+
+/// [`for_each_pair`] with the tensors as stored ([`View`]: a lent fp32 buffer is not
+/// widened).
+pub fn for_each_view_pair<'t>(
+    traces: &'t Traces,
+    check: usize,
+    spec: &CheckSpec,
+    comparison: Comparison,
+    mut f: impl FnMut(StepLabel, View<'t>, View<'t>),
+) {
+    for_each_slot_pair(traces, check, spec, comparison, |step, (at, a), (et, e)| {
+        f(step, at.view(a), et.view(e))
+    });
+}
+
+/// The pairing of [`for_each_pair`]: (trace, slot) of the actual and of the expected side.
+fn for_each_slot_pair<'t>(
+    traces: &'t Traces,
+    check: usize,
+    spec: &CheckSpec,
+    comparison: Comparison,
+    mut f: impl FnMut(StepLabel, (&'t Trace, &'t Slot), (&'t Trace, &'t Slot)),
+) {
     let (actual, expected) = comparison.sides(traces);
     let self_role = match comparison {
         Comparison::ShardedVsRef => SlotRole::SelfExpectedF32,
@@ -115,7 +142,7 @@ pub fn for_each_pair<'t>(
                 .iter()
                 .find(|s| s.check == check && s.step == slot.step && s.role == self_role)
                 .expect("self-consistent checks record their expectations after the value");
-            f(slot.step, actual.data(slot), actual.data(exp_slot));
+            f(slot.step, (actual, slot), (actual, exp_slot));
         } else {
             while j < expected.slots.len() {
                 let s = &expected.slots[j];
@@ -130,7 +157,7 @@ pub fn for_each_pair<'t>(
                 .expect("every computation records the same checks and steps");
             debug_assert_eq!(s.len, slot.len);
             j += 1;
-            f(slot.step, actual.data(slot), expected.data(s));
+            f(slot.step, (actual, slot), (expected, s));
         }
     }
 }
@@ -302,6 +329,7 @@ fn fold_comparison(
             c,
             comparison,
             step,
+            len: a.len(),
             a,
             e,
         };
@@ -309,11 +337,14 @@ fn fold_comparison(
     });
 }
 
-/// One (actual, expected) tensor pair of check `c` in `comparison` at `step`.
+/// One (actual, expected) tensor pair of check `c` in `comparison` at `step`, of `len`
+/// elements. [`fold_pair`] reads `a` and `e` only without precomputed statistics or for the
+/// theory columns; otherwise they may be empty.
 struct Pair<'t> {
     c: usize,
     comparison: Comparison,
     step: StepLabel,
+    len: usize,
     a: &'t [f64],
     e: &'t [f64],
 }
@@ -334,6 +365,7 @@ fn fold_pair(
         c,
         comparison,
         step,
+        len,
         a,
         e,
     } = pair;
@@ -351,14 +383,14 @@ fn fold_pair(
             r.usage = usage;
             r.worst_step = step;
             r.mismatched = mismatched as u32;
-            r.elements = a.len() as u32;
+            r.elements = len as u32;
         }
         r.max_abs_diff = r.max_abs_diff.max(max_d);
         r.max_abs_expected = r.max_abs_expected.max(max_e);
         r.nonfinite += nonfinite as u32;
     }
     if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
-        let (gd, gp) = theory_factors(&red, comparison, a.len());
+        let (gd, gp) = theory_factors(&red, comparison, len);
         for (p, tols) in tolerances.iter().enumerate() {
             let m = max_ratio(cond, e, tols[c]);
             let (ud, up) = (gd * m, gp * m);
@@ -419,6 +451,10 @@ pub struct StreamedEval {
     /// Per e bucket, the largest d of the current step's points (see [`StreamedEval::step`]).
     bucket_max: Vec<f64>,
     tmp: Vec<(f64, f64)>,
+    /// Widened chunks of fp32 views ([`View::f64s`]): actual and expected of each comparison.
+    chunks: [Vec<f64>; 6],
+    /// Whole tensors widened where the fold needs them.
+    whole: [Vec<f64>; 2],
 }
 
 /// e buckets of the streamed staircase prefilter: the top 16 bits of e's bit pattern (the
@@ -454,10 +490,14 @@ impl StreamedEval {
             stairs: vec![Vec::new(); if frontiers { checks.len() } else { 0 }],
             bucket_max: Vec::new(),
             tmp: Vec::new(),
+            chunks: Default::default(),
+            whole: Default::default(),
         }
     }
 
     /// Folds one step's traces (`asserted`: the comparison the frontiers are taken in).
+    /// The traces may hold lent fp32 buffers ([`crate::trace::Trace::lend`]): they are read
+    /// chunk by chunk, widened exactly, so the results are those of the widened copies.
     pub fn step(
         &mut self,
         checks: &[CheckSpec],
@@ -466,6 +506,8 @@ impl StreamedEval {
         asserted: Comparison,
     ) {
         let np = tolerances.len();
+        // A widened copy of this step's traces, made only if a fold below needs one.
+        let mut widened: Option<Traces> = None;
         for (c, spec) in checks.iter().enumerate() {
             let frontiers = !self.scans.is_empty();
             if frontiers {
@@ -473,22 +515,23 @@ impl StreamedEval {
                 self.bucket_max.resize(E_BUCKETS, 0.0);
             }
             if !self.fold_fused(spec, c, tolerances, traces, asserted) {
+                let t = if traces.reference.all_f64() && traces.sharded.all_f64() {
+                    traces
+                } else {
+                    widened.get_or_insert_with(|| Traces {
+                        f64: traces.f64.widened(),
+                        reference: traces.reference.widened(),
+                        sharded: traces.sharded.widened(),
+                    })
+                };
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
-                    fold_comparison(
-                        spec,
-                        c,
-                        comparison,
-                        tolerances,
-                        traces,
-                        out,
-                        &mut self.first[i],
-                    );
+                    fold_comparison(spec, c, comparison, tolerances, t, out, &mut self.first[i]);
                 }
                 if frontiers {
                     let (scan, bucket_max) = (&mut self.scans[c], &mut self.bucket_max);
-                    for_each_pair(traces, c, spec, asserted, |_, a, e| {
+                    for_each_pair(t, c, spec, asserted, |_, a, e| {
                         scan_points(a, e, scan, bucket_max);
                     });
                 }
@@ -513,11 +556,16 @@ impl StreamedEval {
             }
             let tmp = &mut self.tmp;
             tmp.clear();
-            for_each_pair(traces, c, spec, asserted, |_, a, e| {
-                for (&x, &y) in a.iter().zip(e) {
-                    let q = pair_point(x, y);
-                    if q.0 > 0.0 && q.0 > bucket_max[e_bucket(q.1)] {
-                        tmp.push(q);
+            let [ca, ce, ..] = &mut self.chunks;
+            for_each_view_pair(traces, c, spec, asserted, |_, a, e| {
+                for start in (0..a.len()).step_by(FUSED_CHUNK) {
+                    let r = start..(start + FUSED_CHUNK).min(a.len());
+                    let (a, e) = (a.f64s(r.clone(), ca), e.f64s(r, ce));
+                    for (&x, &y) in a.iter().zip(e) {
+                        let q = pair_point(x, y);
+                        if q.0 > 0.0 && q.0 > bucket_max[e_bucket(q.1)] {
+                            tmp.push(q);
+                        }
                     }
                 }
             });
@@ -543,38 +591,42 @@ impl StreamedEval {
         if tolerances.len() != 2 {
             return false;
         }
-        let mut pairs: [Vec<Pair<'_>>; 3] = Default::default();
+        let mut pairs: [Vec<(StepLabel, View<'_>, View<'_>)>; 3] = Default::default();
         for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
-            for_each_pair(traces, c, spec, comparison, |step, a, e| {
-                pairs[k].push(Pair {
-                    c,
-                    comparison,
-                    step,
-                    a,
-                    e,
-                })
+            for_each_view_pair(traces, c, spec, comparison, |step, a, e| {
+                pairs[k].push((step, a, e))
             });
         }
-        let lined_up = pairs[1..].iter().all(|p| {
+        let lined_up = pairs.iter().all(|p| {
             p.len() == pairs[0].len()
-                && p.iter().zip(&pairs[0]).all(|(x, y)| {
-                    x.step == y.step && x.a.len() == y.a.len() && x.e.len() == y.a.len()
-                })
-        }) && pairs[0].iter().all(|p| p.e.len() == p.a.len());
+                && p.iter()
+                    .zip(&pairs[0])
+                    .all(|(x, y)| x.0 == y.0 && x.1.len() == y.1.len() && x.2.len() == y.1.len())
+        });
         if !lined_up {
             return false;
         }
         let (t1, t2) = (tolerances[0][c], tolerances[1][c]);
         let ka = Comparison::ALL.iter().position(|&k| k == asserted);
-        let frontiers = !self.scans.is_empty();
+        let Self {
+            out,
+            first,
+            scans,
+            bucket_max,
+            chunks,
+            whole,
+            ..
+        } = self;
+        let frontiers = !scans.is_empty();
         for (t, lead) in pairs[0].iter().enumerate() {
-            let n = lead.a.len();
+            let n = lead.1.len();
             let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
             for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
                 let r = start..(start + FUSED_CHUNK).min(n);
-                for (k, total) in stats.iter_mut().enumerate() {
-                    let p = &pairs[k][t];
-                    let (a, e) = (&p.a[r.clone()], &p.e[r.clone()]);
+                for ((k, total), bufs) in stats.iter_mut().enumerate().zip(chunks.chunks_mut(2)) {
+                    let (_, av, ev) = &pairs[k][t];
+                    let [ba, be] = bufs else { unreachable!() };
+                    let (a, e) = (av.f64s(r.clone(), ba), ev.f64s(r.clone(), be));
                     if let Some(acc) = total {
                         match pair_stats_finite(a, e, t1, t2) {
                             Some(part) => merge_pair_stats(acc, &part),
@@ -582,21 +634,40 @@ impl StreamedEval {
                         }
                     }
                     if frontiers && ka == Some(k) {
-                        scan_points(a, e, &mut self.scans[c], &mut self.bucket_max);
+                        scan_points(a, e, &mut scans[c], bucket_max);
                     }
                 }
             }
             for (k, stat) in stats.into_iter().enumerate() {
+                let (step, av, ev) = &pairs[k][t];
+                let comparison = Comparison::ALL[k];
+                // The whole tensors, where the fold reads them: for the non-finite path, and
+                // for the theory columns.
+                let reads = stat.is_none()
+                    || (spec.reduction.is_some() && condition(traces, c, *step).is_some());
+                let [wa, we] = whole;
+                let (a, e) = if reads {
+                    (av.f64s(0..n, wa), ev.f64s(0..n, we))
+                } else {
+                    (&[][..], &[][..])
+                };
+                let pair = Pair {
+                    c,
+                    comparison,
+                    step: *step,
+                    len: n,
+                    a,
+                    e,
+                };
                 let i = c * Comparison::ALL.len() + k;
-                let out = &mut self.out[i * 2..(i + 1) * 2];
                 fold_pair(
                     spec,
-                    &pairs[k][t],
+                    &pair,
                     tolerances,
                     traces,
                     stat,
-                    out,
-                    &mut self.first[i],
+                    &mut out[i * 2..(i + 1) * 2],
+                    &mut first[i],
                 );
             }
         }

@@ -477,7 +477,16 @@ impl Plan {
             let label = self.label(c, s, m);
             match decl.tensor {
                 CheckTensor::Grad(t) => trace.record(c, label, &bf.dacts[t.0]),
-                CheckTensor::ParamGrad(p) => trace.record(c, label, &bf.acc[self.storage[p.0]]),
+                CheckTensor::ParamGrad(p) => {
+                    let grad = &bf.acc[self.storage[p.0]];
+                    if g.train.micro_steps == 1 {
+                        // Not modified before the next step's backward (the optimizer only
+                        // reads it): it may be lent.
+                        trace.record_lent(c, label, grad)
+                    } else {
+                        trace.record(c, label, grad)
+                    }
+                }
                 _ => {}
             }
         }
@@ -548,7 +557,8 @@ impl Plan {
         for &c in &self.by_phase[2] {
             let label = self.label(c, s, m);
             match self.graph.checks[c].tensor {
-                CheckTensor::Param(p) => trace.record(c, label, &bf.params[self.storage[p.0]]),
+                // After the step's update: not modified before the next step's.
+                CheckTensor::Param(p) => trace.record_lent(c, label, &bf.params[self.storage[p.0]]),
                 CheckTensor::SgdUpdate(p) => {
                     let i = self.storage[p.0];
                     trace.record(c, label, &bf.params[i]);

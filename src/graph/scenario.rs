@@ -1272,6 +1272,14 @@ impl Scenario for GraphScenario {
         plan.load_state(&cref, &bufs.init, &mut bufs.b32);
         plan.load_state(&csh, &bufs.init, &mut bufs.b32s);
         let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+        // The checks of parameters and their gradients are lent, not copied: views of the
+        // computations' own buffers, which nothing modifies until the next step begins,
+        // and the traces are cleared before it does (and at the end).
+        for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
+            // SAFETY: every trace is cleared at the top of each step, before `plan.step`
+            // modifies the buffers, and lending ends (clearing it) after the last step.
+            unsafe { t.lend(true) };
+        }
         for s in 0..plan.graph.train.steps {
             traces.f64.clear();
             traces.reference.clear();
@@ -1286,6 +1294,10 @@ impl Scenario for GraphScenario {
             plan.step(&mut be, &cref, s, &mut bufs.b32, &mut traces.reference);
             plan.step(&mut be, &csh, s, &mut bufs.b32s, &mut traces.sharded);
             each_step(&traces);
+        }
+        for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
+            // SAFETY: turning lending off clears the views.
+            unsafe { t.lend(false) };
         }
         ws.traces = traces;
     }
