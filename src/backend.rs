@@ -8,7 +8,8 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_f64, matmul_tn_f64, Accum, MatmulModel, MatmulScratch, Passes,
+    matmul_f64, matmul_nt_abs_f64, matmul_nt_f64, matmul_tn_f64, Accum, MatmulModel, MatmulScratch,
+    Passes,
 };
 use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{
@@ -90,6 +91,27 @@ pub trait Backend {
         k: usize,
         n: usize,
     );
+    /// `c (m×n) = |a| · |b|ᵀ` with `b` stored `n×k`: [`Backend::matmul_nt`] of the absolute
+    /// values (the condition `Σ|a·b|` of a linear layer's outputs). The default copies the
+    /// absolute values first; the float64 backend, the one that records conditions, takes
+    /// them while it transposes `b`.
+    fn matmul_nt_abs(
+        &mut self,
+        a: &[Self::R],
+        b: &[Self::R],
+        c: &mut [Self::R],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        let abs = |v: &[Self::R]| -> Vec<Self::R> {
+            v.iter()
+                .map(|&x| if x < Self::R::ZERO { -x } else { x })
+                .collect()
+        };
+        let (a, b) = (abs(a), abs(b));
+        self.matmul_nt(&a, &b, c, m, k, n);
+    }
     /// `c (m×n) = aᵀ · b` with `a` stored `k×m` (weight gradients `dYᵀ · X`).
     fn matmul_tn(
         &mut self,
@@ -166,6 +188,9 @@ impl Backend for F64Backend {
     }
     fn matmul_nt(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_nt_f64(a, b, c, m, k, n, &mut self.scratch);
+    }
+    fn matmul_nt_abs(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+        matmul_nt_abs_f64(a, b, c, m, k, n, &mut self.scratch);
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_tn_f64(a, b, c, m, k, n);

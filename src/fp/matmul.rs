@@ -1113,22 +1113,63 @@ pub fn matmul_nt_f64(
     n: usize,
     scratch: &mut Vec<f64>,
 ) {
+    nt_f64::<false>(a, b, c, m, k, n, scratch)
+}
+
+/// c (m×n) = |a| · |b|ᵀ, b (n×k) row-major: `Σ_k |a[i][k]·b[j][k]|`, the scale of a matmul's
+/// rounding-error bounds. [`matmul_nt_f64`] of the absolute values, bit for bit (|x| is
+/// exact), with |b| taken while `b` is transposed into the scratch instead of in a copy of
+/// all of `b` (131 MB for a 32,000 × 512 head).
+pub fn matmul_nt_abs_f64(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    scratch: &mut Vec<f64>,
+) {
+    nt_f64::<true>(a, b, c, m, k, n, scratch)
+}
+
+/// [`matmul_nt_f64`], of |a| and |b| when `ABS`. Scratch: |a| (m × k) when `ABS`, then `b`
+/// transposed, all at once or one panel at a time ([`nt_panel_width`]) with the panel's
+/// block of c.
+fn nt_f64<const ABS: bool>(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    scratch: &mut Vec<f64>,
+) {
+    assert_eq!(a.len(), m * k, "matmul_nt_f64: a has the wrong length");
     assert_eq!(b.len(), k * n, "matmul_nt_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_nt_f64: c has the wrong length");
-    let Some(width) = nt_panel_width(m, k, n, 8) else {
-        // Every element of the scratch is overwritten by the transpose.
-        scratch.resize(k * n, 0.0);
-        transpose_f64(b, &mut scratch[..k * n], n, k);
-        return matmul_f64(a, &scratch[..k * n], c, m, k, n);
+    let na = if ABS { m * k } else { 0 };
+    let width = nt_panel_width(m, k, n, 8);
+    // Every element of the scratch is overwritten before it is read.
+    scratch.resize(na + width.map_or(k * n, |w| k * w + m * w), 0.0);
+    let (sa, rest) = scratch.split_at_mut(na);
+    let a: &[f64] = if ABS {
+        for (d, &x) in sa.iter_mut().zip(a) {
+            *d = x.abs();
+        }
+        sa
+    } else {
+        a
+    };
+    let Some(width) = width else {
+        transpose_f64_map::<ABS>(b, rest, n, k);
+        return matmul_f64(a, rest, c, m, k, n);
     };
     // Panel by panel, as `MatmulModel::matmul_nt` does: rows j0..j0 + p of b transposed
     // into a k × p panel, then the m × p block of c, copied into its columns.
-    let panel = k * width;
-    scratch.resize(panel + m * width, 0.0);
-    let (bt, cp) = scratch.split_at_mut(panel);
+    let (bt, cp) = rest.split_at_mut(k * width);
     for j0 in (0..n).step_by(width) {
         let p = width.min(n - j0);
-        transpose_f64(&b[j0 * k..(j0 + p) * k], &mut bt[..k * p], p, k);
+        transpose_f64_map::<ABS>(&b[j0 * k..(j0 + p) * k], &mut bt[..k * p], p, k);
         matmul_f64(a, &bt[..k * p], &mut cp[..m * p], m, k, p);
         scatter_columns(&cp[..m * p], c, n, j0, p);
     }
@@ -1137,6 +1178,11 @@ pub fn matmul_nt_f64(
 /// `dst` (cols × rows) = `src` (rows × cols)ᵀ, both row-major, in 32 × 32 tiles so that
 /// both sides are walked a cache line at a time (a copy: no arithmetic).
 pub fn transpose_f64(src: &[f64], dst: &mut [f64], rows: usize, cols: usize) {
+    transpose_f64_map::<false>(src, dst, rows, cols)
+}
+
+/// [`transpose_f64`], of the absolute values when `ABS`.
+fn transpose_f64_map<const ABS: bool>(src: &[f64], dst: &mut [f64], rows: usize, cols: usize) {
     const T: usize = 32;
     assert_eq!(
         src.len(),
@@ -1155,7 +1201,7 @@ pub fn transpose_f64(src: &[f64], dst: &mut [f64], rows: usize, cols: usize) {
             for r in r0..r1 {
                 let row = &src[r * cols + c0..r * cols + c1];
                 for (cc, &v) in (c0..c1).zip(row) {
-                    dst[cc * rows + r] = v;
+                    dst[cc * rows + r] = if ABS { v.abs() } else { v };
                 }
             }
         }
@@ -1844,6 +1890,27 @@ mod tests {
                 }
             }
             assert_f64_forms(&a, &b, m, k, n, &want);
+        }
+    }
+
+    /// |a|·|b|ᵀ equals `matmul_nt_f64` of explicit absolute-value copies, bit for bit, on
+    /// shapes with and without panels (signed inputs, so the absolute values matter).
+    #[test]
+    fn nt_abs_equals_nt_of_the_absolute_values() {
+        let mut rng = Rng(29);
+        for (m, k, n) in [(3, 5, 7), (10, 300, 451), (4, 64, 2100), (70, 40, 5000)] {
+            let a: Vec<f64> = (0..m * k).map(|_| rng.val() as f64 - 0.5).collect();
+            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0 - 0.2).collect();
+            let abs = |v: &[f64]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+            let mut want = vec![f64::NAN; m * n];
+            matmul_nt_f64(&abs(&a), &abs(&b), &mut want, m, k, n, &mut Vec::new());
+            let mut got = vec![f64::NAN; m * n];
+            matmul_nt_abs_f64(&a, &b, &mut got, m, k, n, &mut vec![7.0; 3]);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{m}x{k}x{n}");
+            let mut plain = vec![f64::NAN; m * n];
+            matmul_nt_f64(&a, &b, &mut plain, m, k, n, &mut Vec::new());
+            assert_ne!(bits(&plain), bits(&want), "the signs change the result");
         }
     }
 

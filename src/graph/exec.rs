@@ -21,7 +21,8 @@ use crate::model::activations::{
 use crate::model::condition::record_condition;
 use crate::model::layers::{
     accumulate, add_row_bias, column_sums, column_sums_generic, embedding_backward,
-    embedding_lookup, linear, sgd, sgd_unfused, tanh_backward, tanh_inplace,
+    embedding_backward_add, embedding_lookup, linear, sgd, sgd_unfused, tanh_backward,
+    tanh_inplace,
 };
 use crate::model::loss;
 use crate::model::norm::{
@@ -119,6 +120,8 @@ pub struct Bufs<R> {
     acc: Vec<Vec<R>>,
     old: Vec<Vec<R>>,
     tmp_p: Vec<R>,
+    /// One embedding row ([`embedding_backward_add`]).
+    tmp_row: Vec<R>,
     tmp_a: Vec<R>,
     expect: Vec<R>,
     expect64: Vec<f64>,
@@ -835,9 +838,22 @@ impl Plan {
                     embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut d);
                     bf.drift[1] = d;
                 } else if mutant != Some(Mutant::DroppedEmbeddingGrad) {
-                    let mut dst = self.grad_target(bf, s);
-                    embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut dst);
-                    self.grad_done(bf, s, dst);
+                    if bf.pset[s] {
+                        // A second contribution (a tied head's came first): added in place,
+                        // the same operations as adding a table-sized buffer of it.
+                        embedding_backward_add(
+                            &bf.dacts[out.0],
+                            dim,
+                            ids,
+                            padding_idx,
+                            &mut bf.pgrad[s],
+                            &mut bf.tmp_row,
+                        );
+                    } else {
+                        let mut dst = self.grad_target(bf, s);
+                        embedding_backward(&bf.dacts[out.0], dim, ids, padding_idx, &mut dst);
+                        self.grad_done(bf, s, dst);
+                    }
                 }
             }
             Op::Linear {

@@ -7,8 +7,8 @@ use crate::real::Real;
 use crate::trace::Trace;
 
 /// Records `Σ_k |h[t][k]·W[v][k]|` for every logit (the scale of the matmul's rounding-error
-/// bounds) as the check's condition slot: |h|·|W|ᵀ with the backend's matmul (the float64
-/// one, so it is exact to f64 rounding).
+/// bounds) as the check's condition slot: |h|·|W|ᵀ with the backend's matmul
+/// ([`Backend::matmul_nt_abs`]; the float64 one, so it is exact to f64 rounding).
 #[allow(clippy::too_many_arguments)]
 pub fn record_condition<B: Backend>(
     be: &mut B,
@@ -22,13 +22,9 @@ pub fn record_condition<B: Backend>(
     step: StepLabel,
     trace: &mut Trace,
 ) {
-    // One reusable buffer: |h| (t×k), then |W| (v×k), then the product (t×v).
-    let (nh, nw) = (t * k, v * k);
-    cond.clear();
-    cond.extend(h.iter().map(|x| if *x < B::R::ZERO { -*x } else { *x }));
-    cond.extend(w.iter().map(|x| if *x < B::R::ZERO { -*x } else { *x }));
-    cond.resize(nh + nw + t * v, B::R::ZERO);
-    let (abs, out) = cond.split_at_mut(nh + nw);
-    be.matmul_nt(&abs[..nh], &abs[nh..], out, t, k, v);
-    trace.record_role(check, step, crate::trace::SlotRole::Condition, out);
+    // One reusable buffer for the product (t×v); the backend takes the absolute values.
+    debug_assert_eq!((h.len(), w.len()), (t * k, v * k));
+    cond.resize(t * v, B::R::ZERO);
+    be.matmul_nt_abs(h, w, cond, t, k, v);
+    trace.record_role(check, step, crate::trace::SlotRole::Condition, cond);
 }

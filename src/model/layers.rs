@@ -38,6 +38,52 @@ pub fn embedding_backward<R: Real>(
     }
 }
 
+/// `grad[i] = grad[i] + e[i]` for every element, where `e` is what [`embedding_backward`]
+/// writes for these ids: the same IEEE operations, without a table-sized buffer for `e`.
+/// Rows no id names get `grad + 0.0` (which turns −0.0 into +0.0, as adding the zero row
+/// does); a named row's contribution is summed from +0.0 over its tokens in token order
+/// into `row` (`dim` long), then added. Row by row the result is the same because a
+/// contribution summed from +0.0 is never −0.0, so adding it after the `+ 0.0` of the rows
+/// in between changes nothing.
+pub fn embedding_backward_add<R: Real>(
+    dx: &[R],
+    dim: usize,
+    ids: &[i64],
+    padding_idx: Option<i64>,
+    grad: &mut [R],
+    row: &mut Vec<R>,
+) {
+    let mut named: Vec<usize> = ids
+        .iter()
+        .filter(|&&id| Some(id) != padding_idx)
+        .map(|&id| id as usize)
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    let mut next = named.iter().peekable();
+    for (r, g_row) in grad.chunks_exact_mut(dim.max(1)).enumerate() {
+        if next.peek() == Some(&&r) {
+            next.next();
+            row.clear();
+            row.resize(dim, R::ZERO);
+            for (t, &id) in ids.iter().enumerate() {
+                if id as usize == r && Some(id) != padding_idx {
+                    for (e, &d) in row.iter_mut().zip(&dx[t * dim..(t + 1) * dim]) {
+                        *e = *e + d;
+                    }
+                }
+            }
+            for (g, &e) in g_row.iter_mut().zip(row.iter()) {
+                *g = *g + e;
+            }
+        } else {
+            for g in g_row {
+                *g = *g + R::ZERO;
+            }
+        }
+    }
+}
+
 /// `y = x · Wᵀ + b` (`F.linear` through torch's `addmm`): without a bias the backend's
 /// matmul; with one the backend's [`Backend::linear_bias`] (by default the matmul, then
 /// `y[t][o] = acc[t][o] + b[o]` with one rounding). `x` is `m × k`, `w` is `n × k`.
@@ -224,6 +270,64 @@ mod tests {
             }
         }
         assert!((loss - expect_loss / 2.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn embedding_backward_add_is_adding_the_embedding_backward() {
+        // Against the definition: embedding_backward into a zeroed table, then grad + e
+        // element by element; with signed zeros in grad and dx (−0.0 + +0.0 = +0.0 must
+        // happen on rows no id names, and not where a contribution is added), repeated
+        // ids, padding and NaN.
+        let dim = 3;
+        let dx: Vec<f32> = vec![
+            1.5,
+            -0.0,
+            2.0, //
+            -0.0,
+            -0.0,
+            1e-3, //
+            0.25,
+            f32::NAN,
+            -4.0, //
+            7.0,
+            0.0,
+            -0.0,
+        ];
+        let base: Vec<f32> = vec![
+            -0.0,
+            1.0,
+            -2.0, //
+            -0.0,
+            -0.0,
+            0.0, //
+            3.0,
+            -0.0,
+            f32::INFINITY, //
+            -0.0,
+            5.0,
+            -0.0, //
+            0.5,
+            -0.0,
+            -0.0,
+        ];
+        for (ids, pad) in [
+            (vec![1i64, 3, 1, 0], Some(0i64)),
+            (vec![4, 4, 4, 4], None),
+            (vec![2, 0, 3, 1], Some(3)),
+            (vec![0, 0, 0, 0], Some(0)),
+        ] {
+            let mut e = vec![0.0f32; base.len()];
+            embedding_backward(&dx, dim, &ids, pad, &mut e);
+            let want: Vec<u32> = base
+                .iter()
+                .zip(&e)
+                .map(|(&g, &x)| (g + x).to_bits())
+                .collect();
+            let mut got = base.clone();
+            embedding_backward_add(&dx, dim, &ids, pad, &mut got, &mut Vec::new());
+            let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "ids {ids:?} padding {pad:?}");
+        }
     }
 
     #[test]
