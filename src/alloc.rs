@@ -1,7 +1,8 @@
 //! The process's allocator: the system allocator, with every large block marked for
 //! transparent huge pages on Linux (`madvise(MADV_HUGEPAGE)`).
 //!
-//! Why: a big-shape seed-run (V = 32,000, H = 512) touches about 2.4 GB of fresh memory, and
+//! Why: a big-shape seed-run (V = 32,000, H = 512) touched 2.4 GB of fresh memory (0.75 GB
+//! now), and
 //! on the VMs this runs on a 4 KiB page fault costs 1.5–8 µs, so faulting it in took as long
 //! as the arithmetic. Where the kernel grants 2 MiB pages (THP `enabled` = `always` or
 //! `madvise`) that is 512 times fewer faults; where it does not, the advice is ignored. No

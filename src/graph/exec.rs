@@ -122,6 +122,8 @@ pub struct Bufs<R> {
     tmp_p: Vec<R>,
     /// One embedding row ([`embedding_backward_add`]).
     tmp_row: Vec<R>,
+    /// The distinct ids of [`embedding_backward_add`].
+    tmp_ids: Vec<usize>,
     tmp_a: Vec<R>,
     expect: Vec<R>,
     expect64: Vec<f64>,
@@ -848,6 +850,7 @@ impl Plan {
                             padding_idx,
                             &mut bf.pgrad[s],
                             &mut bf.tmp_row,
+                            &mut bf.tmp_ids,
                         );
                     } else {
                         let mut dst = self.grad_target(bf, s);

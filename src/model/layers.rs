@@ -42,7 +42,8 @@ pub fn embedding_backward<R: Real>(
 /// writes for these ids: the same IEEE operations, without a table-sized buffer for `e`.
 /// Rows no id names get `grad + 0.0` (which turns −0.0 into +0.0, as adding the zero row
 /// does); a named row's contribution is summed from +0.0 over its tokens in token order
-/// into `row` (`dim` long), then added. Row by row the result is the same because a
+/// into `row` (`dim` long), then added. `named` is scratch for the distinct ids (reused: a
+/// seed-run allocates nothing here once it has grown). Row by row the result is the same because a
 /// contribution summed from +0.0 is never −0.0, so adding it after the `+ 0.0` of the rows
 /// in between changes nothing.
 pub fn embedding_backward_add<R: Real>(
@@ -52,12 +53,14 @@ pub fn embedding_backward_add<R: Real>(
     padding_idx: Option<i64>,
     grad: &mut [R],
     row: &mut Vec<R>,
+    named: &mut Vec<usize>,
 ) {
-    let mut named: Vec<usize> = ids
-        .iter()
-        .filter(|&&id| Some(id) != padding_idx)
-        .map(|&id| id as usize)
-        .collect();
+    named.clear();
+    named.extend(
+        ids.iter()
+            .filter(|&&id| Some(id) != padding_idx)
+            .map(|&id| id as usize),
+    );
     named.sort_unstable();
     named.dedup();
     let mut next = named.iter().peekable();
@@ -324,7 +327,15 @@ mod tests {
                 .map(|(&g, &x)| (g + x).to_bits())
                 .collect();
             let mut got = base.clone();
-            embedding_backward_add(&dx, dim, &ids, pad, &mut got, &mut Vec::new());
+            embedding_backward_add(
+                &dx,
+                dim,
+                &ids,
+                pad,
+                &mut got,
+                &mut Vec::new(),
+                &mut Vec::new(),
+            );
             let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "ids {ids:?} padding {pad:?}");
         }
