@@ -203,12 +203,12 @@ pub fn run(spec: &ScaleSpec, profile: &Profile) -> Vec<ScalePoint> {
         let tps: Vec<usize> = std::iter::once(1).chain(spec.tps.iter().copied()).collect();
         for (ti, &tp) in tps.iter().enumerate() {
             let mut errs: Vec<f64> = per_seed.iter().map(|s| s.err[ti]).collect();
-            errs.sort_by(f64::total_cmp);
+            errs.sort_unstable_by(f64::total_cmp);
             let mut worst = Vec::new();
             let mut p95 = Vec::new();
             for p in 0..spec.policies.len() {
                 let mut u: Vec<f64> = per_seed.iter().map(|s| s.usage[ti][p]).collect();
-                u.sort_by(f64::total_cmp);
+                u.sort_unstable_by(f64::total_cmp);
                 worst.push(*u.last().unwrap_or(&0.0));
                 p95.push(quantile_sorted(&u, 0.95));
             }

@@ -245,7 +245,7 @@ fn validate(
                 }
                 let obs = if seeds >= seeds_needed_empirical(flake) {
                     let mut s = u.clone();
-                    s.sort_by(f64::total_cmp);
+                    s.sort_unstable_by(f64::total_cmp);
                     pct(crate::stats::quantile_sorted(&s, 1.0 - flake) / 100.0)
                 } else {
                     "n/a".to_string()

@@ -381,7 +381,7 @@ fn entry_quantiles(e: &EntryAgg, seeds: usize) -> EntryQuantiles {
         _ if seeds == 0 => (0.0, 0.0, "exact"),
         Quantiles::Exact(v) => {
             let mut sorted = v.clone();
-            sorted.sort_by(f64::total_cmp);
+            sorted.sort_unstable_by(f64::total_cmp);
             (
                 quantile_sorted(&sorted, 0.5),
                 quantile_sorted(&sorted, 0.95),

@@ -1010,39 +1010,102 @@ unsafe fn matmul_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usiz
 /// registers across the whole reduction.
 const F64_BLOCK: usize = 16;
 
-/// `c_row[j] = Σ_kk a_at(kk)·b[kk][j]`, kk ascending from `c = 0`, product then sum each
-/// rounded; columns in register blocks of [`F64_BLOCK`], the tail one by one (same order).
+/// Rows of `c` per register group of [`f64_rows`].
+const F64_GROUP_ROWS: usize = 4;
+
+/// `c_rows[r][j] = Σ_kk a_at(r, kk)·b[kk][j]` for `R` consecutive rows of `c` (`c_rows`
+/// holds them, R × n; `a_at(r, kk)` is row r's a-value at kk) and every column j, kk
+/// ascending from `c = 0`, product then sum each rounded: [`f64_cols`] over blocks of
+/// [`F64_BLOCK`] columns, then one block of 8 and one of the last n mod 8 columns where
+/// they exist. Every element has that one order whatever R and the blocks are.
 #[inline(always)]
-fn f64_row(a_at: impl Fn(usize) -> f64, b: &[f64], c_row: &mut [f64], k: usize, n: usize) {
-    let full = n - n % F64_BLOCK;
+fn f64_rows<const R: usize>(
+    a_at: impl Fn(usize, usize) -> f64 + Copy,
+    b: &[f64],
+    c_rows: &mut [f64],
+    k: usize,
+    n: usize,
+) {
     let mut j0 = 0;
-    while j0 < full {
-        let mut acc = [0.0f64; F64_BLOCK];
-        for kk in 0..k {
-            let av = a_at(kk);
-            let b_blk = &b[kk * n + j0..kk * n + j0 + F64_BLOCK];
-            for j in 0..F64_BLOCK {
-                acc[j] += av * b_blk[j];
-            }
-        }
-        c_row[j0..j0 + F64_BLOCK].copy_from_slice(&acc);
+    while j0 + F64_BLOCK <= n {
+        f64_cols::<R, F64_BLOCK>(a_at, b, c_rows, k, n, j0);
         j0 += F64_BLOCK;
     }
-    if full < n {
-        let tail = &mut c_row[full..n];
-        tail.fill(0.0);
-        for kk in 0..k {
-            let av = a_at(kk);
-            for (x, &bv) in tail.iter_mut().zip(&b[kk * n + full..kk * n + n]) {
-                *x += av * bv;
+    if j0 + 8 <= n {
+        f64_cols::<R, 8>(a_at, b, c_rows, k, n, j0);
+        j0 += 8;
+    }
+    match n - j0 {
+        0 => {}
+        1 => f64_cols::<R, 1>(a_at, b, c_rows, k, n, j0),
+        2 => f64_cols::<R, 2>(a_at, b, c_rows, k, n, j0),
+        3 => f64_cols::<R, 3>(a_at, b, c_rows, k, n, j0),
+        4 => f64_cols::<R, 4>(a_at, b, c_rows, k, n, j0),
+        5 => f64_cols::<R, 5>(a_at, b, c_rows, k, n, j0),
+        6 => f64_cols::<R, 6>(a_at, b, c_rows, k, n, j0),
+        _ => f64_cols::<R, 7>(a_at, b, c_rows, k, n, j0),
+    }
+}
+
+/// Columns `j0..j0 + W` of the `R` rows of [`f64_rows`]: the R × W accumulators stay in
+/// registers across the whole reduction (W and R are constants), each piece of `b` is loaded
+/// once for all R rows, and the R · W independent chains hide the latency of the additions
+/// (an accumulator kept in memory instead, as a loop over a run-time tail width does, costs
+/// a store and a reload per kk). Per element: `c = 0; c = c + a·b` for kk ascending.
+#[inline(always)]
+fn f64_cols<const R: usize, const W: usize>(
+    a_at: impl Fn(usize, usize) -> f64,
+    b: &[f64],
+    c_rows: &mut [f64],
+    k: usize,
+    n: usize,
+    j0: usize,
+) {
+    let mut acc = [[0.0f64; W]; R];
+    for kk in 0..k {
+        let b_blk: &[f64; W] = b[kk * n + j0..kk * n + j0 + W]
+            .try_into()
+            .expect("a block of W columns");
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let av = a_at(r, kk);
+            for j in 0..W {
+                acc_r[j] += av * b_blk[j];
             }
         }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        c_rows[r * n + j0..r * n + j0 + W].copy_from_slice(acc_r);
+    }
+}
+
+/// Every row of `c` (m × n) by [`f64_rows`], [`F64_GROUP_ROWS`] rows at a time and the last
+/// m mod 4 rows as one smaller group; `a_at(i, kk)` is a[i][kk] in either layout.
+#[inline(always)]
+fn f64_grouped(
+    a_at: impl Fn(usize, usize) -> f64 + Copy,
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let full = m - m % F64_GROUP_ROWS;
+    for i0 in (0..full).step_by(F64_GROUP_ROWS) {
+        let rows = &mut c[i0 * n..(i0 + F64_GROUP_ROWS) * n];
+        f64_rows::<F64_GROUP_ROWS>(|r, kk| a_at(i0 + r, kk), b, rows, k, n);
+    }
+    let rest = &mut c[full * n..m * n];
+    match m - full {
+        0 => {}
+        1 => f64_rows::<1>(|r, kk| a_at(full + r, kk), b, rest, k, n),
+        2 => f64_rows::<2>(|r, kk| a_at(full + r, kk), b, rest, k, n),
+        _ => f64_rows::<3>(|r, kk| a_at(full + r, kk), b, rest, k, n),
     }
 }
 
 /// Bytes of `b` from which the f64 kernels switch to [`f64_tiled`]: below it `b` stays in
-/// the core's caches and the register blocks of [`f64_row`] are faster; above it `f64_row`'s
-/// column blocks walk `b` with a stride of a whole row, once per row of `c`.
+/// the core's caches and the register blocks of [`f64_rows`] are faster; above it their
+/// column blocks walk `b` with a stride of a whole row, once per group of rows of `c`.
 const F64_TILED_FROM: usize = 1 << 20;
 /// Rows of `c` per tile of [`f64_tiled`].
 const TILE_M: usize = 8;
@@ -1050,7 +1113,7 @@ const TILE_M: usize = 8;
 const TILE_N: usize = 128;
 
 /// `c[i][j] = Σ_kk a_at(i, kk)·b[kk][j]` for all i < m, j < n, element by element in the
-/// order of [`f64_row`] (`c = 0`, then `c = c + a·b` for kk ascending, product and sum each
+/// order of [`f64_rows`] (`c = 0`, then `c = c + a·b` for kk ascending, product and sum each
 /// rounded), computed tile by tile: for a tile of [`TILE_M`] rows × [`TILE_N`] columns of
 /// `c`, kk ascending, every row of the tile takes one contiguous piece of `b`'s row kk. Each
 /// row of `b` is read once per [`TILE_M`] rows of `c`, contiguously, instead of once per row
@@ -1096,9 +1159,7 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
     if b.len() * 8 >= F64_TILED_FROM {
         return f64_tiled(|i, kk| a[i * k + kk], b, c, m, k, n);
     }
-    for (i, c_row) in c.chunks_exact_mut(n).enumerate() {
-        f64_row(|kk| a[i * k + kk], b, c_row, k, n);
-    }
+    f64_grouped(|i, kk| a[i * k + kk], b, c, m, k, n);
 }
 
 /// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`]; `b` is
@@ -1249,9 +1310,7 @@ fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n
     if b.len() * 8 >= F64_TILED_FROM {
         return f64_tiled(|i, kk| a[kk * m + i], b, c, m, k, n);
     }
-    for (i, c_row) in c.chunks_exact_mut(n).enumerate() {
-        f64_row(|kk| a[kk * m + i], b, c_row, k, n);
-    }
+    f64_grouped(|i, kk| a[kk * m + i], b, c, m, k, n);
 }
 
 #[cfg(test)]
@@ -1890,6 +1949,34 @@ mod tests {
                 }
             }
             assert_f64_forms(&a, &b, m, k, n, &want);
+        }
+    }
+
+    /// Every row group (4, and the 1–3 rows left over) and every column block (16, 8, and
+    /// each tail width 1–7) of the f64 kernels, for the three forms, against the naive loop
+    /// (`c = 0; c = c + a·b` for kk ascending) bit for bit: m = 1..=11, n = 1..=40 and 67.
+    #[test]
+    fn f64_every_row_group_and_column_block_matches_naive_loop() {
+        let mut rng = Rng(41);
+        for m in 1..=11 {
+            for n in (1..=40).chain([67]) {
+                let k = [0, 1, 10, 35][(m + n) % 4];
+                let a: Vec<f64> = (0..m * k)
+                    .map(|_| rng.val() as f64 * (1.0 + 1e-9))
+                    .collect();
+                let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
+                let mut want = vec![0.0f64; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = 0.0;
+                        for kk in 0..k {
+                            acc += a[i * k + kk] * b[kk * n + j];
+                        }
+                        want[i * n + j] = acc;
+                    }
+                }
+                assert_f64_forms(&a, &b, m, k, n, &want);
+            }
         }
     }
 

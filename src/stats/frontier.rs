@@ -89,7 +89,7 @@ pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f6
         out.push((f64::INFINITY, e));
         return;
     }
-    out.sort_by(|x, y| match x.1.total_cmp(&y.1) {
+    out.sort_unstable_by(|x, y| match x.1.total_cmp(&y.1) {
         Ordering::Equal => y.0.total_cmp(&x.0),
         o => o,
     });
@@ -161,7 +161,7 @@ pub fn prefilter(pts: &mut Vec<(f64, f64)>) {
 pub fn staircase_merge(stairs: &mut Vec<(f64, f64)>, more: &mut Vec<(f64, f64)>) {
     more.retain(|q| q.0 > 0.0);
     more.append(stairs);
-    more.sort_by(|x, y| match x.1.total_cmp(&y.1) {
+    more.sort_unstable_by(|x, y| match x.1.total_cmp(&y.1) {
         Ordering::Equal => y.0.total_cmp(&x.0),
         o => o,
     });
@@ -349,7 +349,7 @@ fn order_statistic(needs: &mut [f64], k: usize) -> f64 {
     if k >= needs.len() {
         return 0.0;
     }
-    needs.sort_by(|x, y| y.total_cmp(x));
+    needs.sort_unstable_by(|x, y| y.total_cmp(x));
     needs[k]
 }
 
@@ -740,7 +740,7 @@ mod tests {
     /// (not the frontier), in the test's own sort.
     fn analytic(needs: impl Iterator<Item = f64>, k: usize) -> f64 {
         let mut v: Vec<f64> = needs.collect();
-        v.sort_by(|x, y| y.total_cmp(x));
+        v.sort_unstable_by(|x, y| y.total_cmp(x));
         v.get(k).copied().unwrap_or(0.0)
     }
 

@@ -432,7 +432,7 @@ fn observed_covariance(values: &[f64], shift: f64, gpd: Gpd) -> Option<[[f64; 2]
 /// does not cover: the fit is then rejected). Sorts a copy; NaN sorts last.
 pub fn anderson_darling(excesses: &[f64], gpd: &Gpd) -> f64 {
     let mut sorted = excesses.to_vec();
-    sorted.sort_by(f64::total_cmp);
+    sorted.sort_unstable_by(f64::total_cmp);
     anderson_darling_sorted_shifted(&sorted, 0.0, gpd)
 }
 

@@ -168,7 +168,7 @@ pub fn tail_estimate(samples: &[f64], probs: &[f64]) -> TailEstimate {
         .iter()
         .map(|&v| if v.is_nan() { f64::INFINITY } else { v })
         .collect();
-    sorted.sort_by(f64::total_cmp);
+    sorted.sort_unstable_by(f64::total_cmp);
     let any_infinite = sorted.last().is_some_and(|v| v.is_infinite());
 
     let candidates = threshold_candidates(n);
@@ -352,7 +352,7 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
         // A negative fitted shape is not trusted for extrapolation: see the doc above.
         if est.gpd.is_some_and(|g| g.shape < 0.0) {
             let mut sorted: Vec<f64> = samples.to_vec();
-            sorted.sort_by(f64::total_cmp);
+            sorted.sort_unstable_by(f64::total_cmp);
             let (k, u) = (est.exceedances, est.threshold);
             let tail = &sorted[n - k..];
             if let Some(fit) = profile::fit_fixed_shape(tail, u, 0.0) {
@@ -374,7 +374,7 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
         .iter()
         .map(|&v| if v.is_nan() { f64::INFINITY } else { v })
         .collect();
-    sorted.sort_by(f64::total_cmp);
+    sorted.sort_unstable_by(f64::total_cmp);
     if sorted[n - 1].is_infinite() {
         return not;
     }
@@ -513,7 +513,7 @@ mod tests {
         let mut v: Vec<f64> = (0..100u64)
             .map(|s| tail_estimate(&draws(&g, 1000, 9000 + s), &[1e-3]).points[0].value)
             .collect();
-        v.sort_by(f64::total_cmp);
+        v.sort_unstable_by(f64::total_cmp);
         let med = 0.5 * (v[49] + v[50]);
         assert!((med / truth - 1.0).abs() < 0.1, "median {med} vs {truth}");
     }
@@ -544,7 +544,7 @@ mod tests {
         let x = draws(&g, 400, 1);
         let est = tail_estimate(&x, &PROBS);
         let mut s = x.clone();
-        s.sort_by(f64::total_cmp);
+        s.sort_unstable_by(f64::total_cmp);
         assert_eq!(est.points[0].value, quantile_sorted(&s, 0.99));
         assert!(est.points[0].hi.is_finite());
         // 1e-4 at n = 400 is 25 times beyond 1/n: not estimable even with a GPD.
