@@ -123,6 +123,51 @@ fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
     }
 }
 
+/// One workspace streams seed after seed (the same seed twice in a row, then another): the
+/// sharded computation takes the drawn parameter buffers instead of copying them and gives
+/// them back after its last step, and the two fp32 computations share the buffers of the
+/// gradients no check records (T1's projection weight). Every run must still compute what a
+/// fresh workspace's whole run computes, so a draw that was not redone, or a recorded (lent)
+/// gradient overwritten by the other computation, shows as a difference.
+#[test]
+fn one_workspace_streams_seed_after_seed_with_shared_buffers() {
+    let file = t1_at_hidden(2048);
+    let catalog = Catalog::load(&[file.path()], None).unwrap();
+    let groups = catalog
+        .plan(&Selection {
+            scenarios: Some(vec!["t1-wide".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+    let g = &groups[0];
+    let s = &catalog.scenarios[g.scenario];
+    assert!(s.streams(g.param), "hidden 2048 should stream");
+    let mut ws = Workspace::default();
+    for seed in [8199, 8199, 8200] {
+        let mut whole = Workspace::default();
+        run_group(&catalog, g, seed, &mut whole);
+        let mut steps: Vec<[Vec<String>; 3]> = Vec::new();
+        s.run_stepwise(g.param, seed, &g.profile, &mut ws, &mut |t: &Traces| {
+            steps.push([
+                fingerprint(&[&t.f64]),
+                fingerprint(&[&t.reference]),
+                fingerprint(&[&t.sharded]),
+            ]);
+        });
+        for (k, t) in [
+            &whole.traces.f64,
+            &whole.traces.reference,
+            &whole.traces.sharded,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
+            assert_eq!(streamed, fingerprint(&[t]), "trace {k}, seed {seed}");
+        }
+    }
+}
+
 #[test]
 fn folding_the_steps_one_by_one_gives_the_all_at_once_evaluation() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();

@@ -160,6 +160,19 @@ pub(crate) struct StepCtx<'a, R> {
 }
 
 impl<R> Bufs<R> {
+    /// Swaps the gradient buffers (`pgrad` and `acc`) of the stored parameters `which` with
+    /// `other`'s, for two computations of one plan that step one after the other
+    /// ([`Plan::unrecorded_grads`]): every backward rewrites a gradient target whole before
+    /// reading it, and the optimizer step consumes it, so between steps their contents are
+    /// dead and one set of buffers serves both (only one is ever written, so only one is
+    /// faulted in).
+    pub(crate) fn swap_unrecorded_grads(&mut self, other: &mut Bufs<R>, which: &[usize]) {
+        for &i in which {
+            std::mem::swap(&mut self.pgrad[i], &mut other.pgrad[i]);
+            std::mem::swap(&mut self.acc[i], &mut other.acc[i]);
+        }
+    }
+
     /// The parameters (indexed by parameter; a tied one's entry is empty).
     pub(crate) fn params(&self) -> &[Vec<R>] {
         &self.params
@@ -336,6 +349,61 @@ impl Plan {
         init: &[Vec<f32>],
         bf: &mut Bufs<R>,
     ) {
+        self.prepare_state(cx, bf, |i, v| load(v, &init[i]));
+    }
+
+    /// [`Plan::load_state`] for an fp32 computation that takes the initial parameters
+    /// instead of copying them: each stored parameter's buffer is swapped with its `init`
+    /// entry (the same values: an fp32 load is a copy), so `init` is left holding this
+    /// computation's previous parameter buffers, whose contents are unspecified. The caller
+    /// must not read `init` as drawn values again before it is drawn anew.
+    pub(crate) fn load_state_taking(
+        &self,
+        cx: &StepCtx<'_, f32>,
+        init: &mut [Vec<f32>],
+        bf: &mut Bufs<f32>,
+    ) {
+        self.prepare_state(cx, bf, |i, v| std::mem::swap(v, &mut init[i]));
+    }
+
+    /// Gives `init` back the parameter buffers [`Plan::load_state_taking`] took into `bf`
+    /// (their contents are then this computation's last parameters, not drawn values), so
+    /// that the next draw writes into them and no second parameter-sized buffer is kept.
+    pub(crate) fn return_taken(&self, init: &mut [Vec<f32>], bf: &mut Bufs<f32>) {
+        for (i, (p, taken)) in init.iter_mut().zip(&mut bf.params).enumerate() {
+            if self.storage[i] == i {
+                std::mem::swap(taken, p);
+            }
+        }
+    }
+
+    /// The stored parameters whose gradient no check records (no `ParamGrad` check on the
+    /// parameter or a parameter tied to it): their gradient buffers hold nothing anyone
+    /// reads once a step is over, so two computations that step one after the other may
+    /// use the same buffers ([`Bufs::swap_unrecorded_grads`]).
+    pub(crate) fn unrecorded_grads(&self) -> Vec<usize> {
+        let recorded: Vec<usize> = self
+            .graph
+            .checks
+            .iter()
+            .filter_map(|c| match c.tensor {
+                CheckTensor::ParamGrad(p) => Some(self.storage[p.0]),
+                _ => None,
+            })
+            .collect();
+        (0..self.graph.params.len())
+            .filter(|&i| self.storage[i] == i && !recorded.contains(&i))
+            .collect()
+    }
+
+    /// Sizes `bf` for this graph, fills each stored parameter's buffer with `fill(index,
+    /// buffer)` and forgets the optimizer state.
+    fn prepare_state<R: Real>(
+        &self,
+        cx: &StepCtx<'_, R>,
+        bf: &mut Bufs<R>,
+        mut fill: impl FnMut(usize, &mut Vec<R>),
+    ) {
         let g = &self.graph;
         let np = g.params.len();
         bf.params.resize_with(np, Vec::new);
@@ -351,7 +419,8 @@ impl Plan {
                 continue;
             }
             let n: usize = p.shape.iter().product();
-            load(&mut bf.params[i], &init[i]);
+            fill(i, &mut bf.params[i]);
+            debug_assert_eq!(bf.params[i].len(), n, "parameter {} loaded", p.name);
             sized(&mut bf.pgrad[i], n);
             sized(&mut bf.acc[i], n);
         }

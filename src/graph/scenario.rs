@@ -1270,7 +1270,15 @@ impl Scenario for GraphScenario {
         );
         plan.load_state(&c64, &bufs.init, &mut bufs.b64);
         plan.load_state(&cref, &bufs.init, &mut bufs.b32);
-        plan.load_state(&csh, &bufs.init, &mut bufs.b32s);
+        // The last computation to load takes the drawn buffers instead of a copy (no
+        // parameter-sized copy is kept), and gives them back after the last step; `init`
+        // then holds no draw, so the next run draws again (a streamed group is alone in its
+        // family, so its seeds are not run twice in a row anyway).
+        plan.load_state_taking(&csh, &mut bufs.init, &mut bufs.b32s);
+        bufs.drawn_key = None;
+        // Gradients no check records: one set of buffers for the two fp32 computations,
+        // handed to the sharded one for its step and back after it.
+        let shared_grads = plan.unrecorded_grads();
         let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
         // The checks of parameters and their gradients are lent, not copied: views of the
         // computations' own buffers, which nothing modifies until the next step begins,
@@ -1292,13 +1300,18 @@ impl Scenario for GraphScenario {
                 &mut traces.f64,
             );
             plan.step(&mut be, &cref, s, &mut bufs.b32, &mut traces.reference);
+            bufs.b32
+                .swap_unrecorded_grads(&mut bufs.b32s, &shared_grads);
             plan.step(&mut be, &csh, s, &mut bufs.b32s, &mut traces.sharded);
+            bufs.b32
+                .swap_unrecorded_grads(&mut bufs.b32s, &shared_grads);
             each_step(&traces);
         }
         for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
             // SAFETY: turning lending off clears the views.
             unsafe { t.lend(false) };
         }
+        plan.return_taken(&mut bufs.init, &mut bufs.b32s);
         ws.traces = traces;
     }
     fn same_computation(&self, a: usize, b: usize) -> bool {
