@@ -10,6 +10,7 @@
 //!   are tested against).
 //! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
 //! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
+//! - [`exp_slice`]: the f64 exp of a slice, bit for bit libm's, vectorized.
 //! - [`tanh_slice`]: the f32 tanh of a slice, a proven fast path beside the exact kernel.
 //! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
@@ -21,6 +22,7 @@ pub mod allreduce;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod dot;
+pub mod exp_slice;
 pub mod matmul;
 pub mod revealed;
 pub mod round;
