@@ -66,6 +66,31 @@ fn fingerprint(traces: &[&Trace]) -> Vec<String> {
         .collect()
 }
 
+/// The fingerprints of one step's three traces (float64, reference, sharded).
+fn step_fingerprints(t: &Traces) -> [Vec<String>; 3] {
+    [
+        fingerprint(&[&t.f64]),
+        fingerprint(&[&t.reference]),
+        fingerprint(&[&t.sharded]),
+    ]
+}
+
+/// The per-step fingerprints of a streamed run, concatenated per computation, equal the
+/// traces of the whole run in `whole` (`what` names the case in a failure).
+fn assert_steps_make_the_whole(steps: &[[Vec<String>; 3]], whole: &Workspace, what: &str) {
+    for (k, t) in [
+        &whole.traces.f64,
+        &whole.traces.reference,
+        &whole.traces.sharded,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
+        assert_eq!(streamed, fingerprint(&[t]), "trace {k}, {what}");
+    }
+}
+
 #[test]
 fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
     let file = t1_at_hidden(2048);
@@ -89,29 +114,10 @@ fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
             // Parameters and gradients are lent, not copied (fp32 ones as f32 buffers).
             assert!(t.f64.slots.iter().any(|s| s.lent));
             assert!(!t.reference.all_f64() && !t.sharded.all_f64());
-            steps.push([
-                fingerprint(&[&t.f64]),
-                fingerprint(&[&t.reference]),
-                fingerprint(&[&t.sharded]),
-            ]);
+            steps.push(step_fingerprints(t));
         });
         assert_eq!(steps.len(), 3, "one call per training step");
-        for (k, t) in [
-            &whole.traces.f64,
-            &whole.traces.reference,
-            &whole.traces.sharded,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
-            assert_eq!(
-                streamed,
-                fingerprint(&[t]),
-                "trace {k}, mutant {:?}",
-                g.mutant
-            );
-        }
+        assert_steps_make_the_whole(&steps, &whole, &format!("mutant {:?}", g.mutant));
         // And the engine's streamed unit folds them into what evaluating the whole gives.
         let mut want = Vec::new();
         evaluate(s.checks(g.param), &g.tolerances, &whole.traces, &mut want);
@@ -148,23 +154,9 @@ fn one_workspace_streams_seed_after_seed_with_shared_buffers() {
         run_group(&catalog, g, seed, &mut whole);
         let mut steps: Vec<[Vec<String>; 3]> = Vec::new();
         s.run_stepwise(g.param, seed, &g.profile, &mut ws, &mut |t: &Traces| {
-            steps.push([
-                fingerprint(&[&t.f64]),
-                fingerprint(&[&t.reference]),
-                fingerprint(&[&t.sharded]),
-            ]);
+            steps.push(step_fingerprints(t));
         });
-        for (k, t) in [
-            &whole.traces.f64,
-            &whole.traces.reference,
-            &whole.traces.sharded,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
-            assert_eq!(streamed, fingerprint(&[t]), "trace {k}, seed {seed}");
-        }
+        assert_steps_make_the_whole(&steps, &whole, &format!("seed {seed}"));
     }
 }
 

@@ -1952,6 +1952,26 @@ mod tests {
         }
     }
 
+    /// Random a (m × k) and b (k × n), and the three f64 forms against the naive loop
+    /// (`c = 0; c = c + a·b` for kk ascending), bit for bit.
+    fn check_f64_shape(rng: &mut Rng, m: usize, k: usize, n: usize) {
+        let a: Vec<f64> = (0..m * k)
+            .map(|_| rng.val() as f64 * (1.0 + 1e-9))
+            .collect();
+        let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
+        let mut want = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0;
+                for kk in 0..k {
+                    acc += a[i * k + kk] * b[kk * n + j];
+                }
+                want[i * n + j] = acc;
+            }
+        }
+        assert_f64_forms(&a, &b, m, k, n, &want);
+    }
+
     /// Every row group (4, and the 1–3 rows left over) and every column block (16, 8, and
     /// each tail width 1–7) of the f64 kernels, for the three forms, against the naive loop
     /// (`c = 0; c = c + a·b` for kk ascending) bit for bit: m = 1..=11, n = 1..=40 and 67.
@@ -1961,21 +1981,7 @@ mod tests {
         for m in 1..=11 {
             for n in (1..=40).chain([67]) {
                 let k = [0, 1, 10, 35][(m + n) % 4];
-                let a: Vec<f64> = (0..m * k)
-                    .map(|_| rng.val() as f64 * (1.0 + 1e-9))
-                    .collect();
-                let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
-                let mut want = vec![0.0f64; m * n];
-                for i in 0..m {
-                    for j in 0..n {
-                        let mut acc = 0.0;
-                        for kk in 0..k {
-                            acc += a[i * k + kk] * b[kk * n + j];
-                        }
-                        want[i * n + j] = acc;
-                    }
-                }
-                assert_f64_forms(&a, &b, m, k, n, &want);
+                check_f64_shape(&mut rng, m, k, n);
             }
         }
     }
@@ -2015,21 +2021,7 @@ mod tests {
             assert!(k * n * 8 >= F64_TILED_FROM);
             // matmul_nt_f64 takes its panels here (assert_f64_forms checks it too).
             assert!(nt_panel_width(m, k, n, 8).is_some());
-            let a: Vec<f64> = (0..m * k)
-                .map(|_| rng.val() as f64 * (1.0 + 1e-9))
-                .collect();
-            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
-            let mut want = vec![0.0f64; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    let mut acc = 0.0;
-                    for kk in 0..k {
-                        acc += a[i * k + kk] * b[kk * n + j];
-                    }
-                    want[i * n + j] = acc;
-                }
-            }
-            assert_f64_forms(&a, &b, m, k, n, &want);
+            check_f64_shape(&mut rng, m, k, n);
         }
     }
 
