@@ -89,6 +89,7 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "configs/examples/megatron_mlp_tp4.toml",
         "configs/examples/tp2_prenorm_block.toml",
         "configs/examples/production_head_v32000_h512.toml",
+        "configs/examples/t1_h8192.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));

@@ -49,46 +49,38 @@ pub fn exp_slice_portable(xs: &mut [f64]) {
     }
 }
 
+/// Eight elements at a time (a short last block masked): a block wholly inside the range is
+/// stored as computed; otherwise each lane outside it is recomputed by libm from its input,
+/// which is still in the slice.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn exp_slice_avx512(xs: &mut [f64]) {
     use std::arch::x86_64::*;
-    let full = xs.len() - xs.len() % 8;
-    let mut i = 0;
-    while i < full {
-        let p = xs.as_mut_ptr().add(i);
-        let x = _mm512_loadu_pd(p);
-        let (y, inside) = exp8(x);
-        if inside == 0xff {
-            _mm512_storeu_pd(p, y);
+    for block in xs.chunks_mut(8) {
+        let mask = ((1u16 << block.len()) - 1) as __mmask8;
+        let p = block.as_mut_ptr();
+        // Plain loads and stores for full blocks (masked ones are slow on some CPUs).
+        let x = if mask == 0xff {
+            _mm512_loadu_pd(p)
         } else {
-            // The lanes outside the range from libm, from the inputs (read before the store).
-            let mut lanes = [0.0f64; 8];
-            _mm512_storeu_pd(lanes.as_mut_ptr(), y);
-            for (l, (v, out)) in xs[i..i + 8].iter_mut().zip(lanes).enumerate() {
+            _mm512_maskz_loadu_pd(mask, p)
+        };
+        let (y, inside) = exp8(x);
+        if inside & mask == mask {
+            if mask == 0xff {
+                _mm512_storeu_pd(p, y);
+            } else {
+                _mm512_mask_storeu_pd(p, mask, y);
+            }
+        } else {
+            let y = super::avx512::lanes(y);
+            for (l, v) in block.iter_mut().enumerate() {
                 *v = if inside & (1 << l) == 0 {
                     libm::exp(*v)
                 } else {
-                    out
+                    y[l]
                 };
             }
-        }
-        i += 8;
-    }
-    if full < xs.len() {
-        let rest = xs.len() - full;
-        let mask: __mmask8 = (1u8 << rest) - 1;
-        let p = xs.as_mut_ptr().add(full);
-        let x = _mm512_maskz_loadu_pd(mask, p);
-        let (y, inside) = exp8(x);
-        let mut lanes = [0.0f64; 8];
-        _mm512_storeu_pd(lanes.as_mut_ptr(), y);
-        for (l, (v, out)) in xs[full..].iter_mut().zip(lanes).enumerate() {
-            *v = if inside & (1 << l) == 0 {
-                libm::exp(*v)
-            } else {
-                out
-            };
         }
     }
 }
