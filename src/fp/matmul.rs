@@ -197,7 +197,7 @@ pub struct MatmulScratch {
     pb: [Vec<f32>; 3],
     /// One pass term (m×n).
     term: Vec<f32>,
-    /// One block's accumulators ([`GROUP_ROWS`] × n).
+    /// One block's accumulators ([`SPAN_ROWS`] × n).
     acc: Vec<f32>,
     /// Pairwise product rows (longest block × n).
     pw: Vec<f32>,
@@ -409,7 +409,7 @@ impl MatmulModel {
         if kern.accum == Accum::Pairwise {
             grown(pw, kern.split.max_block(k) * n);
         }
-        grown(acc, GROUP_ROWS * n);
+        grown(acc, SPAN_ROWS * n);
         let terms = match self.passes {
             Passes::F32 => {
                 kern.run(a, b, c, acc, pw);
@@ -684,23 +684,51 @@ fn chain_matmul<const FMA: bool>(
     if n == 0 {
         return;
     }
-    let acc = &mut acc[..GROUP_ROWS * n];
+    if n < 8 {
+        // Single-row tiles of the exact width.
+        for i in 0..m {
+            chain_row::<FMA>(
+                a,
+                i,
+                b,
+                n,
+                kern.split,
+                k,
+                &mut c[i * n..(i + 1) * n],
+                &mut acc[..n],
+            );
+        }
+        return;
+    }
     let mut i = 0;
     while i < m {
-        // Rows in groups that share every load of `b` (n ≥ 8); the last row alone.
-        let rows = if n < 8 { 1 } else { (m - i).min(GROUP_ROWS) };
+        let rows = (m - i).min(SPAN_ROWS);
         let c_rows = &mut c[i * n..(i + rows) * n];
-        match rows {
-            4 => chain_rows::<4, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
-            3 => chain_rows::<3, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
-            2 => chain_rows::<2, FMA>(a, i, b, n, kern.split, k, c_rows, acc),
-            _ => chain_row::<FMA>(a, i, b, n, kern.split, k, c_rows, &mut acc[..n]),
+        if rows == 1 {
+            // A lone row: [`chain_row`]'s wide tiles keep more chains in flight.
+            chain_row::<FMA>(a, i, b, n, kern.split, k, c_rows, &mut acc[..n]);
+        } else {
+            chain_span::<FMA>(
+                a,
+                i,
+                rows,
+                b,
+                n,
+                kern.split,
+                k,
+                c_rows,
+                &mut acc[..rows * n],
+            );
         }
         i += rows;
     }
 }
 
-/// Rows of `c` the chain kernel computes together ([`chain_rows`]).
+/// Rows of `c` the chain kernel computes in one span ([`chain_span`]): they share each
+/// tile strip of `b` while it is in L1.
+const SPAN_ROWS: usize = 16;
+
+/// Rows of `c` one register tile holds ([`tile_rows`]).
 const GROUP_ROWS: usize = 4;
 
 /// Row `i` of `c` (`c_row`, n wide): for each K block, the chain of every element
@@ -734,17 +762,20 @@ fn chain_row<const FMA: bool>(
     }
 }
 
-/// Rows `i..i + R` of `c` (`c_rows`, R × n, n ≥ 8) in the order of [`chain_row`] for each
-/// element (per K block the chain over kk ascending, block results added left to right),
-/// computed R rows at a time: each tile of `b`'s row kk is loaded once for all R rows
-/// instead of once per row, so a product with few rows and a large `b` (a head's
-/// `x·Wᵀ` at V = 32,000) reads `b` from memory m / R times instead of m times. Tiles are
-/// 16 columns wide; a ragged end is one tile ending at n that overlaps the one before
-/// (lanes are independent chains: a lane computed twice gives the same bits).
+/// Rows `i..i + rows` of `c` (`c_rows`, rows × n, n ≥ 8, rows ≤ [`SPAN_ROWS`]) in the order
+/// of [`chain_row`] for each element (per K block the chain over kk ascending, block results
+/// added left to right), computed in register tiles of up to [`GROUP_ROWS`] rows × 16
+/// columns: each load of `b` serves every row of a tile, and for each K block the tiles of
+/// all the span's rows run over one column strip of `b` before the next, so the strip is
+/// read from memory once per span (a head's `dy·W` at V = 32,000 reads `W` once instead of
+/// m / 4 times, column strip by column strip). Tiles are 16 columns wide; a ragged end is
+/// one tile ending at n that overlaps the one before (lanes are independent chains: a lane
+/// computed twice gives the same bits).
 #[inline(always)]
-fn chain_rows<const R: usize, const FMA: bool>(
+fn chain_span<const FMA: bool>(
     a: AView<'_>,
     i: usize,
+    rows: usize,
     b: &[f32],
     n: usize,
     split: KSplit,
@@ -752,24 +783,23 @@ fn chain_rows<const R: usize, const FMA: bool>(
     c_rows: &mut [f32],
     acc: &mut [f32],
 ) {
-    let acc = &mut acc[..R * n];
     let mut first = true;
     for r in split.blocks(k) {
         let dst: &mut [f32] = if first { c_rows } else { acc };
         let mut j = 0;
         while j + 16 <= n {
-            tile_rows::<R, 16, FMA>(a, i, b, n, r.clone(), j, dst);
+            span_tiles::<16, FMA>(a, i, rows, b, n, r.clone(), j, dst);
             j += 16;
         }
         if j < n {
             if n - j <= 8 {
-                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), n - 8, dst);
+                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), n - 8, dst);
             } else if n >= 16 {
-                tile_rows::<R, 16, FMA>(a, i, b, n, r.clone(), n - 16, dst);
+                span_tiles::<16, FMA>(a, i, rows, b, n, r.clone(), n - 16, dst);
             } else {
                 // 8 < n < 16: two 8-wide tiles.
-                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), 0, dst);
-                tile_rows::<R, 8, FMA>(a, i, b, n, r.clone(), n - 8, dst);
+                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), 0, dst);
+                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), n - 8, dst);
             }
         }
         if first {
@@ -782,6 +812,39 @@ fn chain_rows<const R: usize, const FMA: bool>(
     }
     if first {
         c_rows.fill(0.0); // K = 0: no blocks
+    }
+}
+
+/// Columns `j..j + W` of rows `i..i + rows` of `dst` (rows × n, rows ≥ 2) for one K block:
+/// tiles of [`GROUP_ROWS`] rows, the last one shorter but never a single row (five rows
+/// left are 3 + 2), so every tile keeps at least 2·W/8 chains in flight ([`tile_rows`]).
+#[inline(always)]
+fn span_tiles<const W: usize, const FMA: bool>(
+    a: AView<'_>,
+    i: usize,
+    rows: usize,
+    b: &[f32],
+    n: usize,
+    r: Range<usize>,
+    j: usize,
+    dst: &mut [f32],
+) {
+    let mut g = 0;
+    while g < rows {
+        let d = &mut dst[g * n..];
+        let take = match rows - g {
+            5 => 3,
+            left => left.min(GROUP_ROWS),
+        };
+        match take {
+            4 => tile_rows::<4, W, FMA>(a, i + g, b, n, r.clone(), j, d),
+            3 => tile_rows::<3, W, FMA>(a, i + g, b, n, r.clone(), j, d),
+            _ => {
+                debug_assert_eq!(take, 2);
+                tile_rows::<2, W, FMA>(a, i + g, b, n, r.clone(), j, d)
+            }
+        }
+        g += take;
     }
 }
 
@@ -1580,9 +1643,10 @@ mod tests {
         }
     }
 
-    /// Every row count of the row-group kernel (groups of 4, 3 and 2 rows and a lone last
-    /// row; 16- and 8-wide tiles, the overlapping ragged end, n < 8) against the
-    /// reference, for `a` read by rows (`matmul`) and by columns (`matmul_tn`).
+    /// Every row count of the span kernel (spans of 16 rows and a shorter last one, tiles of
+    /// 4, 3 and 2 rows with five left as 3 + 2, a lone last row; 16- and 8-wide tiles, the
+    /// overlapping ragged end, n < 8) against the reference, for `a` read by rows (`matmul`)
+    /// and by columns (`matmul_tn`).
     #[test]
     fn every_row_count_matches_scalar_reference() {
         let mut rng = Rng(21);
@@ -1590,7 +1654,7 @@ mod tests {
         let widths = [
             1, 5, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 67, 100,
         ];
-        for m in 1..=11 {
+        for m in (1..=22).chain([31, 32, 33, 37]) {
             for &n in &widths {
                 for (split, accum) in [
                     (KSplit::Single, Accum::Fma),

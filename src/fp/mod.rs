@@ -11,6 +11,7 @@
 //! - [`matmul`]: K-split / accumulation / pass models and the fast matmul kernels.
 //! - [`allreduce`]: ring, rank-order and tree all-reduce sums, with f32 or bf16 wire.
 //! - [`exp_slice`]: the f64 exp of a slice, bit for bit libm's, vectorized.
+//! - [`tanh64_slice`]: the f64 tanh of a slice, bit for bit libm's, vectorized.
 //! - [`tanh_slice`]: the f32 tanh of a slice, a proven fast path beside the exact kernel.
 //! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
@@ -26,5 +27,6 @@ pub mod exp_slice;
 pub mod matmul;
 pub mod revealed;
 pub mod round;
+pub mod tanh64_slice;
 pub mod tanh_slice;
 pub mod torch_ops;
