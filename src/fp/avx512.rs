@@ -1,5 +1,6 @@
 //! Lane helpers shared by the AVX-512F kernels that read (actual, expected) slices eight
-//! elements at a time (`check::pair_avx512`, `stats::frontier::avx512`).
+//! elements at a time (`check::pair_avx512`, `stats::frontier::avx512`), and the block loop of
+//! the elementwise f64 kernels (`exp_slice`, `tanh64_slice`).
 
 use std::arch::x86_64::*;
 
@@ -41,3 +42,42 @@ pub unsafe fn lanes(v: __m512d) -> [f64; 8] {
     _mm512_storeu_pd(out.as_mut_ptr(), v);
     out
 }
+
+/// The body of an elementwise f64 slice kernel, `$xs[i] = f($xs[i])`, inside an AVX-512F
+/// function: eight elements at a time (a short last block masked), `$lanes(x)` giving the
+/// eight results and the mask of the lanes it covers. A block wholly covered is stored as
+/// computed; otherwise each other lane is recomputed by `$scalar` (the definition) from its
+/// input, which is still in the slice. Plain loads and stores for full blocks (masked ones
+/// are slow on some CPUs). A macro, so that `$lanes` is inlined into the loop.
+macro_rules! map_blocks {
+    ($xs:expr, $lanes:ident, $scalar:path) => {{
+        use std::arch::x86_64::*;
+        for block in $xs.chunks_mut(8) {
+            let mask = ((1u16 << block.len()) - 1) as __mmask8;
+            let p = block.as_mut_ptr();
+            let x = if mask == 0xff {
+                _mm512_loadu_pd(p)
+            } else {
+                _mm512_maskz_loadu_pd(mask, p)
+            };
+            let (y, inside) = $lanes(x);
+            if inside & mask == mask {
+                if mask == 0xff {
+                    _mm512_storeu_pd(p, y);
+                } else {
+                    _mm512_mask_storeu_pd(p, mask, y);
+                }
+            } else {
+                let y = $crate::fp::avx512::lanes(y);
+                for (l, v) in block.iter_mut().enumerate() {
+                    *v = if inside & (1 << l) == 0 {
+                        $scalar(*v)
+                    } else {
+                        y[l]
+                    };
+                }
+            }
+        }
+    }};
+}
+pub(crate) use map_blocks;

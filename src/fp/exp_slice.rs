@@ -49,40 +49,12 @@ pub fn exp_slice_portable(xs: &mut [f64]) {
     }
 }
 
-/// Eight elements at a time (a short last block masked): a block wholly inside the range is
-/// stored as computed; otherwise each lane outside it is recomputed by libm from its input,
-/// which is still in the slice.
+/// Eight elements at a time ([`super::avx512::map_blocks`]), lanes outside the range
+/// recomputed by libm.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn exp_slice_avx512(xs: &mut [f64]) {
-    use std::arch::x86_64::*;
-    for block in xs.chunks_mut(8) {
-        let mask = ((1u16 << block.len()) - 1) as __mmask8;
-        let p = block.as_mut_ptr();
-        // Plain loads and stores for full blocks (masked ones are slow on some CPUs).
-        let x = if mask == 0xff {
-            _mm512_loadu_pd(p)
-        } else {
-            _mm512_maskz_loadu_pd(mask, p)
-        };
-        let (y, inside) = exp8(x);
-        if inside & mask == mask {
-            if mask == 0xff {
-                _mm512_storeu_pd(p, y);
-            } else {
-                _mm512_mask_storeu_pd(p, mask, y);
-            }
-        } else {
-            let y = super::avx512::lanes(y);
-            for (l, v) in block.iter_mut().enumerate() {
-                *v = if inside & (1 << l) == 0 {
-                    libm::exp(*v)
-                } else {
-                    y[l]
-                };
-            }
-        }
-    }
+    super::avx512::map_blocks!(xs, exp8, libm::exp);
 }
 
 /// Steps 1–4 of the module doc on eight lanes, and the mask of the lanes inside the range
@@ -137,13 +109,13 @@ unsafe fn exp8(x: std::arch::x86_64::__m512d) -> (std::arch::x86_64::__m512d, u8
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// SplitMix64, so that a failure names a reproducible input.
-    struct Rng(u64);
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
             let mut z = self.0;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -152,16 +124,27 @@ mod tests {
         }
     }
 
-    fn assert_same(xs: &[f64]) {
-        let mut fast = xs.to_vec();
-        exp_slice(&mut fast);
-        for (&x, &y) in xs.iter().zip(&fast) {
-            let want = libm::exp(x);
+    /// `fast` on a copy of `xs` gives `scalar` of every element, bit for bit (`name` labels
+    /// a failure).
+    pub(crate) fn assert_slice_matches(
+        xs: &[f64],
+        fast: fn(&mut [f64]),
+        scalar: fn(f64) -> f64,
+        name: &str,
+    ) {
+        let mut got = xs.to_vec();
+        fast(&mut got);
+        for (&x, &y) in xs.iter().zip(&got) {
+            let want = scalar(x);
             assert!(
                 y.to_bits() == want.to_bits(),
-                "exp({x:e}) = {y:e}, libm gives {want:e}"
+                "{name}({x:e}) = {y:e}, libm gives {want:e}"
             );
         }
+    }
+
+    fn assert_same(xs: &[f64]) {
+        assert_slice_matches(xs, exp_slice, libm::exp, "exp");
     }
 
     /// Every branch of the algorithm and every range edge, bit for bit against libm: the

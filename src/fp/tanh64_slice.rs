@@ -68,40 +68,12 @@ pub fn tanh64_slice_portable(xs: &mut [f64]) {
     }
 }
 
-/// Eight elements at a time (a short last block masked): a block wholly inside the range is
-/// stored as computed; otherwise each lane outside it is recomputed by libm from its input,
-/// which is still in the slice.
+/// Eight elements at a time ([`super::avx512::map_blocks`]), lanes outside the range
+/// recomputed by libm.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tanh64_slice_avx512(xs: &mut [f64]) {
-    use std::arch::x86_64::*;
-    for block in xs.chunks_mut(8) {
-        let mask = ((1u16 << block.len()) - 1) as __mmask8;
-        let p = block.as_mut_ptr();
-        // Plain loads and stores for full blocks (masked ones are slow on some CPUs).
-        let x = if mask == 0xff {
-            _mm512_loadu_pd(p)
-        } else {
-            _mm512_maskz_loadu_pd(mask, p)
-        };
-        let (y, inside) = tanh8(x);
-        if inside & mask == mask {
-            if mask == 0xff {
-                _mm512_storeu_pd(p, y);
-            } else {
-                _mm512_mask_storeu_pd(p, mask, y);
-            }
-        } else {
-            let y = super::avx512::lanes(y);
-            for (l, v) in block.iter_mut().enumerate() {
-                *v = if inside & (1 << l) == 0 {
-                    libm::tanh(*v)
-                } else {
-                    y[l]
-                };
-            }
-        }
-    }
+    super::avx512::map_blocks!(xs, tanh8, libm::tanh);
 }
 
 /// The module doc's steps on eight lanes, and the mask of the lanes inside the range they
@@ -202,29 +174,10 @@ unsafe fn negate_where(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// SplitMix64, so that a failure names a reproducible input.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    }
+    use crate::fp::exp_slice::tests::{assert_slice_matches, Rng};
 
     fn assert_same(xs: &[f64]) {
-        let mut fast = xs.to_vec();
-        tanh64_slice(&mut fast);
-        for (&x, &y) in xs.iter().zip(&fast) {
-            let want = libm::tanh(x);
-            assert!(
-                y.to_bits() == want.to_bits(),
-                "tanh({x:e}) = {y:e}, libm gives {want:e}"
-            );
-        }
+        assert_slice_matches(xs, tanh64_slice, libm::tanh, "tanh");
     }
 
     /// Every branch and every range edge, bit for bit against libm: tanh's branch points,
