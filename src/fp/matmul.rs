@@ -11,10 +11,11 @@
 //! column `j` of `b`. Multi-pass models ([`Passes`]) compute each term as such a
 //! matmul on the split inputs and fold the terms left to right in f32.
 //!
-//! Kernel structure: for each group of up to 4 rows of `c` and each K block, the
+//! Kernel structure: for each span of up to 16 rows of `c` and each K block, the
 //! innermost loop runs over `j` (contiguous output elements, each lane an
 //! independent chain) in register tiles of 4 (3, 2) rows × 16 columns, so that each
-//! load of `b` serves every row of the group (a lone last row, and n < 8, take
+//! load of `b` serves every row of a tile, and every tile of the span runs over one
+//! column strip of `b` before the next (a lone last row, and n < 8, take
 //! single-row tiles). `x·Wᵀ` with a big `W` and few rows transposes `W` one
 //! cache-sized panel of columns at a time. None of this changes any element's
 //! order, only which elements are computed together. The kernel body is one `#[inline(always)]` function compiled
@@ -2115,30 +2116,13 @@ mod tests {
         let mut rng = Rng(6);
         for _ in 0..50 {
             let (m, k, n) = (1 + rng.below(11), rng.below(40), 1 + rng.below(41));
-            let a: Vec<f64> = (0..m * k)
-                .map(|_| rng.val() as f64 * (1.0 + 1e-9))
-                .collect();
-            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0).collect();
-            // Naive: per element, c = 0; c = c + a*b over k ascending.
-            let mut want = vec![0.0f64; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    let row: Vec<f64> = (0..k).map(|kk| a[i * k + kk]).collect();
-                    let col: Vec<f64> = (0..k).map(|kk| b[kk * n + j]).collect();
-                    want[i * n + j] = dot_f64(&row, &col);
-                    let mut acc = 0.0;
-                    for kk in 0..k {
-                        acc += a[i * k + kk] * b[kk * n + j];
-                    }
-                    assert_eq!(acc.to_bits(), want[i * n + j].to_bits());
-                }
-            }
-            assert_f64_forms(&a, &b, m, k, n, &want);
+            check_f64_shape(&mut rng, m, k, n);
         }
     }
 
     /// Random a (m × k) and b (k × n), and the three f64 forms against the naive loop
-    /// (`c = 0; c = c + a·b` for kk ascending), bit for bit.
+    /// (`c = 0; c = c + a·b` for kk ascending), bit for bit; the naive loop also equals
+    /// `dot_f64` of the row and the column.
     fn check_f64_shape(rng: &mut Rng, m: usize, k: usize, n: usize) {
         let a: Vec<f64> = (0..m * k)
             .map(|_| rng.val() as f64 * (1.0 + 1e-9))
@@ -2151,6 +2135,9 @@ mod tests {
                 for kk in 0..k {
                     acc += a[i * k + kk] * b[kk * n + j];
                 }
+                let row: Vec<f64> = (0..k).map(|kk| a[i * k + kk]).collect();
+                let col: Vec<f64> = (0..k).map(|kk| b[kk * n + j]).collect();
+                assert_eq!(acc.to_bits(), dot_f64(&row, &col).to_bits());
                 want[i * n + j] = acc;
             }
         }

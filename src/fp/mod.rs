@@ -13,7 +13,8 @@
 //! - [`exp_slice`]: the f64 exp of a slice, bit for bit libm's, vectorized.
 //! - [`tanh64_slice`]: the f64 tanh of a slice, bit for bit libm's, vectorized.
 //! - [`tanh_slice`]: the f32 tanh of a slice, a proven fast path beside the exact kernel.
-//! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels.
+//! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels,
+//!   and the block loop of the elementwise f64 kernels.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
