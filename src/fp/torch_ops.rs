@@ -572,6 +572,9 @@ pub fn log_f32(x: f32) -> f32 {
 // Cross entropy = log_softmax (last dim) + nll_loss(mean), forward + backward
 // ---------------------------------------------------------------------------
 
+#[cfg(target_arch = "x86_64")]
+mod ce_avx512;
+
 /// ATen's `Vectorized<float>::size()` for the AVX512 kernels.
 const LANES: usize = 16;
 
@@ -723,6 +726,16 @@ pub fn log_softmax_cross_entropy_f32_isa(
     isa: TorchIsa,
 ) -> f32 {
     check_ce_args(logits, labels, v, dlogits);
+    #[cfg(target_arch = "x86_64")]
+    if ce_avx512::available() {
+        // SAFETY: the CPU supports AVX-512F (checked just above).
+        return unsafe {
+            match isa {
+                TorchIsa::Avx512 => ce_avx512::ce::<LANES>(logits, labels, v, grad_scale, dlogits),
+                TorchIsa::Avx2 => ce_avx512::ce::<8>(logits, labels, v, grad_scale, dlogits),
+            }
+        };
+    }
     match isa {
         TorchIsa::Avx512 => fma_dispatch!(
             fn run(
