@@ -355,9 +355,7 @@ pub fn pair_stats_finite(
             && pair_avx512::applies(actual, expected, t1, t2)
         {
             // SAFETY: the CPU supports AVX-512F (checked just above).
-            if let Ok(r) = unsafe { pair_avx512::pair_stats(actual, expected, t1, t2) } {
-                return r;
-            }
+            return unsafe { pair_avx512::pair_stats(actual, expected, t1, t2) };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).

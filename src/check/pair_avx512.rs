@@ -8,76 +8,43 @@
 //! they are taken in, and counts are sums of integers, so grouping lanes differently gives the
 //! same bits.
 //!
-//! **Why most divisions can be skipped.** Let u be the largest usage found so far. A block
-//! of eight elements is first screened with `vrcp14pd` (relative error < 2⁻¹⁴):
-//! x̃ = d·rcp(allowance) = x·(1 + δ) with |δ| < 2⁻¹⁴ + 2⁻⁵³, so x ∈ x̃·(1 ± 2⁻¹³). Under
-//! L = fl(u·(1 − 2⁻¹²)) (0 for u < 2⁻¹⁰⁰⁰), x̃ < L gives x < u·(1 − 2⁻¹²)·(1 + 2⁻⁵³)/(1 −
-//! 2⁻¹³) < u; x̃ < 1 − 2⁻¹² gives x < 1; x̃ > 1 + 2⁻¹² gives x > 1 + 2⁻¹⁴, whose rounding
-//! is > 1. Rounding is monotone, so a lane with x̃ < L and x̃ outside 1 ± 2⁻¹² (or with
-//! d = 0, usage 0) leaves the maximum unchanged, and the screen alone says whether it
-//! counts. A block where every lane passes needs no division; any other block is divided
-//! exactly. The bound on δ needs the allowance in [2⁻¹⁰⁰⁰, 2¹⁰⁰⁰] (rcp14 of a subnormal or
-//! near-overflow input is not within it): atols outside [2⁻¹⁰⁰⁰, 2⁹⁹⁹] are left to the
-//! caller's other paths, and when the largest |expected| could push an allowance past 2¹⁰⁰⁰
-//! the kernel declines after its pass and the caller uses another path. A NaN in the screen
-//! fails its comparisons and sends the block to the exact path (non-finite inputs make the
-//! whole result `None`; they are found from the largest |actual| and |expected| bit
-//! patterns).
+//! **Why most divisions can be skipped.** Let u be the largest usage found so far and w the
+//! allowance. One fused multiply-subtract gives z = fl(u·w − d) with a single rounding, and
+//! rounding to nearest keeps the sign of the exact value: a negative u·w − d gives a negative
+//! z or −0, and an exact zero gives +0 (IEEE 754 §6.3). So z's sign bit is clear exactly when
+//! d ≤ u·w, i.e. d/w ≤ u; rounding is monotone and u is a float, so then x = fl(d/w) ≤ u and
+//! the lane cannot raise the maximum. A block where every lane passes needs no division; any
+//! other block is divided exactly. (z is NaN only for a non-finite d, whose result is
+//! discarded, for u = +∞, where no lane can raise the maximum, or for an allowance of +∞ with
+//! u = 0, where x = 0.)
 //!
-//! Per block the screen costs four comparisons (two more count the lanes above 1) and no
-//! division: the lanes' mismatch counts and the maxima stay in registers until the end.
+//! **Counting without the division.** For floats d and w > 0, x = fl(d/w) > 1 exactly when
+//! d > w: for d ≤ w, d/w ≤ 1 and x ≤ 1; for d > w, d ≥ w + ulp(w), and ulp(w)/w > 2⁻⁵³ for
+//! every float w (normal or subnormal), so d/w > 1 + 2⁻⁵³, above the midpoint between 1 and the
+//! next float, and x ≥ 1 + 2⁻⁵². An allowance that overflows to +∞ gives x = 0 and no count,
+//! as d > +∞ does not hold. While u < 1 a screened block has every x ≤ u < 1, so it counts
+//! nothing and the count is not computed at all: in a passing check most blocks cost one
+//! subtraction, two absolute values, two allowances, two fused operations and two
+//! comparisons.
+//!
+//! **Non-finite inputs** make the portable result `None`. A non-finite e shows in the largest
+//! |e| bit pattern; a non-finite a with finite e makes d non-finite. d can also overflow from
+//! finite inputs, so a non-finite largest d is settled by a scan of `actual`.
 
-use super::{PairStats, Tolerance};
+use super::{all_finite, PairStats, Tolerance};
 use crate::fp::avx512::{lanes, load_pair};
 use std::arch::x86_64::*;
 
-/// 2⁻¹⁰⁰⁰: the smallest allowance (and usage) the screen's error bound is used for.
-const TINY: f64 = f64::from_bits((1023 - 1000) << 52);
-/// 2⁹⁹⁸: |expected| values up to this bound, over an rtol, keep `rtol·|e|` below 2⁹⁹⁹.
-const SAFE: f64 = f64::from_bits((1023 + 998) << 52);
-/// 1 − 2⁻¹²: the screen's relative margin.
-const SHRINK: f64 = 1.0 - 1.0 / 4096.0;
-/// 2⁻¹²: screened usages within this of 1 go to the exact path.
-const BAND: f64 = 1.0 / 4096.0;
-
-/// The screen's threshold for the largest usage `u` found so far, as an inclusive bound:
-/// the float just below L = fl(u·(1 − 2⁻¹²)) for u ≥ 2⁻¹⁰⁰⁰ (x̃ ≤ it ⟺ x̃ < L), else 0
-/// (only x̃ = 0, i.e. d = 0, passes).
-#[inline(always)]
-fn limit(u: f64) -> f64 {
-    if u >= TINY {
-        f64::from_bits((u * SHRINK).to_bits() - 1)
-    } else {
-        0.0
-    }
-}
-
 /// Whether the screened kernel applies: equal lengths (the portable path checks finiteness
-/// over whole slices and compares their common prefix) and both atols in [2⁻¹⁰⁰⁰, 2⁹⁹⁹], so
-/// that every allowance is at least 2⁻¹⁰⁰⁰; [`pair_stats`] itself declines (`Err`) when
-/// some |expected| could push an allowance past 2¹⁰⁰⁰.
+/// over whole slices and compares their common prefix) and finite tolerances (the caller
+/// takes only atols > 0 and rtols ≥ 0).
 pub(super) fn applies(actual: &[f64], expected: &[f64], t1: Tolerance, t2: Tolerance) -> bool {
-    let ok = |t: Tolerance| (TINY..=SAFE * 2.0).contains(&t.atol);
+    let ok = |t: Tolerance| t.atol.is_finite() && t.rtol.is_finite();
     actual.len() == expected.len() && ok(t1) && ok(t2)
 }
 
-/// The largest |expected| for which both allowances stay at most 2¹⁰⁰⁰: rtol·m ≤
-/// fl(rtol·fl(2⁹⁹⁸/rtol)) < 2⁹⁹⁹ and atol ≤ 2⁹⁹⁹.
-fn safe_magnitude(t1: Tolerance, t2: Tolerance) -> f64 {
-    let one = |t: Tolerance| {
-        if t.rtol > 0.0 {
-            SAFE / t.rtol
-        } else {
-            f64::INFINITY
-        }
-    };
-    one(t1).min(one(t2))
-}
-
 /// The result of `pair_stats_impl` (None when some operand is not finite), for inputs that
-/// [`applies`] accepts, with both rtols ≥ 0. `Err(())` when some |expected| exceeds
-/// [`safe_magnitude`], where the screen's bound is not established: the caller then uses
-/// another path.
+/// [`applies`] accepts, with both rtols ≥ 0.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -87,22 +54,23 @@ pub(super) unsafe fn pair_stats(
     expected: &[f64],
     t1: Tolerance,
     t2: Tolerance,
-) -> Result<Option<PairStats>, ()> {
+) -> Option<PairStats> {
     debug_assert!(applies(actual, expected, t1, t2));
     let n = actual.len();
     let zero = _mm512_setzero_pd();
     let one = _mm512_set1_pd(1.0);
-    let band = _mm512_set1_pd(BAND);
+    let sign = _mm512_set1_epi64(i64::MIN);
     let (at1, rt1) = (_mm512_set1_pd(t1.atol), _mm512_set1_pd(t1.rtol));
     let (at2, rt2) = (_mm512_set1_pd(t2.atol), _mm512_set1_pd(t2.rtol));
     let (mut u1, mut u2) = (0.0f64, 0.0f64);
-    let (mut lim1, mut lim2) = (_mm512_set1_pd(limit(u1)), _mm512_set1_pd(limit(u2)));
-    // Counts per lane; maxima of |actual| and |expected| as bit patterns (for non-negative
-    // floats the integer order is the float order, and NaN and ±∞ lie above f64::MAX).
+    let (mut vu1, mut vu2) = (zero, zero);
+    // Counts per lane; maxima of d and |e| as bit patterns (for non-negative floats the
+    // integer order is the float order, and NaN and ±∞ lie above f64::MAX).
     let (mut c1, mut c2) = (_mm512_setzero_si512(), _mm512_setzero_si512());
     let inc = _mm512_set1_epi64(1);
-    let mut md = zero;
-    let (mut ma, mut me) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let (mut md, mut me) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    // Lanes whose usage exceeds 1: d > w (module doc).
+    let over = |d: __m512d, w: __m512d| _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, w);
     let mut i = 0;
     while i < n {
         // SAFETY: i < n, the length of both slices. A partial last block has zeros in its
@@ -110,55 +78,50 @@ pub(super) unsafe fn pair_stats(
         let (a, e) = load_pair(actual, expected, i, n);
         let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
         let m = _mm512_abs_pd(e);
-        md = _mm512_max_pd(d, md);
-        ma = _mm512_max_epi64(ma, _mm512_castpd_si512(_mm512_abs_pd(a)));
+        md = _mm512_max_epi64(md, _mm512_castpd_si512(d));
         me = _mm512_max_epi64(me, _mm512_castpd_si512(m));
-        let den1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
-        let den2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
-        let q1 = _mm512_mul_pd(d, _mm512_rcp14_pd(den1));
-        let q2 = _mm512_mul_pd(d, _mm512_rcp14_pd(den2));
-        // Per tolerance: cannot raise the maximum, and not within 2⁻¹² of 1.
-        let away = |q: __m512d| {
-            _mm512_cmp_pd_mask::<_CMP_GT_OQ>(_mm512_abs_pd(_mm512_sub_pd(q, one)), band)
-        };
-        let screened = _mm512_cmp_pd_mask::<_CMP_LE_OQ>(q1, lim1)
-            & away(q1)
-            & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(q2, lim2)
-            & away(q2);
-        if screened == 0xff {
-            c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(q1, one), c1, inc);
-            c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(q2, one), c2, inc);
+        let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
+        let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+        // d ≤ u·w under both tolerances: the sign bits of fl(u·w − d) clear.
+        let z = _mm512_or_si512(
+            _mm512_castpd_si512(_mm512_fmsub_pd(vu1, w1, d)),
+            _mm512_castpd_si512(_mm512_fmsub_pd(vu2, w2, d)),
+        );
+        if _mm512_test_epi64_mask(z, sign) == 0 {
+            // Every x ≤ u: nothing to count while u < 1.
+            if u1 >= 1.0 {
+                c1 = _mm512_mask_add_epi64(c1, over(d, w1), c1, inc);
+            }
+            if u2 >= 1.0 {
+                c2 = _mm512_mask_add_epi64(c2, over(d, w2), c2, inc);
+            }
         } else {
-            let x1 = _mm512_div_pd(d, den1);
-            let x2 = _mm512_div_pd(d, den2);
+            let x1 = _mm512_div_pd(d, w1);
+            let x2 = _mm512_div_pd(d, w2);
             c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(x1, one), c1, inc);
             c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(x2, one), c2, inc);
             let (b1, b2) = (hmax(x1), hmax(x2));
             if b1 > u1 {
                 u1 = b1;
-                lim1 = _mm512_set1_pd(limit(u1));
+                vu1 = _mm512_set1_pd(u1);
             }
             if b2 > u2 {
                 u2 = b2;
-                lim2 = _mm512_set1_pd(limit(u2));
+                vu2 = _mm512_set1_pd(u2);
             }
         }
         i += 8;
     }
     let max_bits = f64::MAX.to_bits() as i64;
-    let (ma, me) = (_mm512_reduce_max_epi64(ma), _mm512_reduce_max_epi64(me));
-    if ma > max_bits || me > max_bits {
-        return Ok(None);
-    }
-    let me = f64::from_bits(me as u64);
-    if me > safe_magnitude(t1, t2) {
-        return Err(());
+    let (md, me) = (_mm512_reduce_max_epi64(md), _mm512_reduce_max_epi64(me));
+    if me > max_bits || md > max_bits && !all_finite(actual) {
+        return None;
     }
     let count = |c: __m512i| _mm512_reduce_add_epi64(c) as usize;
-    Ok(Some((
+    Some((
         [(u1, count(c1), 0), (u2, count(c2), 0)],
-        (hmax(md), me),
-    )))
+        (f64::from_bits(md as u64), f64::from_bits(me as u64)),
+    ))
 }
 
 /// The largest lane, folded from 0 (every lane is ≥ 0 here; NaN lanes only arise from
@@ -257,8 +220,9 @@ mod tests {
                     atol: 1e-3,
                     rtol: 0.0,
                 },
+                // A subnormal atol, and allowances that overflow to +∞.
                 Tolerance {
-                    atol: 2e-300,
+                    atol: 2e-310,
                     rtol: 1e300,
                 },
             ],
@@ -274,7 +238,7 @@ mod tests {
             ],
         ];
         let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-        let (mut finite, mut declined) = (0, 0);
+        let mut finite = 0;
         for case in 0..6000 {
             let tols = tol_sets[case % tol_sets.len()];
             let n = (rng.next() % 70) as usize;
@@ -284,40 +248,132 @@ mod tests {
             finite += want.is_some() as usize;
             // SAFETY: AVX-512F checked above.
             let got = unsafe { pair_stats(&a, &e, tols[0], tols[1]) };
-            let Ok(got) = got else {
-                declined += 1;
-                continue;
-            };
             assert_eq!(bits(got), bits(want), "case {case}: {a:?} {e:?}");
         }
         // The generator is meant to give mostly finite slices, where the screen works.
         assert!(finite > 3000, "{finite} finite cases");
-        // Only the tolerance set with rtol 1e300 declines (its allowances can pass 2¹⁰⁰⁰).
-        assert!(declined > 0 && declined < 2000, "{declined} declined");
     }
 
-    /// The screen's premise: rcp14's relative error is below 2⁻¹⁴ over allowances in
-    /// [2⁻¹⁰⁰⁰, 2¹⁰⁰⁰], checked on a spread of inputs against exact division in f64 (whose
-    /// own error, 2⁻⁵³, is far below the margin).
+    /// The count without division at its edge: d on every float within 6 ulps of w and of 2w,
+    /// counted in screened blocks (an early usage of 5 makes every later block pass the
+    /// screen) and in divided ones (no such element: the first blocks set u near 1). With
+    /// e = 0 the allowance is atol and d = |a| exactly. Allowances from normal to subnormal
+    /// (5e-324 is the smallest subnormal, where ulp(w) = w).
     #[test]
-    fn rcp14_is_within_its_bound() {
+    fn counts_are_exact_at_the_rounding_edge_of_one() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return;
         }
-        let mut rng = XorShift(7);
-        for _ in 0..20_000 {
-            let x = (1.0 + rng.unit()) * 2f64.powi((rng.next() % 2000) as i32 - 1000);
-            let mut out = [0.0f64; 8];
-            // SAFETY: AVX-512F checked above; `out` holds eight f64.
-            unsafe {
-                #[target_feature(enable = "avx512f")]
-                unsafe fn rcp(x: f64, out: &mut [f64; 8]) {
-                    _mm512_storeu_pd(out.as_mut_ptr(), _mm512_rcp14_pd(_mm512_set1_pd(x)));
+        let mut edge_counted = 0;
+        for atol in [1e-6, 1e-5, 3e-7, 1.0, 1.9999999999999998, 1e-300, 3e-310, 7.5e100] {
+            let t = Tolerance { atol, rtol: 1e-5 };
+            let w = atol;
+            let mut d: Vec<f64> = Vec::new();
+            for base in [w, w * 2.0] {
+                for j in -6i64..=6 {
+                    d.push(f64::from_bits((base.to_bits() as i64 + j) as u64));
                 }
-                rcp(x, &mut out);
             }
-            let rel = (out[0] * x - 1.0).abs();
-            assert!(rel < 1.0 / 16384.0, "rcp14({x}) off by {rel}");
+            for lead in [None, Some(5.0 * w)] {
+                let a: Vec<f64> = lead.into_iter().chain(d.iter().copied()).collect();
+                let e = vec![0.0; a.len()];
+                let want = pair_stats_impl(&a, &e, t, OLD);
+                // SAFETY: AVX-512F checked above.
+                let got = unsafe { pair_stats(&a, &e, t, OLD) };
+                assert_eq!(bits(got), bits(want), "atol {atol}, lead {lead:?}");
+                edge_counted += want.unwrap().0[0].1;
+            }
+        }
+        // The edge cases are on both sides: some but not all of the 26 per run count.
+        assert!(edge_counted > 0 && edge_counted < 16 * 26, "{edge_counted}");
+    }
+
+    /// Finite inputs whose difference overflows (a usage of +∞, not `None`) and non-finite
+    /// values on either side.
+    #[test]
+    fn overflowing_differences_and_non_finite_inputs() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let t = [OLD, Tolerance::TORCH_FP32];
+        for (x, y) in [
+            (f64::MAX, -f64::MAX),
+            (f64::INFINITY, 1.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::NEG_INFINITY),
+            (1.0, f64::NAN),
+        ] {
+            let mut a = vec![0.5; 19];
+            let mut e = vec![0.5; 19];
+            a[11] = x;
+            e[11] = y;
+            let want = pair_stats_impl(&a, &e, t[0], t[1]);
+            // SAFETY: AVX-512F checked above.
+            let got = unsafe { pair_stats(&a, &e, t[0], t[1]) };
+            assert_eq!(bits(got), bits(want), "{x} vs {y}");
+        }
+    }
+
+    /// Subnormal differences, where fl(u·w − d) can round a small negative value to −0: the
+    /// screen must read the sign bit, not compare with 0 (d/w can then exceed u by more than
+    /// half an ulp of u).
+    #[test]
+    fn subnormal_differences_against_the_definition() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        // Exhaustively, two elements of 1 to 40 units of 2⁻¹⁰⁷⁴ under 64 atols in [0.5, 1):
+        // the first sets u, the second is screened against it.
+        for k in 0..64 {
+            let t = Tolerance {
+                atol: 0.5 + k as f64 / 128.0 + 1e-3,
+                rtol: 1e-5,
+            };
+            for d0 in 1..=40u64 {
+                for d1 in 1..=40u64 {
+                    let a = [f64::from_bits(d0), f64::from_bits(d1)];
+                    let want = pair_stats_impl(&a, &[0.0; 2], t, OLD);
+                    // SAFETY: AVX-512F checked above.
+                    let got = unsafe { pair_stats(&a, &[0.0; 2], t, OLD) };
+                    assert_eq!(bits(got), bits(want), "{d0} {d1} units, atol {}", t.atol);
+                }
+            }
+        }
+        // Cases where fl(u·w − d) is −0 while fl(d/w) > u, found by an exact-rational search
+        // (atol, rtol, e₀, e₁, d₀, d₁ as bit patterns; all subnormal but rtol, so that
+        // a = e + d is exact). The first block sets u from (e₀, d₀); the second block holds
+        // (e₁, d₁), which a comparison of z with 0 would wrongly screen.
+        for [atol, rtol, e0, e1, d0, d1] in [
+            [0x3c3d753446f20, 0x3fe99be1214e6fac, 0x18e2cab, 0xc51368, 0x2, 0x2],
+            [0x70cdc22117302, 0x3ffbee66cd091127, 0x1e50167c, 0xd, 0xe, 0xe],
+            [0x11bd15fcef, 0x3ff29ab23884e2a8, 0x17ee9b, 0x16, 0xf, 0xf],
+        ]
+        .map(|c| c.map(f64::from_bits))
+        {
+            let t = Tolerance { atol, rtol };
+            let (mut a, mut e) = (vec![0.0; 16], vec![0.0; 16]);
+            (a[0], e[0], a[8], e[8]) = (e0 + d0, e0, e1 + d1, e1);
+            assert_eq!(((a[0] - e[0]), (a[8] - e[8])), (d0, d1));
+            let want = pair_stats_impl(&a, &e, t, t);
+            // SAFETY: AVX-512F checked above.
+            let got = unsafe { pair_stats(&a, &e, t, t) };
+            assert_eq!(bits(got), bits(want), "atol {atol:e}, rtol {rtol}");
+        }
+        let mut rng = XorShift(0xD1B5_4A32_D192_ED03);
+        for case in 0..3000 {
+            let t = Tolerance {
+                atol: 0.5 + 1.5 * rng.unit(),
+                rtol: 1e-5,
+            };
+            let n = 1 + (rng.next() % 40) as usize;
+            let a: Vec<f64> = (0..n)
+                .map(|_| f64::from_bits(1 + rng.next() % (1 << (1 + rng.next() % 20))))
+                .collect();
+            let e = vec![0.0; n];
+            let want = pair_stats_impl(&a, &e, t, OLD);
+            // SAFETY: AVX-512F checked above.
+            let got = unsafe { pair_stats(&a, &e, t, OLD) };
+            assert_eq!(bits(got), bits(want), "case {case}: {a:?}, atol {}", t.atol);
         }
     }
 }
