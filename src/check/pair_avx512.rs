@@ -265,7 +265,16 @@ mod tests {
             return;
         }
         let mut edge_counted = 0;
-        for atol in [1e-6, 1e-5, 3e-7, 1.0, 1.9999999999999998, 1e-300, 3e-310, 7.5e100] {
+        for atol in [
+            1e-6,
+            1e-5,
+            3e-7,
+            1.0,
+            1.9999999999999998,
+            1e-300,
+            3e-310,
+            7.5e100,
+        ] {
             let t = Tolerance { atol, rtol: 1e-5 };
             let w = atol;
             let mut d: Vec<f64> = Vec::new();
@@ -344,8 +353,22 @@ mod tests {
         // a = e + d is exact). The first block sets u from (e₀, d₀); the second block holds
         // (e₁, d₁), which a comparison of z with 0 would wrongly screen.
         for [atol, rtol, e0, e1, d0, d1] in [
-            [0x3c3d753446f20, 0x3fe99be1214e6fac, 0x18e2cab, 0xc51368, 0x2, 0x2],
-            [0x70cdc22117302, 0x3ffbee66cd091127, 0x1e50167c, 0xd, 0xe, 0xe],
+            [
+                0x3c3d753446f20,
+                0x3fe99be1214e6fac,
+                0x18e2cab,
+                0xc51368,
+                0x2,
+                0x2,
+            ],
+            [
+                0x70cdc22117302,
+                0x3ffbee66cd091127,
+                0x1e50167c,
+                0xd,
+                0xe,
+                0xe,
+            ],
             [0x11bd15fcef, 0x3ff29ab23884e2a8, 0x17ee9b, 0x16, 0xf, 0xf],
         ]
         .map(|c| c.map(f64::from_bits))
