@@ -106,8 +106,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
 }
 
 /// [`keep_pairs_portable`], vectorized: the keep test of `retain_avx2` eight lanes at a time
-/// on points made from the pairs (module doc), the chord's division only for blocks with a
-/// point strictly between the anchors.
+/// on points made from the pairs (module doc), without branches inside a block.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -131,6 +130,16 @@ pub unsafe fn keep_pairs(
 
 /// The vector keep pass over pairs assumed finite; false when some value or difference is
 /// not finite (the points appended are then to be discarded).
+///
+/// Branch-free per block: every test, the chord's division included, runs on all eight
+/// lanes and the kept lanes are appended with one compress and two stores. Which tests a
+/// block needs is data-dependent (measured in a T1 sweep of 35-3-False-0: 66 % of blocks
+/// reach the hull tests, 45 % the chord, 17 % keep a point), so branching on it
+/// mispredicted often. The comparisons are independent of each other and their masks are
+/// combined afterwards; lanes a test does not apply to are masked out of its answer, so the
+/// kept points are those of the portable definition, in order. In that sweep this pass
+/// took 31-36 % fewer profile samples than the branching one with chained masked
+/// comparisons.
 #[target_feature(enable = "avx512f")]
 unsafe fn keep_finite(
     actual: &[f64],
@@ -138,6 +147,13 @@ unsafe fn keep_finite(
     an: &Anchors,
     pts: &mut Vec<(f64, f64)>,
 ) -> bool {
+    // The appends below write (d, e) pairs as two adjacent f64, the layout the compiler
+    // gives `(f64, f64)`; this makes that an error at compile time if it ever changed.
+    const _: () = assert!(
+        std::mem::size_of::<(f64, f64)>() == 16
+            && std::mem::offset_of!((f64, f64), 0) == 0
+            && std::mem::offset_of!((f64, f64), 1) == 8
+    );
     let n = actual.len().min(expected.len());
     let (ps, p0) = (an.ps, an.p0);
     let km = 1.0 - HULL_MARGIN;
@@ -149,6 +165,9 @@ unsafe fn keep_finite(
     let span_e = _mm512_set1_pd(ps.1 - p0.1);
     let span_d = _mm512_set1_pd(ps.0 - p0.0);
     let hull_tests: __mmask8 = if an.zero_e { 0 } else { 0xff };
+    // Interleaving indices: (d₀, e₀, d₁, e₁, …) from the compressed d and e lanes.
+    let lo_idx = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+    let hi_idx = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
     let mut big = _mm512_setzero_si512();
     let mut i = 0;
     while i < n {
@@ -159,58 +178,50 @@ unsafe fn keep_finite(
         let e = _mm512_abs_pd(y);
         big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
         big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+        // Every comparison runs on all lanes, independently of the others, and the masks
+        // are combined afterwards: chaining them as masked comparisons made each block one
+        // long chain of dependent comparisons. (A comparison under a mask is the unmasked
+        // comparison AND the mask, so the answers are the same.)
         let positive = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, zero);
         // Dominated by p*: e ≥ e* and d ≤ d*.
-        let dominated = _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(
-            _mm512_mask_cmp_pd_mask::<_CMP_GE_OQ>(positive, e, pse),
-            d,
-            psd,
-        );
-        let mut rest = positive & !dominated & hull_tests;
-        if rest != 0 {
-            // q.0 ≤ km·p0.0 and q.0·p0.1 ≤ km·(p0.0·q.1).
-            let below_p0 = _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(
-                _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(rest, d, km_p0d),
+        let dominated = positive
+            & _mm512_cmp_pd_mask::<_CMP_GE_OQ>(e, pse)
+            & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, psd);
+        let rest = positive & !dominated & hull_tests;
+        // q.0 ≤ km·p0.0 and q.0·p0.1 ≤ km·(p0.0·q.1).
+        let below_p0 = _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, km_p0d)
+            & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(
                 _mm512_mul_pd(d, p0e),
                 _mm512_mul_pd(vkm, _mm512_mul_pd(p0d, e)),
             );
-            rest &= !below_p0;
-            let between = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(
-                _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(
-                    _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(
-                        _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(rest, p0e, e),
-                        e,
-                        pse,
-                    ),
-                    p0d,
-                    d,
-                ),
-                d,
-                psd,
-            );
-            let mut chord = 0;
-            if between != 0 {
-                // below_chord(p0, q, ps): t = (q.1 − p0.1)/(ps.1 − p0.1), h = p0.0 + (ps.0 − p0.0)·t.
-                let t = _mm512_div_pd(_mm512_sub_pd(e, p0e), span_e);
-                let h = _mm512_add_pd(p0d, _mm512_mul_pd(span_d, t));
-                chord = _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(between, d, _mm512_mul_pd(vkm, h));
-            }
-            rest &= !chord;
-        }
+        // Strictly between the anchors in both coordinates.
+        let between = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(p0e, e)
+            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(e, pse)
+            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(p0d, d)
+            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(d, psd);
+        // below_chord(p0, q, ps): t = (q.1 − p0.1)/(ps.1 − p0.1), h = p0.0 + (ps.0 − p0.0)·t;
+        // it applies to the lanes between the anchors (span_e > 0 there).
+        let t = _mm512_div_pd(_mm512_sub_pd(e, p0e), span_e);
+        let h = _mm512_add_pd(p0d, _mm512_mul_pd(span_d, t));
+        let chord = between & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, _mm512_mul_pd(vkm, h));
         // The anchors themselves are always kept.
         let anchor = (_mm512_cmp_pd_mask::<_CMP_EQ_OQ>(d, psd)
             & _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(e, pse))
             | (_mm512_cmp_pd_mask::<_CMP_EQ_OQ>(d, p0d) & _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(e, p0e));
-        let keep = positive & (anchor | (!dominated & (rest | !hull_tests)));
-        if keep != 0 {
-            let (ds, es) = (lanes(d), lanes(e));
-            let mut k = keep;
-            while k != 0 {
-                let l = k.trailing_zeros() as usize;
-                pts.push((ds[l], es[l]));
-                k &= k - 1;
-            }
-        }
+        let keep = positive & (anchor | (!dominated & ((rest & !below_p0 & !chord) | !hull_tests)));
+        // Append the kept lanes: room for a whole block, then both halves of the
+        // interleaved pairs stored and the length advanced by the count.
+        pts.reserve(8);
+        let len = pts.len();
+        let dc = _mm512_maskz_compress_pd(keep, d);
+        let ec = _mm512_maskz_compress_pd(keep, e);
+        // SAFETY: capacity ≥ len + 8 pairs = 16 f64 past the start of the spare room; the
+        // first count(keep) pairs written are initialised values, and the length covers
+        // only those.
+        let dst = pts.as_mut_ptr().add(len).cast::<f64>();
+        _mm512_storeu_pd(dst, _mm512_permutex2var_pd(dc, lo_idx, ec));
+        _mm512_storeu_pd(dst.add(8), _mm512_permutex2var_pd(dc, hi_idx, ec));
+        pts.set_len(len + keep.count_ones() as usize);
         i += 8;
     }
     _mm512_reduce_max_epi64(big) <= f64::MAX.to_bits() as i64
