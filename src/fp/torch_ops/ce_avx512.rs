@@ -312,6 +312,19 @@ mod tests {
         ce_core::<N>(logits, labels, v, grad_scale, dlogits)
     }
 
+    /// Equal bit patterns, or both NaN. Which NaN comes out of a row holding NaN and ±∞
+    /// logits is not part of either kernel's definition: x86 returns a NaN operand (or the
+    /// negative default NaN for ∞ − ∞), and which one follows the compiler's order of
+    /// commutative operations and the instructions it picks. Measured: the two agreed bit
+    /// for bit on all 3000 cases on the Intel Xeon of an earlier session; on this project's
+    /// AMD EPYC case 20's loss is +qNaN (0x7fc00000) from the vector kernel and −qNaN
+    /// (0xffc00000) from `ce_core`, and every non-NaN value still agrees bit for bit. No
+    /// output sees a NaN's sign: every comparison takes |actual − expected| and |expected|,
+    /// and a NaN prints as `nan`.
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()
+    }
+
     /// A small deterministic generator (xorshift64).
     struct Rng(u64);
     impl Rng {
@@ -388,12 +401,18 @@ mod tests {
                         )
                     }
                 };
-                assert_eq!(lg.to_bits(), lw.to_bits(), "case {case} N={lanes}: loss");
-                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(
+                assert!(
+                    same(lg, lw),
+                    "case {case} N={lanes}: loss {:#x} vs {:#x}",
+                    lg.to_bits(),
+                    lw.to_bits()
+                );
+                for (j, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        same(g, w),
+                        "case {case} N={lanes}: dlogit {j} {:#x} vs {:#x}",
                         g.to_bits(),
-                        w.to_bits(),
-                        "case {case} N={lanes}: dlogit {j}"
+                        w.to_bits()
                     );
                 }
             }
