@@ -31,6 +31,20 @@ const MT_MATRIX_A: u32 = 0x9908_b0df;
 const MT_UPPER_MASK: u32 = 0x8000_0000;
 const MT_LOWER_MASK: u32 = 0x7fff_ffff;
 
+/// Words per block of the vectorized twist ([`TorchGenerator::twist`]).
+const TWIST_BLOCK: usize = 16;
+
+/// MT19937 tempering of one state word: `y ^= y >> 11; y ^= (y << 7) & 0x9d2c5680;
+/// y ^= (y << 15) & 0xefc60000; y ^= y >> 18`.
+#[inline(always)]
+fn temper(mut y: u32) -> u32 {
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c_5680;
+    y ^= (y << 15) & 0xefc6_0000;
+    y ^= y >> 18;
+    y
+}
+
 /// 2^-24 (exact in f64).
 const TWO_POW_M24: f64 = 1.0 / 16_777_216.0;
 /// 2^-53 (exact in f64).
@@ -91,14 +105,44 @@ impl TorchGenerator {
         self.next_double_normal = None;
     }
 
-    /// Regenerates all 624 state words (the standard MT19937 twist).
+    /// Regenerates all 624 state words (the standard MT19937 twist): for `i` in `0..624` in
+    /// order, `y = (state[i] & 0x80000000) | (state[(i + 1) % 624] & 0x7fffffff)`, then
+    /// `state[i] = state[(i + 397) % 624] ^ (y >> 1) ^ (y odd ? 0x9908b0df : 0)`.
+    ///
+    /// Run in three ranges so that each is a plain vectorizable loop over blocks of
+    /// [`TWIST_BLOCK`] words: `i < 227` reads `state[i + 397]`, not yet rewritten;
+    /// `227 ≤ i < 623` reads `state[i − 227]`, rewritten at least 227 words (more than a
+    /// block) earlier; `i = 623` reads `state[0]` and `state[396]`, both rewritten. Within a
+    /// block every word is read before any is written, and each word's own old value and its
+    /// successor's are still the old ones there, as in the one-at-a-time loop.
     fn twist(&mut self) {
-        for i in 0..MT_N {
-            let y = (self.state[i] & MT_UPPER_MASK) | (self.state[(i + 1) % MT_N] & MT_LOWER_MASK);
-            let mag = if y & 1 == 1 { MT_MATRIX_A } else { 0 };
-            self.state[i] = self.state[(i + MT_M) % MT_N] ^ (y >> 1) ^ mag;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F was detected at run time just above.
+                unsafe { twist_avx512(&mut self.state) };
+                self.next = 0;
+                return;
+            }
         }
+        twist_body(&mut self.state);
         self.next = 0;
+    }
+
+    /// Calls `f` with runs of consecutive draws, `n` in all, in draw order: the
+    /// [`TorchGenerator::next_u32`] outputs, each run taken from the state words left before
+    /// the next twist (the same words, tempered the same way, as one draw at a time).
+    #[inline(always)]
+    fn draw_runs(&mut self, mut n: usize, mut f: impl FnMut(&[u32])) {
+        while n > 0 {
+            if self.next >= MT_N {
+                self.twist();
+            }
+            let k = n.min(MT_N - self.next);
+            f(&self.state[self.next..self.next + k]);
+            self.next += k;
+            n -= k;
+        }
     }
 
     /// `CPUGeneratorImpl::random()`: one MT19937 output.
@@ -110,13 +154,9 @@ impl TorchGenerator {
         if self.next >= MT_N {
             self.twist();
         }
-        let mut y = self.state[self.next];
+        let y = self.state[self.next];
         self.next += 1;
-        y ^= y >> 11;
-        y ^= (y << 7) & 0x9d2c_5680;
-        y ^= (y << 15) & 0xefc6_0000;
-        y ^= y >> 18;
-        y
+        temper(y)
     }
 
     /// `CPUGeneratorImpl::random64()`: two draws, `hi = next_u32()` first, then
@@ -133,7 +173,7 @@ impl TorchGenerator {
     /// `x * ((to - from) as f64) + from as f64` in f64, where `to - from` is an f32 subtraction.
     /// The product has at most 48 significant bits, so it is exact in f64 and a fused or
     /// unfused multiply-add give the same value: one rounding, at the f64 addition.
-    #[inline]
+    #[cfg(test)]
     fn uniform_f32_sample(&mut self, from: f32, to: f32) -> f64 {
         let x = (self.next_u32() & 0x00ff_ffff) as f64 * TWO_POW_M24;
         x * ((to - from) as f64) + from as f64
@@ -153,12 +193,19 @@ impl TorchGenerator {
     /// `v = x * ((to - from) as f64) + from as f64` in f64, where `to - from` is computed in f32
     /// as in ATen's `transformation::uniform_real` (for `lo = -hi` and for `(0, 1)` it is exact,
     /// so this equals the f64 difference); store `v as f32` (round to nearest).
+    ///
+    /// The draws are taken a run of state words at a time ([`TorchGenerator::draw_runs`]),
+    /// so the loop over a run has no per-draw branch and vectorizes; the values are the
+    /// per-draw definition's (`uniform_f32_sample`, checked in the tests).
     pub fn uniform_(&mut self, out: &mut [f32], lo: f64, hi: f64) {
         let from = lo as f32;
         let to = hi as f32;
-        for o in out.iter_mut() {
-            *o = self.uniform_f32_sample(from, to) as f32;
-        }
+        let (span, base) = ((to - from) as f64, from as f64);
+        let mut done = 0;
+        self.draw_runs(out.len(), |words| {
+            uniform_run(&mut out[done..done + words.len()], words, span, base);
+            done += words.len();
+        });
     }
 
     /// `torch.rand(out.len())`: exactly [`TorchGenerator::uniform_`] with `lo = 0`, `hi = 1`,
@@ -281,6 +328,88 @@ impl TorchGenerator {
             0.0
         };
         self.uniform_(bias, -bound, bound);
+    }
+}
+
+/// [`TorchGenerator::twist`]'s loops (its doc gives the order), on the state words.
+#[inline(always)]
+fn twist_body(s: &mut [u32; MT_N]) {
+    #[inline(always)]
+    fn word(cur: u32, succ: u32, far: u32) -> u32 {
+        let y = (cur & MT_UPPER_MASK) | (succ & MT_LOWER_MASK);
+        far ^ (y >> 1) ^ ((y & 1).wrapping_neg() & MT_MATRIX_A)
+    }
+    /// `state[i..i + TWIST_BLOCK]` from the old words at `i..=i + TWIST_BLOCK` and the
+    /// words at `far..far + TWIST_BLOCK`.
+    #[inline(always)]
+    fn block(s: &mut [u32; MT_N], i: usize, far: usize) {
+        let cur: [u32; TWIST_BLOCK + 1] = s[i..=i + TWIST_BLOCK].try_into().unwrap();
+        let f: [u32; TWIST_BLOCK] = s[far..far + TWIST_BLOCK].try_into().unwrap();
+        let mut out = [0u32; TWIST_BLOCK];
+        for l in 0..TWIST_BLOCK {
+            out[l] = word(cur[l], cur[l + 1], f[l]);
+        }
+        s[i..i + TWIST_BLOCK].copy_from_slice(&out);
+    }
+    let mut i = 0;
+    while i + TWIST_BLOCK <= MT_N - MT_M {
+        block(s, i, i + MT_M);
+        i += TWIST_BLOCK;
+    }
+    while i < MT_N - MT_M {
+        s[i] = word(s[i], s[i + 1], s[i + MT_M]);
+        i += 1;
+    }
+    while i + TWIST_BLOCK < MT_N {
+        block(s, i, i + MT_M - MT_N);
+        i += TWIST_BLOCK;
+    }
+    while i < MT_N - 1 {
+        s[i] = word(s[i], s[i + 1], s[i + MT_M - MT_N]);
+        i += 1;
+    }
+    s[MT_N - 1] = word(s[MT_N - 1], s[0], s[MT_M - 1]);
+}
+
+/// [`twist_body`] compiled for AVX-512F (integer operations: the same words on every
+/// machine).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn twist_avx512(s: &mut [u32; MT_N]) {
+    twist_body(s);
+}
+
+/// `out[i] = (((temper(words[i]) & 0xffffff) as f64 * 2^-24) * span + base) as f32`, the
+/// uniform transform of [`TorchGenerator::uniform_`] over a run of state words; compiled
+/// for AVX-512F as well where the CPU has it (the same IEEE operations lane by lane: a
+/// conversion that is exact, one exact product, one rounded addition, one rounding to f32,
+/// and no contraction, so the results are the portable loop's on every machine).
+#[inline]
+fn uniform_run(out: &mut [f32], words: &[u32], span: f64, base: f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected at run time just above.
+            unsafe { uniform_run_avx512(out, words, span, base) };
+            return;
+        }
+    }
+    uniform_run_body(out, words, span, base);
+}
+
+/// [`uniform_run_body`] compiled for AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn uniform_run_avx512(out: &mut [f32], words: &[u32], span: f64, base: f64) {
+    uniform_run_body(out, words, span, base);
+}
+
+/// The loop of [`uniform_run`].
+#[inline(always)]
+fn uniform_run_body(out: &mut [f32], words: &[u32], span: f64, base: f64) {
+    for (o, &w) in out.iter_mut().zip(words) {
+        let x = (temper(w) & 0x00ff_ffff) as f64 * TWO_POW_M24;
+        *o = (x * span + base) as f32;
     }
 }
 
@@ -513,6 +642,72 @@ mod tests {
 
     /// The C++ standard's reference values for `std::mt19937` with its default seed 5489
     /// (`[rand.predef]` pins the 10000th output; 3499211612 is the well-known first output).
+    /// The twist as the standard writes it: one word at a time, indices modulo 624.
+    fn twist_by_definition(state: &mut [u32; MT_N]) {
+        for i in 0..MT_N {
+            let y = (state[i] & MT_UPPER_MASK) | (state[(i + 1) % MT_N] & MT_LOWER_MASK);
+            let mag = if y & 1 == 1 { MT_MATRIX_A } else { 0 };
+            state[i] = state[(i + MT_M) % MT_N] ^ (y >> 1) ^ mag;
+        }
+    }
+
+    #[test]
+    fn blocked_twist_equals_the_definition() {
+        for seed in [0u64, 1, 5489, 8173, 0xdead_beef] {
+            let mut g = TorchGenerator::new(seed);
+            let (mut want, mut portable) = (g.state, g.state);
+            for _ in 0..4 {
+                twist_by_definition(&mut want);
+                g.twist();
+                twist_body(&mut portable);
+                assert_eq!(g.state, want, "seed {seed}, as dispatched");
+                assert_eq!(portable, want, "seed {seed}, portable");
+            }
+        }
+    }
+
+    /// `uniform_` takes its draws a run of state words at a time; every element must be the
+    /// per-draw definition's, also for lengths and starting offsets that cross twists.
+    #[test]
+    fn bulk_uniform_equals_one_draw_at_a_time() {
+        for (skip, len) in [
+            (0, 0),
+            (0, 1),
+            (0, 624),
+            (3, 621),
+            (3, 622),
+            (600, 1300),
+            (1, 5000),
+        ] {
+            for (lo, hi) in [(0.0, 1.0), (-0.169, 0.169), (-1.0 / 3.0, 0.5)] {
+                let mut bulk = TorchGenerator::new(8173);
+                let mut one = TorchGenerator::new(8173);
+                for _ in 0..skip {
+                    bulk.next_u32();
+                    one.next_u32();
+                }
+                let mut got = vec![0.0f32; len];
+                bulk.uniform_(&mut got, lo, hi);
+                // The portable loop on the same words, where the run fits before a twist.
+                if skip + len <= MT_N {
+                    let mut g = TorchGenerator::new(8173);
+                    g.twist();
+                    let (from, to) = (lo as f32, hi as f32);
+                    let mut portable = vec![0.0f32; len];
+                    let words = &g.state[skip..skip + len];
+                    uniform_run_body(&mut portable, words, (to - from) as f64, from as f64);
+                    assert_eq!(portable, got, "portable, skip {skip} len {len}");
+                }
+                let (from, to) = (lo as f32, hi as f32);
+                for (i, g) in got.iter().enumerate() {
+                    let want = one.uniform_f32_sample(from, to) as f32;
+                    assert_eq!(g.to_bits(), want.to_bits(), "skip {skip} len {len} i {i}");
+                }
+                assert_eq!(bulk.next_u32(), one.next_u32(), "skip {skip} len {len}");
+            }
+        }
+    }
+
     #[test]
     fn mt19937_default_seed_matches_the_cpp_standard() {
         let mut g = TorchGenerator::new(5489);
