@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 
 #[cfg(target_arch = "x86_64")]
 mod pair_avx512;
+#[cfg(target_arch = "x86_64")]
+pub use pair_avx512::max_ratio as max_ratio_avx512;
 
 /// An (atol, rtol) pair.
 #[derive(Debug, Clone, Copy, PartialEq)]

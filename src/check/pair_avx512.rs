@@ -134,6 +134,46 @@ unsafe fn hmax(v: __m512d) -> f64 {
         .fold(0.0f64, |m, &x| if x > m { x } else { m })
 }
 
+/// The largest `cond[i] / (atol + rtol·|expected[i]|)` (each term one product, one sum and one
+/// division, never fused; a term replaces the maximum only when it is strictly larger, so NaN
+/// terms never count; 0 when there are none), eight lanes at a time, dividing only the blocks
+/// where some lane can raise its lane's maximum: the screen of [`pair_stats`] (module doc),
+/// z = fl(m·w − c) with a clear sign bit gives fl(c/w) ≤ m, and a NaN z comes only from a
+/// term that is NaN or cannot exceed m. After a block that divides, every lane takes the
+/// largest lane's maximum, so that later blocks are screened against the largest term so far.
+/// The lanes are combined by the same rule at the end; the maximum of a set of non-negative values does not depend on the order it is
+/// taken in. Missing lanes of a partial last block hold c = 0, e = 0: a term 0 or NaN, which
+/// changes nothing.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn max_ratio(cond: &[f64], expected: &[f64], atol: f64, rtol: f64) -> f64 {
+    let n = cond.len().min(expected.len());
+    let (va, vr) = (_mm512_set1_pd(atol), _mm512_set1_pd(rtol));
+    let zero = _mm512_setzero_si512();
+    let mut m = _mm512_setzero_pd();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i < n, within both slices.
+        let (c, e) = load_pair(cond, expected, i, n);
+        let w = _mm512_add_pd(va, _mm512_mul_pd(vr, _mm512_abs_pd(e)));
+        let z = _mm512_fmsub_pd(m, w, c);
+        if _mm512_cmplt_epi64_mask(_mm512_castpd_si512(z), zero) != 0 {
+            // MAXPD returns its second operand unless the first is strictly larger: the rule
+            // of the definition, NaN terms included.
+            m = _mm512_max_pd(_mm512_div_pd(c, w), m);
+            // Every lane screens against the largest term so far: m holds no NaN, so its
+            // largest lane is the maximum of the terms seen.
+            m = _mm512_set1_pd(_mm512_reduce_max_pd(m));
+        }
+        i += 8;
+    }
+    lanes(m)
+        .iter()
+        .fold(0.0f64, |a, &x| if x > a { x } else { a })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
