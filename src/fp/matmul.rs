@@ -863,10 +863,19 @@ fn tile_rows<const R: usize, const W: usize, const FMA: bool>(
     dst: &mut [f32],
 ) {
     let mut t = [[0.0f32; W]; R];
+    // Every index the loop reads grows with kk and q, so checking the last ones once covers
+    // them all and the loop runs without per-load bounds checks.
+    if let Some(last) = r.end.checked_sub(1).filter(|_| !r.is_empty()) {
+        assert!(last * n + j + W <= b.len(), "tile_rows: b too short");
+        assert!((i + R - 1) * a.rs + last * a.ks < a.data.len(), "tile_rows: a too short");
+    }
     for kk in r {
-        let bv: &[f32; W] = b[kk * n + j..kk * n + j + W].try_into().unwrap();
+        // SAFETY: kk ≤ the last index checked above, so the W values of b from kk·n + j and
+        // a's element of every row q < R are within their slices.
+        let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
         for (q, tq) in t.iter_mut().enumerate() {
-            let av = a.data[(i + q) * a.rs + kk * a.ks];
+            // SAFETY: as above.
+            let av = unsafe { *a.data.get_unchecked((i + q) * a.rs + kk * a.ks) };
             for l in 0..W {
                 tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
             }
@@ -969,11 +978,20 @@ fn tile<const WA: usize, const WB: usize, const FMA: bool>(
 ) {
     let mut ta = [0.0f32; WA];
     let mut tb = [0.0f32; WB];
+    // As in `tile_rows`: the last indices checked once, the loop without bounds checks.
+    if let Some(last) = r.end.checked_sub(1).filter(|_| !r.is_empty()) {
+        assert!(ja + WA <= n && jb + WB <= n, "tile: columns past n");
+        assert!(last * n + n <= b.len(), "tile: b too short");
+        assert!(a_off + last * a.ks < a.data.len(), "tile: a too short");
+    }
     for kk in r {
-        let av = a.data[a_off + kk * a.ks];
-        let brow = &b[kk * n..kk * n + n];
-        let ra: &[f32; WA] = brow[ja..ja + WA].try_into().unwrap();
-        let rb: &[f32; WB] = brow[jb..jb + WB].try_into().unwrap();
+        // SAFETY: kk ≤ the last index checked above: a's element, and row kk of b with both
+        // column ranges inside it, are within their slices.
+        let av = unsafe { *a.data.get_unchecked(a_off + kk * a.ks) };
+        // SAFETY: as above.
+        let ra: &[f32; WA] = unsafe { &*b.as_ptr().add(kk * n + ja).cast::<[f32; WA]>() };
+        // SAFETY: as above.
+        let rb: &[f32; WB] = unsafe { &*b.as_ptr().add(kk * n + jb).cast::<[f32; WB]>() };
         for l in 0..WA {
             ta[l] = chain_step::<FMA>(av, ra[l], ta[l]);
         }
