@@ -1144,10 +1144,14 @@ fn f64_cols<const R: usize, const W: usize>(
     j0: usize,
 ) {
     let mut acc = [[0.0f64; W]; R];
+    // The last row's block checked once: every kk < k reads inside b.
+    assert!(
+        k == 0 || (j0 + W <= n && (k - 1) * n + j0 + W <= b.len()),
+        "f64_cols: b too short"
+    );
     for kk in 0..k {
-        let b_blk: &[f64; W] = b[kk * n + j0..kk * n + j0 + W]
-            .try_into()
-            .expect("a block of W columns");
+        // SAFETY: kk < k and the check above: the W values from kk·n + j0 are within b.
+        let b_blk: &[f64; W] = unsafe { &*b.as_ptr().add(kk * n + j0).cast::<[f64; W]>() };
         for (r, acc_r) in acc.iter_mut().enumerate() {
             let av = a_at(r, kk);
             for j in 0..W {
@@ -1161,7 +1165,8 @@ fn f64_cols<const R: usize, const W: usize>(
 }
 
 /// Every row of `c` (m × n) by [`f64_rows`], [`F64_GROUP_ROWS`] rows at a time and the last
-/// m mod 4 rows as one smaller group; `a_at(i, kk)` is a[i][kk] in either layout.
+/// m mod 4 rows as one smaller group; `a_at(i, kk)` is a[i][kk] in either layout, called only
+/// with i < m and kk < k.
 #[inline(always)]
 fn f64_grouped(
     a_at: impl Fn(usize, usize) -> f64 + Copy,
@@ -1200,7 +1205,7 @@ const TILE_N: usize = 128;
 /// `c`, kk ascending, every row of the tile takes one contiguous piece of `b`'s row kk. Each
 /// row of `b` is read once per [`TILE_M`] rows of `c`, contiguously, instead of once per row
 /// of `c` with a stride of n: the loop order across elements changes, no element's order
-/// does.
+/// does. `a_at` is called only with i < m and kk < k.
 #[inline(always)]
 fn f64_tiled(
     a_at: impl Fn(usize, usize) -> f64,
@@ -1238,10 +1243,13 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
     if n == 0 {
         return;
     }
+    // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
+    // a.len() == m·k was checked above.
+    let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(i * k + kk) };
     if b.len() * 8 >= F64_TILED_FROM {
-        return f64_tiled(|i, kk| a[i * k + kk], b, c, m, k, n);
+        return f64_tiled(a_at, b, c, m, k, n);
     }
-    f64_grouped(|i, kk| a[i * k + kk], b, c, m, k, n);
+    f64_grouped(a_at, b, c, m, k, n);
 }
 
 /// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`]; `b` is
@@ -1484,10 +1492,13 @@ fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n
     if n == 0 {
         return;
     }
+    // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
+    // a.len() == m·k was checked above.
+    let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + i) };
     if b.len() * 8 >= F64_TILED_FROM {
-        return f64_tiled(|i, kk| a[kk * m + i], b, c, m, k, n);
+        return f64_tiled(a_at, b, c, m, k, n);
     }
-    f64_grouped(|i, kk| a[kk * m + i], b, c, m, k, n);
+    f64_grouped(a_at, b, c, m, k, n);
 }
 
 #[cfg(test)]
