@@ -208,7 +208,7 @@ impl Trace {
         data: &[R],
     ) {
         let start = self.values.len();
-        self.values.extend(data.iter().map(|x| x.to_f64()));
+        extend_widened(&mut self.values, data);
         self.slots.push(Slot {
             check,
             step,
@@ -230,4 +230,37 @@ impl Trace {
         }
         &self.values[slot.start..slot.start + slot.len]
     }
+}
+
+/// Appends `data` to `dst` as f64 (exact for f32 and f64): a plain copy for f64, a widening
+/// loop compiled for AVX-512F where the CPU has it for f32 (a conversion is exact, so every
+/// path gives the same values).
+fn extend_widened<R: Real>(dst: &mut Vec<f64>, data: &[R]) {
+    use std::any::TypeId;
+    if TypeId::of::<R>() == TypeId::of::<f64>() {
+        // SAFETY: R is f64, so the slice is a slice of f64.
+        let v = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<f64>(), data.len()) };
+        dst.extend_from_slice(v);
+    } else if TypeId::of::<R>() == TypeId::of::<f32>() {
+        // SAFETY: R is f32, so the slice is a slice of f32.
+        let v = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<f32>(), data.len()) };
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F was detected at run time just above.
+                unsafe { widen_avx512(dst, v) };
+                return;
+            }
+        }
+        dst.extend(v.iter().map(|&x| f64::from(x)));
+    } else {
+        dst.extend(data.iter().map(|x| x.to_f64()));
+    }
+}
+
+/// The f32 loop of [`extend_widened`] compiled for AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_avx512(dst: &mut Vec<f64>, v: &[f32]) {
+    dst.extend(v.iter().map(|&x| f64::from(x)));
 }

@@ -88,27 +88,30 @@ pub fn all_reduce_sum(
     let len = check(parts, n_ranks);
     assert_eq!(out.len(), len, "all_reduce: out has the wrong length");
     let x = |r: usize, j: usize| wire.w(parts[r * len + j]);
-    match algo {
-        AllReduceAlgo::RankOrder => {
-            for (j, o) in out.iter_mut().enumerate() {
-                let mut s = x(0, j);
-                for r in 1..n_ranks {
-                    s = wire.add(s, x(r, j));
-                }
-                *o = s;
+    // RankOrder and Ring: each element's sum is a chain over the ranks in a fixed order
+    // (per chunk for Ring), s = w(x₀), then s = add(s, w(xₜ)) for the next ranks in turn.
+    // The loops run rank by rank over a whole range of elements, each element's chain in
+    // the same order, so the inner loops index no rank and divide nothing.
+    let chain = |out: &mut [f32], lo: usize, ranks: &mut dyn Iterator<Item = usize>| {
+        let hi = lo + out.len();
+        if let Some(r0) = ranks.next() {
+            for (o, &v) in out.iter_mut().zip(&parts[r0 * len + lo..r0 * len + hi]) {
+                *o = wire.w(v);
             }
         }
+        for r in ranks {
+            for (o, &v) in out.iter_mut().zip(&parts[r * len + lo..r * len + hi]) {
+                *o = wire.add(*o, wire.w(v));
+            }
+        }
+    };
+    match algo {
+        AllReduceAlgo::RankOrder => chain(out, 0, &mut (0..n_ranks)),
         AllReduceAlgo::Ring => {
             for c in 0..n_ranks {
                 let lo = c * len / n_ranks;
                 let hi = (c + 1) * len / n_ranks;
-                for (j, o) in (lo..hi).zip(&mut out[lo..hi]) {
-                    let mut s = x((c + 1) % n_ranks, j);
-                    for t in 2..=n_ranks {
-                        s = wire.add(s, x((c + t) % n_ranks, j));
-                    }
-                    *o = s;
-                }
+                chain(&mut out[lo..hi], lo, &mut (1..=n_ranks).map(|t| (c + t) % n_ranks));
             }
         }
         AllReduceAlgo::Tree => {
