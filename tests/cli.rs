@@ -798,23 +798,26 @@ fn bench_reports_every_selected_scenario_with_its_ratios() {
         header.contains("baseline") && header.contains("1->2"),
         "{header}"
     );
-    // One row per scenario: its group count (T1: 4 parametrizations, T2: 3), the baseline
-    // rate, the 1-thread rate, the ratio to the baseline, the 2-thread rate and 1 -> 2.
-    for (name, groups) in [
-        ("deepspeed-tied-row-parallel", 4),
-        ("deepspeed-row-parallel", 3),
+    // One row per scenario: its group count (T1: 4 parametrizations, T2: 3), the distinct
+    // computations per seed (T1's 35-3-True-0 computes what 35-3-False-0 does, so 3 of 4),
+    // the baseline rate, the 1-thread rate, the ratio to the baseline, the 2-thread rate
+    // and 1 -> 2.
+    for (name, groups, computed) in [
+        ("deepspeed-tied-row-parallel", 4, 3),
+        ("deepspeed-row-parallel", 3, 3),
     ] {
         let row = text
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("no row for {name} in\n{text}"));
         let f: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(f.len(), 7, "{row}");
+        assert_eq!(f.len(), 8, "{row}");
         assert_eq!(f[1], groups.to_string(), "{row}");
-        for rate in [f[2], f[3], f[5]] {
+        assert_eq!(f[2], computed.to_string(), "{row}");
+        for rate in [f[3], f[4], f[6]] {
             assert!(rate.parse::<f64>().unwrap() > 0.0, "{row}");
         }
-        for ratio in [f[4], f[6]] {
+        for ratio in [f[5], f[7]] {
             let r: f64 = ratio.trim_end_matches('x').parse().unwrap();
             assert!(r.is_finite() && r > 0.0, "{row}");
         }

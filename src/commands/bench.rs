@@ -3,7 +3,7 @@
 
 use crate::catalog::Catalog;
 use crate::commands::{load_catalog, Common};
-use crate::engine::plan::{in_order, seed_runs_memory};
+use crate::engine::plan::{families, in_order, seed_runs_memory};
 use crate::error::InputError;
 use crate::limits::pool;
 
@@ -20,35 +20,65 @@ pub struct BenchOptions {
 }
 
 /// Seed-runs per second of `groups` over `seeds` seeds each from each scenario's first seed,
-/// through the engine ([`crate::engine::unit`]: run + evaluate, in [`in_order`] chunks as a
-/// sweep runs them), no aggregation and no output files.
+/// through the engine as a sweep runs them, without aggregation or output files: the
+/// groups' families ([`families`]) seed by seed in [`in_order`] chunks, each family's
+/// distinct computations once per seed ([`crate::engine::run::run_family`]; parametrizations
+/// whose resolved computations are equal, such as T1's `35-3-True-0` and `35-3-False-0`,
+/// run once and are evaluated for each) and every group evaluated; a group that streams runs
+/// step by step. Returns (seed-runs, seed-runs/s, distinct computations run).
 pub fn measure(
     catalog: &Catalog,
     groups: &[crate::catalog::Group],
     seeds: u64,
     kernels: crate::backend::Kernels,
     threads: usize,
-) -> anyhow::Result<(u64, f64)> {
+) -> anyhow::Result<(u64, f64, u64)> {
+    use crate::engine::{evaluate, run};
+    let plan: Vec<(usize, std::ops::Range<u64>)> = groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            let first = catalog.scenarios[g.scenario].common().first_seed;
+            (gi, first..first + seeds)
+        })
+        .collect();
+    // No results are held back here, so no family is cut short by a memory budget.
+    let fams = families(catalog, groups, &plan, u64::MAX, |_| 0);
     // Units are indexed, not collected: their count may be large.
     let n_units = (groups.len() as u64)
         .checked_mul(seeds)
         .ok_or_else(|| InputError::flag("--seeds", "seeds x groups overflows u64"))?;
+    let computations: u64 = fams.iter().map(|f| f.runs.len() as u64 * seeds).sum();
     let start = std::time::Instant::now();
     let mut checksum = 0.0f64;
     pool(Some(threads))?.install(|| {
         in_order(
-            (0..n_units).map(|i| ((i / seeds) as usize, i % seeds)),
+            fams.iter()
+                .enumerate()
+                .flat_map(|(fi, f)| f.seeds.clone().map(move |seed| (fi, seed))),
             || {
                 (
                     crate::scenario::Workspace::with_kernels(kernels),
                     Vec::new(),
+                    Vec::new(),
                 )
             },
-            |(ws, out), &(gi, s)| {
-                let g = &groups[gi];
-                let first = catalog.scenarios[g.scenario].common().first_seed;
-                crate::engine::unit(catalog, g, first + s, ws, out);
-                out.first().map(|r| r.usage).unwrap_or(0.0)
+            |(ws, out, prev), &(fi, seed)| {
+                let f = &fams[fi];
+                let first = &groups[f.groups.start];
+                if catalog.scenarios[first.scenario].streams(first.param) {
+                    let (out, _) = run::run_group_streamed(catalog, first, seed, ws, false);
+                    return out.first().map_or(0.0, |r| r.usage);
+                }
+                let mut sum = 0.0;
+                run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
+                    let checks = catalog.scenarios[g.scenario].checks(g.param);
+                    let reuse = (!parts.reference).then_some(&prev[..]);
+                    evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                    sum += out.first().map_or(0.0, |r| r.usage);
+                    std::mem::swap(out, prev);
+                });
+                sum
             },
             |_, usages| {
                 checksum += usages.iter().sum::<f64>();
@@ -58,7 +88,7 @@ pub fn measure(
     })?;
     let secs = start.elapsed().as_secs_f64();
     std::hint::black_box(checksum);
-    Ok((n_units, n_units as f64 / secs))
+    Ok((n_units, n_units as f64 / secs, computations))
 }
 
 /// `bench`: seed-runs per second of the fast kernels against the scalar-reference baseline in
@@ -97,13 +127,14 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
     for (si, gs) in &scenarios {
         // Warm-up: grows every buffer and faults in the code.
         measure(&catalog, gs, 1, Kernels::Fast, 1)?;
-        let (_, base) = measure(&catalog, gs, baseline_seeds, Kernels::ScalarReference, 1)?;
-        let (n1, fast1) = measure(&catalog, gs, o.seeds, Kernels::Fast, 1)?;
-        let (_, fastn) = measure(&catalog, gs, o.seeds, Kernels::Fast, all)?;
+        let (_, base, _) = measure(&catalog, gs, baseline_seeds, Kernels::ScalarReference, 1)?;
+        let (n1, fast1, computed) = measure(&catalog, gs, o.seeds, Kernels::Fast, 1)?;
+        let (_, fastn, _) = measure(&catalog, gs, o.seeds, Kernels::Fast, all)?;
         rows.push(Row {
             scenario: *si,
             groups: gs.len(),
             runs: n1,
+            computed,
             base,
             fast1,
             fastn,
@@ -111,8 +142,10 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
     }
     let mut out = String::new();
     out.push_str(&format!(
-        "seed-runs/s (run + evaluate, no output), {} seeds per parametrization x profile x mutant; \
-         baseline: scalar reference kernels, 1 thread, {baseline_seeds} seeds\n",
+        "seed-runs/s (run + evaluate as a sweep runs them, no output), {} seeds per parametrization x profile x mutant; \
+         baseline: scalar reference kernels, 1 thread, {baseline_seeds} seeds\n\
+         computed: distinct computations per seed among a scenario's groups (parametrizations whose \
+         resolved computations are equal run once and are evaluated for each, as in a sweep)\n",
         o.seeds
     ));
     let name_w = scenarios
@@ -122,9 +155,10 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
         .unwrap_or(8)
         .max(8);
     out.push_str(&format!(
-        "{:<name_w$}  {:>6}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}\n",
+        "{:<name_w$}  {:>6}  {:>8}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}\n",
         "scenario",
         "groups",
+        "computed",
         "baseline",
         "1 thread",
         "x base",
@@ -133,9 +167,10 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
     ));
     for r in &rows {
         out.push_str(&format!(
-            "{:<name_w$}  {:>6}  {:>10}  {:>10}  {:>7.2}x  {:>10}  {:>7.2}x\n",
+            "{:<name_w$}  {:>6}  {:>8}  {:>10}  {:>10}  {:>7.2}x  {:>10}  {:>7.2}x\n",
             catalog.scenarios[r.scenario].common().name,
             r.groups,
+            r.computed / (r.runs / r.groups as u64).max(1),
             rate(r.base),
             rate(r.fast1),
             r.fast1 / r.base,
@@ -174,6 +209,8 @@ struct Row {
     scenario: usize,
     groups: usize,
     runs: u64,
+    /// Distinct computations among the runs (equal parametrizations run once).
+    computed: u64,
     base: f64,
     fast1: f64,
     fastn: f64,
