@@ -623,6 +623,11 @@ impl Kernel {
     fn run(&self, a: AView<'_>, b: &[f32], c: &mut [f32], acc: &mut [f32], pw: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.fast && avx512_path_available() {
+                // SAFETY: avx512f, avx2 and fma were detected on this CPU just above.
+                unsafe { kernel_avx512(self, a, b, c, acc, pw) };
+                return;
+            }
             if self.fast && fast_path_available() {
                 // SAFETY: avx2 and fma were detected on this CPU just above.
                 unsafe { kernel_avx2_fma(self, a, b, c, acc, pw) };
@@ -631,6 +636,45 @@ impl Kernel {
         }
         kernel_portable(self, a, b, c, acc, pw);
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run the AVX2 kernel on this thread even where AVX-512 is available, so that
+    /// both compilations are compared with the portable one on an AVX-512 machine.
+    static AVX2_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the AVX-512 compilation of the chain kernel is used on this machine.
+fn avx512_path_available() -> bool {
+    #[cfg(test)]
+    if AVX2_ONLY.with(|f| f.get()) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        fast_path_available() && std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernel compiled for AVX-512F (with AVX2 and FMA): the same chains, with register
+/// tiles of [`GROUP_ROWS_AVX512`] rows (a 16-column tile row is one 512-bit register, so
+/// twice the rows keep as many independent chains in flight as the AVX2 tiles do).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn kernel_avx512(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+    pw: &mut [f32],
+) {
+    kernel_body_g::<GROUP_ROWS_AVX512>(kern, a, b, c, acc, pw);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -666,15 +710,29 @@ fn kernel_body(
     acc: &mut [f32],
     pw: &mut [f32],
 ) {
+    kernel_body_g::<GROUP_ROWS>(kern, a, b, c, acc, pw);
+}
+
+/// [`kernel_body`] with register tiles of up to `G` rows (the order of every element's
+/// chain does not depend on how rows are grouped into tiles).
+#[inline(always)]
+fn kernel_body_g<const G: usize>(
+    kern: &Kernel,
+    a: AView<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    acc: &mut [f32],
+    pw: &mut [f32],
+) {
     match kern.accum {
-        Accum::Fma => chain_matmul::<true>(kern, a, b, c, acc),
-        Accum::MulAdd => chain_matmul::<false>(kern, a, b, c, acc),
+        Accum::Fma => chain_matmul::<true, G>(kern, a, b, c, acc),
+        Accum::MulAdd => chain_matmul::<false, G>(kern, a, b, c, acc),
         Accum::Pairwise => pairwise_matmul(kern, a, b, c, pw),
     }
 }
 
 #[inline(always)]
-fn chain_matmul<const FMA: bool>(
+fn chain_matmul<const FMA: bool, const G: usize>(
     kern: &Kernel,
     a: AView<'_>,
     b: &[f32],
@@ -709,7 +767,7 @@ fn chain_matmul<const FMA: bool>(
             // A lone row: [`chain_row`]'s wide tiles keep more chains in flight.
             chain_row::<FMA>(a, i, b, n, kern.split, k, c_rows, &mut acc[..n]);
         } else {
-            chain_span::<FMA>(
+            chain_span::<FMA, G>(
                 a,
                 i,
                 rows,
@@ -731,6 +789,9 @@ const SPAN_ROWS: usize = 16;
 
 /// Rows of `c` one register tile holds ([`tile_rows`]).
 const GROUP_ROWS: usize = 4;
+
+/// Rows of `c` one register tile holds in the AVX-512 kernel ([`kernel_avx512`]).
+const GROUP_ROWS_AVX512: usize = 8;
 
 /// Row `i` of `c` (`c_row`, n wide): for each K block, the chain of every element
 /// ([`chain_block`]), block results added left to right into `c_row`.
@@ -773,7 +834,7 @@ fn chain_row<const FMA: bool>(
 /// one tile ending at n that overlaps the one before (lanes are independent chains: a lane
 /// computed twice gives the same bits).
 #[inline(always)]
-fn chain_span<const FMA: bool>(
+fn chain_span<const FMA: bool, const G: usize>(
     a: AView<'_>,
     i: usize,
     rows: usize,
@@ -789,18 +850,18 @@ fn chain_span<const FMA: bool>(
         let dst: &mut [f32] = if first { c_rows } else { acc };
         let mut j = 0;
         while j + 16 <= n {
-            span_tiles::<16, FMA>(a, i, rows, b, n, r.clone(), j, dst);
+            span_tiles::<16, FMA, G>(a, i, rows, b, n, r.clone(), j, dst);
             j += 16;
         }
         if j < n {
             if n - j <= 8 {
-                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), n - 8, dst);
+                span_tiles::<8, FMA, G>(a, i, rows, b, n, r.clone(), n - 8, dst);
             } else if n >= 16 {
-                span_tiles::<16, FMA>(a, i, rows, b, n, r.clone(), n - 16, dst);
+                span_tiles::<16, FMA, G>(a, i, rows, b, n, r.clone(), n - 16, dst);
             } else {
                 // 8 < n < 16: two 8-wide tiles.
-                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), 0, dst);
-                span_tiles::<8, FMA>(a, i, rows, b, n, r.clone(), n - 8, dst);
+                span_tiles::<8, FMA, G>(a, i, rows, b, n, r.clone(), 0, dst);
+                span_tiles::<8, FMA, G>(a, i, rows, b, n, r.clone(), n - 8, dst);
             }
         }
         if first {
@@ -817,10 +878,11 @@ fn chain_span<const FMA: bool>(
 }
 
 /// Columns `j..j + W` of rows `i..i + rows` of `dst` (rows × n, rows ≥ 2) for one K block:
-/// tiles of [`GROUP_ROWS`] rows, the last one shorter but never a single row (five rows
-/// left are 3 + 2), so every tile keeps at least 2·W/8 chains in flight ([`tile_rows`]).
+/// tiles of `G` rows ([`GROUP_ROWS`], or [`GROUP_ROWS_AVX512`]), the last one shorter but
+/// never a single row (G + 1 rows left are split in two: five are 3 + 2, nine 5 + 4), so
+/// every tile keeps at least two rows of chains in flight ([`tile_rows`]). G ≤ 8.
 #[inline(always)]
-fn span_tiles<const W: usize, const FMA: bool>(
+fn span_tiles<const W: usize, const FMA: bool, const G: usize>(
     a: AView<'_>,
     i: usize,
     rows: usize,
@@ -833,11 +895,14 @@ fn span_tiles<const W: usize, const FMA: bool>(
     let mut g = 0;
     while g < rows {
         let d = &mut dst[g * n..];
-        let take = match rows - g {
-            5 => 3,
-            left => left.min(GROUP_ROWS),
-        };
+        // Never a single-row tile: G + 1 rows left are split (G + 1) / 2 + the rest.
+        let left = rows - g;
+        let take = if left == G + 1 { left / 2 + 1 } else { left.min(G) };
         match take {
+            8 => tile_rows::<8, W, FMA>(a, i + g, b, n, r.clone(), j, d),
+            7 => tile_rows::<7, W, FMA>(a, i + g, b, n, r.clone(), j, d),
+            6 => tile_rows::<6, W, FMA>(a, i + g, b, n, r.clone(), j, d),
+            5 => tile_rows::<5, W, FMA>(a, i + g, b, n, r.clone(), j, d),
             4 => tile_rows::<4, W, FMA>(a, i + g, b, n, r.clone(), j, d),
             3 => tile_rows::<3, W, FMA>(a, i + g, b, n, r.clone(), j, d),
             _ => {
@@ -2025,26 +2090,37 @@ mod tests {
         if !fast_path_available() {
             eprintln!("avx2+fma not available: the fast path is the portable path here");
         }
+        for avx2_only in [false, true] {
+            AVX2_ONLY.with(|f| f.set(avx2_only));
+            fast_paths_agree_with_portable(avx2_only);
+        }
+        AVX2_ONLY.with(|f| f.set(false));
+    }
+
+    /// Random shapes (m up to 40 rows: whole and ragged spans and register tiles of every
+    /// height) in every model, fast against portable, bit for bit.
+    fn fast_paths_agree_with_portable(avx2_only: bool) {
         let mut rng = Rng(4);
         let mut s = MatmulScratch::default();
-        for model in all_models() {
+        for model in all_models().into_iter().chain(all_models()) {
             let k = KS[rng.below(KS.len())];
-            let (m, n) = (1 + rng.below(6), 1 + rng.below(80));
+            let (m, n) = (1 + rng.below(40), 1 + rng.below(80));
             let a = rng.vec(m * k);
             let b = rng.vec(k * n);
             let mut fast = vec![0.0; m * n];
             let mut port = vec![0.0; m * n];
             model.matmul(&a, &b, &mut fast, m, k, n, &mut s);
             model.matmul_portable(&a, &b, &mut port, m, k, n, &mut s);
-            assert_same_bits(&fast, &port, &format!("{model:?}"));
+            let what = format!("{model:?} m={m} k={k} n={n} avx2_only={avx2_only}");
+            assert_same_bits(&fast, &port, &what);
             let bt = transpose(&b, k, n);
             model.nt(&a, &bt, &mut fast, m, k, n, &mut s, true);
             model.nt(&a, &bt, &mut port, m, k, n, &mut s, false);
-            assert_same_bits(&fast, &port, &format!("nt {model:?}"));
+            assert_same_bits(&fast, &port, &format!("nt {what}"));
             let at = transpose(&a, m, k);
             model.tn(&at, &b, &mut fast, m, k, n, &mut s, true);
             model.tn(&at, &b, &mut port, m, k, n, &mut s, false);
-            assert_same_bits(&fast, &port, &format!("tn {model:?}"));
+            assert_same_bits(&fast, &port, &format!("tn {what}"));
         }
     }
 
