@@ -14,7 +14,9 @@
 //! z or −0, and an exact zero gives +0 (IEEE 754 §6.3). So z's sign bit is clear exactly when
 //! d ≤ u·w, i.e. d/w ≤ u; rounding is monotone and u is a float, so then x = fl(d/w) ≤ u and
 //! the lane cannot raise the maximum. A block where every lane passes needs no division; any
-//! other block is divided exactly. (z is NaN only for a non-finite d, whose result is
+//! other block is divided exactly. The fewer blocks raise u, the fewer divide, so u starts
+//! at the largest exact usage of a few blocks spread over the tensor ([`SAMPLES`], divided up
+//! front; a usage an element attains, which is all the screen needs). (z is NaN only for a non-finite d, whose result is
 //! discarded, for u = +∞, where no lane can raise the maximum, or for an allowance of +∞ with
 //! u = 0, where x = 0.)
 //!
@@ -63,7 +65,28 @@ pub(super) unsafe fn pair_stats(
     let (at1, rt1) = (_mm512_set1_pd(t1.atol), _mm512_set1_pd(t1.rtol));
     let (at2, rt2) = (_mm512_set1_pd(t2.atol), _mm512_set1_pd(t2.rtol));
     let (mut u1, mut u2) = (0.0f64, 0.0f64);
-    let (mut vu1, mut vu2) = (zero, zero);
+    // Seed the maxima with the exact usages of a few blocks spread over the tensor (their
+    // divisions are independent of each other): u must only be a usage some element
+    // attains, and starting from a large one, far fewer later blocks raise it, each of
+    // which divides and waits for its maximum before the next screen.
+    if n >= SAMPLE_FROM {
+        let (mut s1, mut s2) = (zero, zero);
+        for s in 1..=SAMPLES {
+            let start = (s * n / (SAMPLES + 1)) / 8 * 8;
+            // SAFETY: start + 8 ≤ n (n ≥ SAMPLE_FROM and start ≤ n·SAMPLES/(SAMPLES + 1)).
+            let (a, e) = load_pair(actual, expected, start, n);
+            let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
+            let m = _mm512_abs_pd(e);
+            let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
+            let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+            // MAXPD keeps the running maximum unless the new value is strictly larger (a
+            // NaN usage, from a non-finite input, is skipped, as `hmax` skips it).
+            s1 = _mm512_max_pd(_mm512_div_pd(d, w1), s1);
+            s2 = _mm512_max_pd(_mm512_div_pd(d, w2), s2);
+        }
+        (u1, u2) = (hmax(s1), hmax(s2));
+    }
+    let (mut vu1, mut vu2) = (_mm512_set1_pd(u1), _mm512_set1_pd(u2));
     // Counts per lane; maxima of d and |e| as bit patterns (for non-negative floats the
     // integer order is the float order, and NaN and ±∞ lie above f64::MAX).
     let (mut c1, mut c2) = (_mm512_setzero_si512(), _mm512_setzero_si512());
@@ -123,6 +146,11 @@ pub(super) unsafe fn pair_stats(
         (f64::from_bits(md as u64), f64::from_bits(me as u64)),
     ))
 }
+
+/// Blocks [`pair_stats`] divides up front to seed its maxima.
+const SAMPLES: usize = 4;
+/// Elements from which [`pair_stats`] seeds its maxima (smaller tensors have few blocks).
+const SAMPLE_FROM: usize = 128;
 
 /// The largest lane, folded from 0 (every lane is ≥ 0 here; NaN lanes only arise from
 /// non-finite inputs, whose result is discarded).
@@ -281,8 +309,22 @@ mod tests {
         let mut finite = 0;
         for case in 0..6000 {
             let tols = tol_sets[case % tol_sets.len()];
-            let n = (rng.next() % 70) as usize;
-            let (a, e) = pairs(&mut rng, n, tols);
+            // Every third case long enough for the sampled seed of the maxima.
+            let n = if case % 3 == 0 {
+                SAMPLE_FROM + (rng.next() % 400) as usize
+            } else {
+                (rng.next() % 70) as usize
+            };
+            let (mut a, e) = pairs(&mut rng, n, tols);
+            if n >= SAMPLE_FROM {
+                // Long slices kept finite, or nearly all would hold a NaN or an infinity
+                // and give None whatever the maxima.
+                for (x, &y) in a.iter_mut().zip(&e) {
+                    if !x.is_finite() {
+                        *x = y;
+                    }
+                }
+            }
             assert!(applies(&a, &e, tols[0], tols[1]));
             let want = pair_stats_impl(&a, &e, tols[0], tols[1]);
             finite += want.is_some() as usize;
