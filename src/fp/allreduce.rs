@@ -111,7 +111,11 @@ pub fn all_reduce_sum(
             for c in 0..n_ranks {
                 let lo = c * len / n_ranks;
                 let hi = (c + 1) * len / n_ranks;
-                chain(&mut out[lo..hi], lo, &mut (1..=n_ranks).map(|t| (c + t) % n_ranks));
+                chain(
+                    &mut out[lo..hi],
+                    lo,
+                    &mut (1..=n_ranks).map(|t| (c + t) % n_ranks),
+                );
             }
         }
         AllReduceAlgo::Tree => {

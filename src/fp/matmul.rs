@@ -897,7 +897,11 @@ fn span_tiles<const W: usize, const FMA: bool, const G: usize>(
         let d = &mut dst[g * n..];
         // Never a single-row tile: G + 1 rows left are split (G + 1) / 2 + the rest.
         let left = rows - g;
-        let take = if left == G + 1 { left / 2 + 1 } else { left.min(G) };
+        let take = if left == G + 1 {
+            left / 2 + 1
+        } else {
+            left.min(G)
+        };
         match take {
             8 => tile_rows::<8, W, FMA>(a, i + g, b, n, r.clone(), j, d),
             7 => tile_rows::<7, W, FMA>(a, i + g, b, n, r.clone(), j, d),
@@ -932,7 +936,10 @@ fn tile_rows<const R: usize, const W: usize, const FMA: bool>(
     // them all and the loop runs without per-load bounds checks.
     if let Some(last) = r.end.checked_sub(1).filter(|_| !r.is_empty()) {
         assert!(last * n + j + W <= b.len(), "tile_rows: b too short");
-        assert!((i + R - 1) * a.rs + last * a.ks < a.data.len(), "tile_rows: a too short");
+        assert!(
+            (i + R - 1) * a.rs + last * a.ks < a.data.len(),
+            "tile_rows: a too short"
+        );
     }
     for kk in r {
         // SAFETY: kk ≤ the last index checked above, so the W values of b from kk·n + j and

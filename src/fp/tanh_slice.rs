@@ -208,7 +208,10 @@ mod tests {
         // The fast path must decide the bulk of its range, or it is no faster: a 0.029-ulp
         // band of the 1-ulp rounding interval defers, so about 97 % is decided; asserted
         // > 95 %.
-        assert!(fast * 20 > total * 19, "fast path decided {fast} of {total}");
+        assert!(
+            fast * 20 > total * 19,
+            "fast path decided {fast} of {total}"
+        );
     }
 
     /// The special inputs go through the exact kernel: signed zeros, subnormals, the
