@@ -941,15 +941,50 @@ fn tile_rows<const R: usize, const W: usize, const FMA: bool>(
             "tile_rows: a too short"
         );
     }
-    for kk in r {
-        // SAFETY: kk ≤ the last index checked above, so the W values of b from kk·n + j and
-        // a's element of every row q < R are within their slices.
-        let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
-        for (q, tq) in t.iter_mut().enumerate() {
+    // The two layouts the model's products use, each with its own loop so that a's element
+    // of row q is one base pointer plus a constant offset (a transposed view, rs = 1: the R
+    // values of one kk are adjacent) or one base pointer per row (row-major, ks = 1), not an
+    // address computed from two run-time strides per row and step.
+    let base = a.data.as_ptr();
+    if a.rs == 1 {
+        for kk in r {
+            // SAFETY: kk ≤ the last index checked above: the W values of b from kk·n + j,
+            // and a's elements i + q + kk·ks for q < R, are within their slices.
+            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
             // SAFETY: as above.
-            let av = unsafe { *a.data.get_unchecked((i + q) * a.rs + kk * a.ks) };
-            for l in 0..W {
-                tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
+            let col = unsafe { base.add(i + kk * a.ks) };
+            for (q, tq) in t.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let av = unsafe { *col.add(q) };
+                for l in 0..W {
+                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
+                }
+            }
+        }
+    } else if a.ks == 1 {
+        // SAFETY: row i + q starts at (i + q)·rs, within a (checked above).
+        let rows: [*const f32; R] = std::array::from_fn(|q| unsafe { base.add((i + q) * a.rs) });
+        for kk in r {
+            // SAFETY: as above.
+            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
+            for (q, tq) in t.iter_mut().enumerate() {
+                // SAFETY: element kk of row i + q, within a (checked above).
+                let av = unsafe { *rows[q].add(kk) };
+                for l in 0..W {
+                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
+                }
+            }
+        }
+    } else {
+        for kk in r {
+            // SAFETY: as above.
+            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
+            for (q, tq) in t.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let av = unsafe { *a.data.get_unchecked((i + q) * a.rs + kk * a.ks) };
+                for l in 0..W {
+                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
+                }
             }
         }
     }
