@@ -18,8 +18,8 @@ Both sides run on one thread (torch.set_num_threads(1); seedsweep's `bench` one-
 figure), over T1's four parametrizations, and the script prints seed-runs/s for each and the
 ratio. `bench` runs the seed-runs as a sweep does: 35-3-True-0 resolves to the same
 computation as 35-3-False-0 (its `embedding_spec` changes nothing numerically), so seedsweep
-computes three of the four parametrizations per seed and evaluates the fourth from the same
-traces, while the torch loop computes all four. The script prints the ratio of seed-runs and,
+computes three of the four parametrizations per seed and reports the fourth from the same
+run and evaluation (as a sweep does), while the torch loop computes all four. The script prints the ratio of seed-runs and,
 beside it, the ratio of computations (seedsweep's rate times 3/4), which leaves that sharing
 out. Usage:
 

@@ -22,10 +22,11 @@ pub struct BenchOptions {
 /// Seed-runs per second of `groups` over `seeds` seeds each from each scenario's first seed,
 /// through the engine as a sweep runs them, without aggregation or output files: the
 /// groups' families ([`families`]) seed by seed in [`in_order`] chunks, each family's
-/// distinct computations once per seed ([`crate::engine::run::run_family`]; parametrizations
-/// whose resolved computations are equal, such as T1's `35-3-True-0` and `35-3-False-0`,
-/// run once and are evaluated for each) and every group evaluated; a group that streams runs
-/// step by step. Returns (seed-runs, seed-runs/s, distinct computations run).
+/// distinct computations run and evaluated once per seed ([`crate::engine::run::run_family`];
+/// parametrizations whose resolved computations are equal, such as T1's `35-3-True-0` and
+/// `35-3-False-0`, share one run and its evaluation, which a sweep reports under each id);
+/// a group that streams runs step by step. Returns (seed-runs, seed-runs/s, distinct
+/// computations run).
 pub fn measure(
     catalog: &Catalog,
     groups: &[crate::catalog::Group],
@@ -145,7 +146,7 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
         "seed-runs/s (run + evaluate as a sweep runs them, no output), {} seeds per parametrization x profile x mutant; \
          baseline: scalar reference kernels, 1 thread, {baseline_seeds} seeds\n\
          computed: distinct computations per seed among a scenario's groups (parametrizations whose \
-         resolved computations are equal run once and are evaluated for each, as in a sweep)\n",
+         resolved computations are equal share one run and its evaluation, as in a sweep)\n",
         o.seeds
     ));
     let name_w = scenarios
