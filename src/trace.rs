@@ -99,7 +99,7 @@ impl View<'_> {
             View::F64(v) => &v[r],
             View::F32(v) => {
                 buf.clear();
-                buf.extend(v[r].iter().map(|&x| f64::from(x)));
+                extend_widened(buf, &v[r]);
                 buf
             }
         }
@@ -168,7 +168,7 @@ impl Trace {
             let start = t.values.len();
             match self.view(s) {
                 View::F64(v) => t.values.extend_from_slice(v),
-                View::F32(v) => t.values.extend(v.iter().map(|&x| f64::from(x))),
+                View::F32(v) => extend_widened(&mut t.values, v),
             }
             t.slots.push(Slot {
                 start,

@@ -15,8 +15,9 @@
 //! d ≤ u·w, i.e. d/w ≤ u; rounding is monotone and u is a float, so then x = fl(d/w) ≤ u and
 //! the lane cannot raise the maximum. A block where every lane passes needs no division; any
 //! other block is divided exactly. The fewer blocks raise u, the fewer divide, so u starts
-//! at the largest exact usage of a few blocks spread over the tensor ([`SAMPLES`], divided up
-//! front; a usage an element attains, which is all the screen needs). (z is NaN only for a non-finite d, whose result is
+//! at the largest exact usage of a few blocks spread over the tensor ([`SAMPLES`], divided
+//! up front; a usage an element attains, which is all the screen needs). (z is NaN only for
+//! a non-finite d, whose result is
 //! discarded, for u = +∞, where no lane can raise the maximum, or for an allowance of +∞ with
 //! u = 0, where x = 0.)
 //!
@@ -64,6 +65,15 @@ pub(super) unsafe fn pair_stats(
     let sign = _mm512_set1_epi64(i64::MIN);
     let (at1, rt1) = (_mm512_set1_pd(t1.atol), _mm512_set1_pd(t1.rtol));
     let (at2, rt2) = (_mm512_set1_pd(t2.atol), _mm512_set1_pd(t2.rtol));
+    // Per block of (actual, expected): d = |a − e|, m = |e| and the two allowances
+    // atol + rtol·m (a product, then a sum), the same terms for the seed and the main loop.
+    let terms = |(a, e): (__m512d, __m512d)| {
+        let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
+        let m = _mm512_abs_pd(e);
+        let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
+        let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+        (d, m, w1, w2)
+    };
     let (mut u1, mut u2) = (0.0f64, 0.0f64);
     // Seed the maxima with the exact usages of a few blocks spread over the tensor (their
     // divisions are independent of each other): u must only be a usage some element
@@ -74,11 +84,7 @@ pub(super) unsafe fn pair_stats(
         for s in 1..=SAMPLES {
             let start = (s * n / (SAMPLES + 1)) / 8 * 8;
             // SAFETY: start + 8 ≤ n (n ≥ SAMPLE_FROM and start ≤ n·SAMPLES/(SAMPLES + 1)).
-            let (a, e) = load_pair(actual, expected, start, n);
-            let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
-            let m = _mm512_abs_pd(e);
-            let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
-            let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+            let (d, _, w1, w2) = terms(load_pair(actual, expected, start, n));
             // MAXPD keeps the running maximum unless the new value is strictly larger (a
             // NaN usage, from a non-finite input, is skipped, as `hmax` skips it).
             s1 = _mm512_max_pd(_mm512_div_pd(d, w1), s1);
@@ -98,13 +104,9 @@ pub(super) unsafe fn pair_stats(
     while i < n {
         // SAFETY: i < n, the length of both slices. A partial last block has zeros in its
         // missing lanes: d = 0 there, which adds nothing to any maximum or count.
-        let (a, e) = load_pair(actual, expected, i, n);
-        let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
-        let m = _mm512_abs_pd(e);
+        let (d, m, w1, w2) = terms(load_pair(actual, expected, i, n));
         md = _mm512_max_epi64(md, _mm512_castpd_si512(d));
         me = _mm512_max_epi64(me, _mm512_castpd_si512(m));
-        let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
-        let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
         // d ≤ u·w under both tolerances: the sign bits of fl(u·w − d) clear.
         let z = _mm512_or_si512(
             _mm512_castpd_si512(_mm512_fmsub_pd(vu1, w1, d)),

@@ -687,7 +687,7 @@ unsafe fn kernel_avx2_fma(
     acc: &mut [f32],
     pw: &mut [f32],
 ) {
-    kernel_body(kern, a, b, c, acc, pw);
+    kernel_body_g::<GROUP_ROWS>(kern, a, b, c, acc, pw);
 }
 
 fn kernel_portable(
@@ -698,23 +698,12 @@ fn kernel_portable(
     acc: &mut [f32],
     pw: &mut [f32],
 ) {
-    kernel_body(kern, a, b, c, acc, pw);
-}
-
-#[inline(always)]
-fn kernel_body(
-    kern: &Kernel,
-    a: AView<'_>,
-    b: &[f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    pw: &mut [f32],
-) {
     kernel_body_g::<GROUP_ROWS>(kern, a, b, c, acc, pw);
 }
 
-/// [`kernel_body`] with register tiles of up to `G` rows (the order of every element's
-/// chain does not depend on how rows are grouped into tiles).
+/// The chain or pairwise kernel with register tiles of up to `G` rows (the order of every
+/// element's chain does not depend on how rows are grouped into tiles): [`GROUP_ROWS`] in
+/// the AVX2 and portable compilations, [`GROUP_ROWS_AVX512`] in the AVX-512 one.
 #[inline(always)]
 fn kernel_body_g<const G: usize>(
     kern: &Kernel,
@@ -941,52 +930,46 @@ fn tile_rows<const R: usize, const W: usize, const FMA: bool>(
             "tile_rows: a too short"
         );
     }
-    // The two layouts the model's products use, each with its own loop so that a's element
-    // of row q is one base pointer plus a constant offset (a transposed view, rs = 1: the R
-    // values of one kk are adjacent) or one base pointer per row (row-major, ks = 1), not an
-    // address computed from two run-time strides per row and step.
+    // One loop, instantiated per layout of `a` with its own element accessor, so that the
+    // two layouts the model's products use read a's element of row q through one base
+    // pointer plus a constant offset (a transposed view, rs = 1: the R values of one kk are
+    // adjacent) or through one pointer per row (row-major, ks = 1), not through an address
+    // computed from two run-time strides per row and step.
+    #[inline(always)]
+    fn run<const R: usize, const W: usize, const FMA: bool>(
+        t: &mut [[f32; W]; R],
+        b: &[f32],
+        n: usize,
+        j: usize,
+        r: Range<usize>,
+        av: impl Fn(usize, usize) -> f32,
+    ) {
+        for kk in r {
+            // SAFETY: kk ≤ the last index checked in `tile_rows`, so the W values of b from
+            // kk·n + j are within b.
+            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
+            for (q, tq) in t.iter_mut().enumerate() {
+                let a = av(kk, q);
+                for l in 0..W {
+                    tq[l] = chain_step::<FMA>(a, bv[l], tq[l]);
+                }
+            }
+        }
+    }
     let base = a.data.as_ptr();
+    // SAFETY (the three accessors): they are called with kk in r and q < R, whose elements
+    // (i + q)·rs + kk·ks lie within a (checked above).
     if a.rs == 1 {
-        for kk in r {
-            // SAFETY: kk ≤ the last index checked above: the W values of b from kk·n + j,
-            // and a's elements i + q + kk·ks for q < R, are within their slices.
-            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
-            // SAFETY: as above.
-            let col = unsafe { base.add(i + kk * a.ks) };
-            for (q, tq) in t.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let av = unsafe { *col.add(q) };
-                for l in 0..W {
-                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
-                }
-            }
-        }
+        run::<R, W, FMA>(&mut t, b, n, j, r, |kk, q| unsafe {
+            *base.add(i + kk * a.ks).add(q)
+        });
     } else if a.ks == 1 {
-        // SAFETY: row i + q starts at (i + q)·rs, within a (checked above).
         let rows: [*const f32; R] = std::array::from_fn(|q| unsafe { base.add((i + q) * a.rs) });
-        for kk in r {
-            // SAFETY: as above.
-            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
-            for (q, tq) in t.iter_mut().enumerate() {
-                // SAFETY: element kk of row i + q, within a (checked above).
-                let av = unsafe { *rows[q].add(kk) };
-                for l in 0..W {
-                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
-                }
-            }
-        }
+        run::<R, W, FMA>(&mut t, b, n, j, r, |kk, q| unsafe { *rows[q].add(kk) });
     } else {
-        for kk in r {
-            // SAFETY: as above.
-            let bv: &[f32; W] = unsafe { &*b.as_ptr().add(kk * n + j).cast::<[f32; W]>() };
-            for (q, tq) in t.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let av = unsafe { *a.data.get_unchecked((i + q) * a.rs + kk * a.ks) };
-                for l in 0..W {
-                    tq[l] = chain_step::<FMA>(av, bv[l], tq[l]);
-                }
-            }
-        }
+        run::<R, W, FMA>(&mut t, b, n, j, r, |kk, q| unsafe {
+            *base.add((i + q) * a.rs + kk * a.ks)
+        });
     }
     for (q, tq) in t.iter().enumerate() {
         dst[q * n + j..q * n + j + W].copy_from_slice(tq);
