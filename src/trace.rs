@@ -93,6 +93,15 @@ impl View<'_> {
         self.len() == 0
     }
 
+    /// Whether both views are the same memory (the same tensor of the same trace).
+    pub fn same(&self, other: &View<'_>) -> bool {
+        match (*self, *other) {
+            (View::F64(a), View::F64(b)) => std::ptr::eq(a, b),
+            (View::F32(a), View::F32(b)) => std::ptr::eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Elements `r` as f64: borrowed when stored as f64, else widened into `buf`.
     pub fn f64s<'b>(&'b self, r: std::ops::Range<usize>, buf: &'b mut Vec<f64>) -> &'b [f64] {
         match *self {

@@ -347,13 +347,13 @@ fn fold_comparison(
             a,
             e,
         };
-        fold_pair(spec, &pair, tolerances, traces, fused, out, first);
+        fold_pair(spec, &pair, tolerances, traces, fused, None, out, first);
     });
 }
 
 /// One (actual, expected) tensor pair of check `c` in `comparison` at `step`, of `len`
-/// elements. [`fold_pair`] reads `a` and `e` only without precomputed statistics or for the
-/// theory columns; otherwise they may be empty.
+/// elements. [`fold_pair`] reads `a` and `e` only without precomputed statistics, and `e`
+/// for the theory columns without precomputed ratios; otherwise they may be empty.
 struct Pair<'t> {
     c: usize,
     comparison: Comparison,
@@ -365,13 +365,15 @@ struct Pair<'t> {
 
 /// Folds one tensor pair into `out` as [`fold_comparison`] does, given what
 /// [`pair_stats_finite`] returns for it under the two policies (`fused`; None: computed here
-/// per policy, as for any other number of policies).
+/// per policy, as for any other number of policies) and, for a check with theory columns,
+/// [`max_ratio`] per policy (`ratios`; None: computed here from `e`).
 fn fold_pair(
     spec: &CheckSpec,
     pair: &Pair<'_>,
     tolerances: &[Vec<Tolerance>],
     traces: &Traces,
     fused: Option<PairStats>,
+    ratios: Option<&[f64]>,
     out: &mut [SeedCheck],
     first: &mut bool,
 ) {
@@ -406,7 +408,10 @@ fn fold_pair(
     if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
         let (gd, gp) = theory_factors(&red, comparison, len);
         for (p, tols) in tolerances.iter().enumerate() {
-            let m = max_ratio(cond, e, tols[c]);
+            let m = match ratios {
+                Some(r) => r[p],
+                None => max_ratio(cond, e, tols[c]),
+            };
             let (ud, up) = (gd * m, gp * m);
             let r = &mut out[p];
             r.theory_det = if r.theory_det.is_nan() {
@@ -635,6 +640,14 @@ impl StreamedEval {
         for (t, lead) in pairs[0].iter().enumerate() {
             let n = lead.1.len();
             let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
+            // The theory columns' [`max_ratio`] per comparison and policy, taken chunk by
+            // chunk (a maximum, the same whatever the grouping); a comparison whose expected
+            // tensor is an earlier one's (ref-vs-f64 and sharded-vs-f64 both expect the
+            // float64 trace) takes that one's.
+            let cond = spec.reduction.and_then(|_| condition(traces, c, lead.0));
+            let mut ratios = [[0.0f64; 2]; 3];
+            let same_e: [Option<usize>; 3] =
+                std::array::from_fn(|k| (0..k).find(|&j| pairs[j][t].2.same(&pairs[k][t].2)));
             for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
                 let r = start..(start + FUSED_CHUNK).min(n);
                 for ((k, total), bufs) in stats.iter_mut().enumerate().zip(chunks.chunks_mut(2)) {
@@ -650,15 +663,28 @@ impl StreamedEval {
                     if frontiers && ka == Some(k) {
                         scan_points(a, e, &mut scans[c], bucket_max);
                     }
+                    if let (Some(cond), None) = (cond, same_e[k]) {
+                        let cond = &cond[r.start.min(cond.len())..r.end.min(cond.len())];
+                        for (acc, tol) in ratios[k].iter_mut().zip([t1, t2]) {
+                            let m = max_ratio(cond, e, tol);
+                            if m > *acc {
+                                *acc = m;
+                            }
+                        }
+                    }
+                }
+            }
+            for k in 0..3 {
+                if let Some(j) = same_e[k] {
+                    ratios[k] = ratios[j];
                 }
             }
             for (k, stat) in stats.into_iter().enumerate() {
                 let (step, av, ev) = &pairs[k][t];
                 let comparison = Comparison::ALL[k];
-                // The whole tensors, where the fold reads them: for the non-finite path, and
-                // for the theory columns.
-                let reads = stat.is_none()
-                    || (spec.reduction.is_some() && condition(traces, c, *step).is_some());
+                // The whole tensors, where the fold reads them: for the non-finite path only
+                // (the theory columns' ratios are taken above).
+                let reads = stat.is_none();
                 let [wa, we] = whole;
                 let (a, e) = if reads {
                     (av.f64s(0..n, wa), ev.f64s(0..n, we))
@@ -680,6 +706,7 @@ impl StreamedEval {
                     tolerances,
                     traces,
                     stat,
+                    Some(&ratios[k]),
                     &mut out[i * 2..(i + 1) * 2],
                     &mut first[i],
                 );
