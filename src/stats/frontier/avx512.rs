@@ -105,8 +105,8 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
     _mm512_reduce_max_epi64(big) <= f64::MAX.to_bits() as i64
 }
 
-/// [`keep_pairs_portable`], vectorized: the keep test of `retain_avx2` eight lanes at a time
-/// on points made from the pairs (module doc), without branches inside a block.
+/// [`keep_pairs_portable`], vectorized: the keep test of [`Anchors::keep`] eight lanes at a
+/// time on points made from the pairs (module doc), without branches inside a block.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -119,8 +119,8 @@ pub unsafe fn keep_pairs(
 ) {
     let start = pts.len();
     let done = match anchors {
-        Some(an) => keep_finite(actual, expected, an, pts),
-        None => false,
+        Some(an) if bounded(an) => keep_finite(actual, expected, an, pts),
+        _ => false,
     };
     if !done {
         pts.truncate(start);
@@ -128,18 +128,39 @@ pub unsafe fn keep_pairs(
     }
 }
 
-/// The vector keep pass over pairs assumed finite; false when some value or difference is
-/// not finite (the points appended are then to be discarded).
+/// 2⁵⁰⁰: [`keep_finite`] takes values below it (their products and differences stay finite).
+const BOUND: f64 = f64::from_bits((1023 + 500) << 52);
+
+/// Whether both anchors' coordinates are below [`BOUND`].
+fn bounded(an: &Anchors) -> bool {
+    [an.ps.0, an.ps.1, an.p0.0, an.p0.1]
+        .iter()
+        .all(|&v| v < BOUND)
+}
+
+/// The vector keep pass over pairs whose values and differences are below [`BOUND`] in
+/// magnitude; false when some is not (the points appended are then to be discarded).
 ///
-/// Branch-free per block: every test, the chord's division included, runs on all eight
-/// lanes and the kept lanes are appended with one compress and two stores. Which tests a
-/// block needs is data-dependent (measured in a T1 sweep of 35-3-False-0: 66 % of blocks
-/// reach the hull tests, 45 % the chord, 17 % keep a point), so branching on it
-/// mispredicted often. The comparisons are independent of each other and their masks are
-/// combined afterwards; lanes a test does not apply to are masked out of its answer, so the
-/// kept points are those of the portable definition, in order. In that sweep this pass
-/// took 31-40 % fewer profile samples than the branching one with chained masked
-/// comparisons.
+/// **Few comparisons.** Each vector comparison into a mask costs more than an arithmetic
+/// operation here, and the test has fourteen, so they are folded into two with exact
+/// identities. For finite x and y, x ≤ y ⟺ fl(x − y) ≤ 0 (a rounded difference has the
+/// sign of the exact one and is 0 only for x = y, subnormals included); min(x, y) ≥ 0 ⟺
+/// both are; max(x, y) ≤ 0 ⟺ both are; for a float m, m > 0 ⟺ fl(τ − m) ≤ 0 with τ the
+/// smallest subnormal. With every value below 2⁵⁰⁰ no product or difference overflows,
+/// except the chord height h on lanes that are not between the anchors (where the chord
+/// test does not apply; it may be ±∞ or NaN there), which is why its term is the first
+/// operand of a `max` (`vmaxpd` returns the second operand when either is NaN). A point is
+/// kept iff it is an anchor (the larger of its two coordinate distances to p* or to p₀ is
+/// 0) or not dropped, where dropped ⟺ min(d, −min(e − e*, d* − d), hull) ≤ 0, that is
+/// d ≤ 0, or dominated (e ≥ e* and d ≤ d*), or (with the hull tests)
+/// hull = min(max(d − fl(km·d₀), fl(d·e₀) − fl(km·fl(d₀·e))), max(d − fl(km·h), τ − m)) ≤ 0:
+/// below p₀ (both of its conditions), or between the anchors (m = the least of e − e₀,
+/// e* − e, d − d₀, d* − d is > 0) and below the chord (d ≤ fl(km·h), h computed as
+/// [`super::below_chord`] computes it). These are [`Anchors::keep`]'s conditions with its
+/// operations; the tests check the kept points against the portable definition.
+///
+/// The kept lanes are appended with one compress per coordinate and two stores, on every
+/// block (a T1 sweep keeps a point in about 17 % of blocks, so a branch on it mispredicts).
 #[target_feature(enable = "avx512f")]
 unsafe fn keep_finite(
     actual: &[f64],
@@ -158,13 +179,14 @@ unsafe fn keep_finite(
     let (ps, p0) = (an.ps, an.p0);
     let km = 1.0 - HULL_MARGIN;
     let zero = _mm512_setzero_pd();
+    let tau = _mm512_set1_pd(f64::from_bits(1));
     let (psd, pse) = (_mm512_set1_pd(ps.0), _mm512_set1_pd(ps.1));
     let (p0d, p0e) = (_mm512_set1_pd(p0.0), _mm512_set1_pd(p0.1));
     let vkm = _mm512_set1_pd(km);
     let km_p0d = _mm512_set1_pd(km * p0.0);
     let span_e = _mm512_set1_pd(ps.1 - p0.1);
     let span_d = _mm512_set1_pd(ps.0 - p0.0);
-    let hull_tests: __mmask8 = if an.zero_e { 0 } else { 0xff };
+    let hull_tests = !an.zero_e;
     // Interleaving indices: (d₀, e₀, d₁, e₁, …) from the compressed d and e lanes.
     let lo_idx = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
     let hi_idx = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
@@ -178,37 +200,40 @@ unsafe fn keep_finite(
         let e = _mm512_abs_pd(y);
         big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
         big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
-        // Every comparison runs on all lanes, independently of the others, and the masks
-        // are combined afterwards: chaining them as masked comparisons made each block one
-        // long chain of dependent comparisons. (A comparison under a mask is the unmasked
-        // comparison AND the mask, so the answers are the same.)
-        let positive = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, zero);
-        // Dominated by p*: e ≥ e* and d ≤ d*.
-        let dominated = positive
-            & _mm512_cmp_pd_mask::<_CMP_GE_OQ>(e, pse)
-            & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, psd);
-        let rest = positive & !dominated & hull_tests;
-        // q.0 ≤ km·p0.0 and q.0·p0.1 ≤ km·(p0.0·q.1).
-        let below_p0 = _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, km_p0d)
-            & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(
-                _mm512_mul_pd(d, p0e),
-                _mm512_mul_pd(vkm, _mm512_mul_pd(p0d, e)),
+        let (e_e0, d_d0) = (_mm512_sub_pd(e, p0e), _mm512_sub_pd(d, p0d));
+        let (e_es, ds_d) = (_mm512_sub_pd(e, pse), _mm512_sub_pd(psd, d));
+        // Dominated by p*: e − e* ≥ 0 and d* − d ≥ 0.
+        let mut drop = _mm512_sub_pd(zero, _mm512_min_pd(e_es, ds_d));
+        if hull_tests {
+            // Below p₀: d ≤ km·d₀ and d·e₀ ≤ km·(d₀·e).
+            let below_p0 = _mm512_max_pd(
+                _mm512_sub_pd(d, km_p0d),
+                _mm512_sub_pd(
+                    _mm512_mul_pd(d, p0e),
+                    _mm512_mul_pd(vkm, _mm512_mul_pd(p0d, e)),
+                ),
             );
-        // Strictly between the anchors in both coordinates.
-        let between = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(p0e, e)
-            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(e, pse)
-            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(p0d, d)
-            & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(d, psd);
-        // below_chord(p0, q, ps): t = (q.1 − p0.1)/(ps.1 − p0.1), h = p0.0 + (ps.0 − p0.0)·t;
-        // it applies to the lanes between the anchors (span_e > 0 there).
-        let t = _mm512_div_pd(_mm512_sub_pd(e, p0e), span_e);
-        let h = _mm512_add_pd(p0d, _mm512_mul_pd(span_d, t));
-        let chord = between & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(d, _mm512_mul_pd(vkm, h));
+            // Between the anchors in both coordinates, and at or below km·h with
+            // t = (e − e₀)/(e* − e₀), h = d₀ + (d* − d₀)·t.
+            let m = _mm512_min_pd(
+                _mm512_min_pd(e_e0, _mm512_sub_pd(pse, e)),
+                _mm512_min_pd(d_d0, ds_d),
+            );
+            let h = _mm512_add_pd(p0d, _mm512_mul_pd(span_d, _mm512_div_pd(e_e0, span_e)));
+            let chord = _mm512_max_pd(
+                _mm512_sub_pd(d, _mm512_mul_pd(vkm, h)),
+                _mm512_sub_pd(tau, m),
+            );
+            drop = _mm512_min_pd(drop, _mm512_min_pd(below_p0, chord));
+        }
+        drop = _mm512_min_pd(d, drop);
         // The anchors themselves are always kept.
-        let anchor = (_mm512_cmp_pd_mask::<_CMP_EQ_OQ>(d, psd)
-            & _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(e, pse))
-            | (_mm512_cmp_pd_mask::<_CMP_EQ_OQ>(d, p0d) & _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(e, p0e));
-        let keep = positive & (anchor | (!dominated & ((rest & !below_p0 & !chord) | !hull_tests)));
+        let anchor = _mm512_min_pd(
+            _mm512_max_pd(_mm512_abs_pd(e_es), _mm512_abs_pd(ds_d)),
+            _mm512_max_pd(_mm512_abs_pd(e_e0), _mm512_abs_pd(d_d0)),
+        );
+        let keep = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(anchor, zero)
+            | !_mm512_cmp_pd_mask::<_CMP_LE_OQ>(drop, zero);
         // Append the kept lanes: room for a whole block, then both halves of the
         // interleaved pairs stored and the length advanced by the count.
         pts.reserve(8);
@@ -224,5 +249,5 @@ unsafe fn keep_finite(
         pts.set_len(len + keep.count_ones() as usize);
         i += 8;
     }
-    _mm512_reduce_max_epi64(big) <= f64::MAX.to_bits() as i64
+    _mm512_reduce_max_epi64(big) < BOUND.to_bits() as i64
 }

@@ -453,6 +453,65 @@ mod tests {
         }
     }
 
+    /// The keep pass on the edges of its tests, against its definition: anchors
+    /// p₀ = (d, e) = (1, 0.25) (the largest d/e) and p* = (2, 1) (the largest d); points
+    /// between them at, one ulp above and one ulp below the chord test's boundary km·h, at
+    /// and around h itself, and around the below-p₀ test's two boundaries (d = km·d₀ and
+    /// d·e₀ = km·d₀·e), each duplicated, plus copies of the anchors. Each point is the pair
+    /// (d − e, −e) with e < d a multiple of d's ulp, so that the pair gives exactly (d, e).
+    #[test]
+    fn keep_pairs_on_its_tests_boundaries_equals_its_definition() {
+        let km = 1.0 - HULL_MARGIN;
+        let (p0, ps) = ((1.0f64, 0.25f64), (2.0f64, 1.0f64));
+        let q52 = |x: f64| (x * 2f64.powi(52)).round() / 2f64.powi(52);
+        let q53 = |x: f64| (x * 2f64.powi(53)).round() / 2f64.powi(53);
+        let around = |x: f64| [x.next_down().next_down(), x.next_down(), x, x.next_up()];
+        let mut pts = vec![p0, ps, p0, ps];
+        for k in 1..200 {
+            let e = q52(0.25 + 0.75 * k as f64 / 200.0);
+            let t = (e - p0.1) / (ps.1 - p0.1);
+            let h = p0.0 + (ps.0 - p0.0) * t;
+            for d in around(km * h).into_iter().chain(around(h)) {
+                pts.push((d, e));
+            }
+            // Below p₀: d around km·d₀, and e around the ray's boundary km·d₀·e = d·e₀.
+            let d = 0.5 + 0.5 * k as f64 / 200.0;
+            for dd in around(km * p0.0) {
+                pts.push((dd, q53(0.3)));
+            }
+            let e_ray = q53(d * p0.1 / (km * p0.0));
+            for ee in [e_ray - 2f64.powi(-53), e_ray, e_ray + 2f64.powi(-53)] {
+                pts.push((d, ee));
+            }
+        }
+        let (mut a, mut e) = (Vec::new(), Vec::new());
+        for &(d, ee) in &pts {
+            let (x, y) = (d - ee, -ee);
+            assert_eq!((x - y).abs(), d, "the pair gives d exactly");
+            for _ in 0..2 {
+                a.push(x);
+                e.push(y);
+            }
+        }
+        let mut scan = AnchorScan::default();
+        scan_anchors_portable(&a, &e, &mut scan);
+        let an = scan.finish().expect("anchors");
+        assert_eq!((an.p0, an.ps), (p0, ps), "the intended anchors");
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        keep_pairs(&a, &e, Some(&an), &mut fast);
+        keep_pairs_portable(&a, &e, Some(&an), &mut slow);
+        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
+        };
+        assert_eq!(bits(&fast), bits(&slow));
+        // Both sides of each boundary occur: some points are kept, some dropped.
+        assert!(
+            !slow.is_empty() && slow.len() < a.len() / 2,
+            "{}",
+            slow.len()
+        );
+    }
+
     /// Finite pairs on the anchor screen's edges: ratios d/e within a few ulps of each
     /// other (the best-ratio test), differences equal to the largest so far (the p* test),
     /// exact zeros in d and in e, and magnitudes from 1e-300 to 1e300.
