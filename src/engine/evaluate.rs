@@ -346,8 +346,9 @@ fn fold_comparison(
             len: a.len(),
             a,
             e,
+            ratios: None,
         };
-        fold_pair(spec, &pair, tolerances, traces, fused, None, out, first);
+        fold_pair(spec, &pair, tolerances, traces, fused, out, first);
     });
 }
 
@@ -361,19 +362,21 @@ struct Pair<'t> {
     len: usize,
     a: &'t [f64],
     e: &'t [f64],
+    /// For a check with theory columns, [`max_ratio`] per policy when already taken (None:
+    /// computed from `e`).
+    ratios: Option<&'t [f64]>,
 }
 
 /// Folds one tensor pair into `out` as [`fold_comparison`] does, given what
 /// [`pair_stats_finite`] returns for it under the two policies (`fused`; None: computed here
 /// per policy, as for any other number of policies) and, for a check with theory columns,
-/// [`max_ratio`] per policy (`ratios`; None: computed here from `e`).
+/// [`Pair::ratios`].
 fn fold_pair(
     spec: &CheckSpec,
     pair: &Pair<'_>,
     tolerances: &[Vec<Tolerance>],
     traces: &Traces,
     fused: Option<PairStats>,
-    ratios: Option<&[f64]>,
     out: &mut [SeedCheck],
     first: &mut bool,
 ) {
@@ -384,6 +387,7 @@ fn fold_pair(
         len,
         a,
         e,
+        ratios,
     } = pair;
     let (max_d, max_e) = match &fused {
         Some((_, mags)) => *mags,
@@ -698,6 +702,7 @@ impl StreamedEval {
                     len: n,
                     a,
                     e,
+                    ratios: Some(&ratios[k]),
                 };
                 let i = c * Comparison::ALL.len() + k;
                 fold_pair(
@@ -706,7 +711,6 @@ impl StreamedEval {
                     tolerances,
                     traces,
                     stat,
-                    Some(&ratios[k]),
                     &mut out[i * 2..(i + 1) * 2],
                     &mut first[i],
                 );
