@@ -474,7 +474,8 @@ pub struct StreamedEval {
     /// Per e bucket, the largest d of the current step's points (see [`StreamedEval::step`]).
     bucket_max: Vec<f64>,
     tmp: Vec<(f64, f64)>,
-    /// Widened chunks of fp32 views ([`View::f64s`]): actual and expected of each comparison.
+    /// Widened chunks of fp32 views ([`View::f64s`]): each distinct tensor of the three
+    /// comparisons.
     chunks: [Vec<f64>; 6],
     /// Whole tensors widened where the fold needs them.
     whole: [Vec<f64>; 2],
@@ -490,11 +491,12 @@ fn e_bucket(e: f64) -> usize {
 }
 
 /// Pass 1 of the streamed frontier over one tensor pair: every point offered to the
-/// anchors in order, and the largest d per e bucket.
+/// anchors in order ([`scan_anchors`], vectorized where the CPU allows), and the largest d
+/// per e bucket.
 fn scan_points(a: &[f64], e: &[f64], scan: &mut AnchorScan, bucket_max: &mut [f64]) {
+    scan_anchors(a, e, scan);
     for (&x, &y) in a.iter().zip(e) {
         let q = pair_point(x, y);
-        scan.add(q);
         let b = &mut bucket_max[e_bucket(q.1)];
         if q.0 > *b {
             *b = q.0;
@@ -652,12 +654,34 @@ impl StreamedEval {
             let mut ratios = [[0.0f64; 2]; 3];
             let same_e: [Option<usize>; 3] =
                 std::array::from_fn(|k| (0..k).find(|&j| pairs[j][t].2.same(&pairs[k][t].2)));
+            // Each distinct tensor of the three comparisons (the sharded and reference ones
+            // appear twice) is widened once per chunk, into its own buffer.
+            let mut distinct: [Option<View<'_>>; 6] = [None; 6];
+            let mut slot = [[0usize; 2]; 3];
+            let mut n_distinct = 0;
+            for (k, sides) in slot.iter_mut().enumerate() {
+                let (_, av, ev) = &pairs[k][t];
+                for (side, v) in sides.iter_mut().zip([av, ev]) {
+                    let found = distinct[..n_distinct]
+                        .iter()
+                        .position(|d| d.is_some_and(|d| d.same(v)));
+                    *side = found.unwrap_or_else(|| {
+                        distinct[n_distinct] = Some(*v);
+                        n_distinct += 1;
+                        n_distinct - 1
+                    });
+                }
+            }
             for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
                 let r = start..(start + FUSED_CHUNK).min(n);
-                for ((k, total), bufs) in stats.iter_mut().enumerate().zip(chunks.chunks_mut(2)) {
-                    let (_, av, ev) = &pairs[k][t];
-                    let [ba, be] = bufs else { unreachable!() };
-                    let (a, e) = (av.f64s(r.clone(), ba), ev.f64s(r.clone(), be));
+                let mut widened: [&[f64]; 6] = [&[]; 6];
+                for ((w, buf), v) in widened.iter_mut().zip(chunks.iter_mut()).zip(&distinct) {
+                    if let Some(v) = v {
+                        *w = v.f64s(r.clone(), buf);
+                    }
+                }
+                for (k, total) in stats.iter_mut().enumerate() {
+                    let (a, e) = (widened[slot[k][0]], widened[slot[k][1]]);
                     if let Some(acc) = total {
                         match pair_stats_finite(a, e, t1, t2) {
                             Some(part) => merge_pair_stats(acc, &part),
