@@ -40,7 +40,10 @@ use std::cmp::Ordering;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod simd;
-pub use simd::{keep_pairs, pair_point, scan_anchors, scan_pairs, two_pass_is_vectorized};
+pub use simd::{
+    keep_pairs, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_portable, scan_pairs,
+    two_pass_is_vectorized,
+};
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
 const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
@@ -180,7 +183,7 @@ pub fn staircase_in_place(pts: &mut Vec<(f64, f64)>) {
 }
 
 /// The definition of [`staircase_in_place`]: sort, then one pass.
-fn staircase_by_sorting(pts: &mut Vec<(f64, f64)>) {
+pub fn staircase_by_sorting(pts: &mut Vec<(f64, f64)>) {
     pts.sort_unstable_by(|x, y| match x.1.total_cmp(&y.1) {
         Ordering::Equal => y.0.total_cmp(&x.0),
         o => o,
