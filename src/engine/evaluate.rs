@@ -652,8 +652,6 @@ impl StreamedEval {
             // float64 trace) takes that one's.
             let cond = spec.reduction.and_then(|_| condition(traces, c, lead.0));
             let mut ratios = [[0.0f64; 2]; 3];
-            let same_e: [Option<usize>; 3] =
-                std::array::from_fn(|k| (0..k).find(|&j| pairs[j][t].2.same(&pairs[k][t].2)));
             // Each distinct tensor of the three comparisons (the sharded and reference ones
             // appear twice) is widened once per chunk, into its own buffer.
             let mut distinct: [Option<View<'_>>; 6] = [None; 6];
@@ -672,6 +670,8 @@ impl StreamedEval {
                     });
                 }
             }
+            let same_e: [Option<usize>; 3] =
+                std::array::from_fn(|k| (0..k).find(|&j| slot[j][1] == slot[k][1]));
             for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
                 let r = start..(start + FUSED_CHUNK).min(n);
                 let mut widened: [&[f64]; 6] = [&[]; 6];

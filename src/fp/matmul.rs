@@ -634,7 +634,7 @@ impl Kernel {
                 return;
             }
         }
-        kernel_portable(self, a, b, c, acc, pw);
+        kernel_body_g::<GROUP_ROWS>(self, a, b, c, acc, pw);
     }
 }
 
@@ -680,17 +680,6 @@ unsafe fn kernel_avx512(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kernel_avx2_fma(
-    kern: &Kernel,
-    a: AView<'_>,
-    b: &[f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    pw: &mut [f32],
-) {
-    kernel_body_g::<GROUP_ROWS>(kern, a, b, c, acc, pw);
-}
-
-fn kernel_portable(
     kern: &Kernel,
     a: AView<'_>,
     b: &[f32],

@@ -19,8 +19,8 @@
 //! ratio), is quiet: it can only set the e = 0 flag. The other lanes of a block are offered
 //! one by one, in order, to [`AnchorScan::add`], the definition (in a T1 sweep about 5 % of
 //! blocks have one). A block is first tested as a whole with one sign test, d − τ < 0 (d = 0)
-//! or both d − d* < 0 and r̃ − r_x < 0 (r_x the float after the inclusive bound), which only
-//! quiet lanes pass; the per-lane comparisons run only for a block where some lane fails it.
+//! or both d − d* < 0 and r̃ − fl(r₀·(1 − 2⁻¹²)) < 0, which only quiet lanes pass; the
+//! per-lane comparisons run only for a block where some lane fails it.
 
 use super::simd::{keep_pairs_portable, scan_anchors_portable};
 use super::{AnchorScan, Anchors, HULL_MARGIN};
@@ -39,12 +39,12 @@ pub fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
-/// The screen's bound on ratios for the current best ratio (module doc), as an inclusive
-/// bound (the float just below fl(r₀·(1 − 2⁻¹²))); −1 when there is no best or it is below
-/// 2⁻¹⁰⁰⁰ (no ratio passes).
+/// The screen's bound on ratios for the current best ratio (module doc), exclusive: a
+/// screened ratio passes when it is below fl(r₀·(1 − 2⁻¹²)); −1 when there is no best or it
+/// is below 2⁻¹⁰⁰⁰ (no ratio ≥ 0 passes).
 fn ratio_limit(scan: &AnchorScan) -> f64 {
     match scan.best {
-        Some((_, r)) if r >= TINY => f64::from_bits((r * SHRINK).to_bits() - 1),
+        Some((_, r)) if r >= TINY => r * SHRINK,
         _ => -1.0,
     }
 }
@@ -73,16 +73,6 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
     let mut big = _mm512_setzero_si512();
     let mut psd = _mm512_set1_pd(scan.ps.map_or(0.0, |p| p.0));
     let mut lim = _mm512_set1_pd(ratio_limit(scan));
-    // The same bound, exclusive: r ≤ lim ⟺ r < the next float (−1 stays −1: no r ≥ 0 is
-    // below it).
-    let exclusive = |l: f64| {
-        if l < 0.0 {
-            l
-        } else {
-            f64::from_bits(l.to_bits() + 1)
-        }
-    };
-    let mut lim_x = _mm512_set1_pd(exclusive(ratio_limit(scan)));
     let tau = _mm512_set1_pd(f64::from_bits(1));
     let inf = _mm512_set1_pd(f64::INFINITY);
     let sign = _mm512_set1_epi64(i64::MIN);
@@ -109,7 +99,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
         // +∞), so the block changes nothing.
         let fast = _mm512_min_pd(
             _mm512_sub_pd(d, tau),
-            _mm512_max_pd(_mm512_sub_pd(r, lim_x), _mm512_sub_pd(d, psd)),
+            _mm512_max_pd(_mm512_sub_pd(r, lim), _mm512_sub_pd(d, psd)),
         );
         if _mm512_test_epi64_mask(_mm512_castpd_si512(fast), sign) == 0xff {
             i += 8;
@@ -119,7 +109,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
         let e_zero = _mm512_mask_cmp_pd_mask::<_CMP_EQ_OQ>(valid, e, zero);
         ze |= e_zero;
         let below_ps = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(valid, d, psd);
-        let ratio_ok = _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(in_range, r, lim);
+        let ratio_ok = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(in_range, r, lim);
         let quiet = !valid | (below_ps & (e_zero | ratio_ok));
         // Only the lanes that are not quiet are offered, in lane order: a quiet lane leaves
         // the scan as it is (its only effect, the e = 0 flag, is in `ze`), and stays quiet
@@ -135,7 +125,6 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
             }
             psd = _mm512_set1_pd(scan.ps.map_or(0.0, |p| p.0));
             lim = _mm512_set1_pd(ratio_limit(scan));
-            lim_x = _mm512_set1_pd(exclusive(ratio_limit(scan)));
         }
         i += 8;
     }
