@@ -16,8 +16,8 @@ use crate::check::{
 };
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::stats::frontier::{
-    frontier, keep_pairs, pair_point, scan_anchors, scan_pairs, staircase_merge,
-    two_pass_is_vectorized, AnchorScan,
+    frontier, keep_pairs, scan_anchors, scan_pairs, two_pass_is_vectorized, AnchorScan,
+    FrontierStream,
 };
 use crate::trace::{Slot, SlotRole, Trace, View};
 
@@ -462,46 +462,18 @@ fn merge_pair_stats(total: &mut PairStats, part: &PairStats) {
 /// ([`Scenario::run_stepwise`]): [`StreamedEval::step`] takes each step's traces in order,
 /// [`StreamedEval::finish`] gives what [`evaluate`] and [`unit_frontiers`] give for the
 /// traces of all steps at once, bit for bit (the same tensors folded in the same order; the
-/// frontier from the anchors over all points and the staircase of every step's points, see
-/// [`staircase_merge`]). Memory: one step's traces and the staircases.
+/// frontier fed chunk by chunk, see [`FrontierStream`]). Memory: one step's traces and the
+/// frontiers' staircases.
 pub struct StreamedEval {
     out: Vec<SeedCheck>,
     first: Vec<bool>,
-    /// Per check, when frontiers are asked for (empty otherwise): the anchor scan over all
-    /// points so far and the staircase of those points.
-    scans: Vec<AnchorScan>,
-    stairs: Vec<Vec<(f64, f64)>>,
-    /// Per e bucket, the largest d of the current step's points (see [`StreamedEval::step`]).
-    bucket_max: Vec<f64>,
-    tmp: Vec<(f64, f64)>,
+    /// Per check, when frontiers are asked for (empty otherwise): its frontier so far.
+    fronts: Vec<FrontierStream>,
     /// Widened chunks of fp32 views ([`View::f64s`]): each distinct tensor of the three
     /// comparisons.
     chunks: [Vec<f64>; 6],
     /// Whole tensors widened where the fold needs them.
     whole: [Vec<f64>; 2],
-}
-
-/// e buckets of the streamed staircase prefilter: the top 16 bits of e's bit pattern (the
-/// exponent and 4 mantissa bits; e ≥ 0, so bucket order is value order).
-const E_BUCKETS: usize = 1 << 16;
-
-/// The e bucket of a point's e (see [`E_BUCKETS`]).
-fn e_bucket(e: f64) -> usize {
-    (e.to_bits() >> 48) as usize
-}
-
-/// Pass 1 of the streamed frontier over one tensor pair: every point offered to the
-/// anchors in order ([`scan_anchors`], vectorized where the CPU allows), and the largest d
-/// per e bucket.
-fn scan_points(a: &[f64], e: &[f64], scan: &mut AnchorScan, bucket_max: &mut [f64]) {
-    scan_anchors(a, e, scan);
-    for (&x, &y) in a.iter().zip(e) {
-        let q = pair_point(x, y);
-        let b = &mut bucket_max[e_bucket(q.1)];
-        if q.0 > *b {
-            *b = q.0;
-        }
-    }
 }
 
 impl StreamedEval {
@@ -511,10 +483,7 @@ impl StreamedEval {
         Self {
             out: vec![SeedCheck::default(); n * policies],
             first: vec![true; n],
-            scans: vec![AnchorScan::default(); if frontiers { checks.len() } else { 0 }],
-            stairs: vec![Vec::new(); if frontiers { checks.len() } else { 0 }],
-            bucket_max: Vec::new(),
-            tmp: Vec::new(),
+            fronts: vec![FrontierStream::default(); if frontiers { checks.len() } else { 0 }],
             chunks: Default::default(),
             whole: Default::default(),
         }
@@ -534,11 +503,6 @@ impl StreamedEval {
         // A widened copy of this step's traces, made only if a fold below needs one.
         let mut widened: Option<Traces> = None;
         for (c, spec) in checks.iter().enumerate() {
-            let frontiers = !self.scans.is_empty();
-            if frontiers {
-                self.bucket_max.clear();
-                self.bucket_max.resize(E_BUCKETS, 0.0);
-            }
             if !self.fold_fused(spec, c, tolerances, traces, asserted) {
                 let t = if traces.reference.all_f64() && traces.sharded.all_f64() {
                     traces
@@ -554,52 +518,19 @@ impl StreamedEval {
                     let out = &mut self.out[i * np..(i + 1) * np];
                     fold_comparison(spec, c, comparison, tolerances, t, out, &mut self.first[i]);
                 }
-                if frontiers {
-                    let (scan, bucket_max) = (&mut self.scans[c], &mut self.bucket_max);
+                if let Some(front) = self.fronts.get_mut(c) {
                     for_each_pair(t, c, spec, asserted, |_, a, e| {
-                        scan_points(a, e, scan, bucket_max);
+                        for (a, e) in a.chunks(FUSED_CHUNK).zip(e.chunks(FUSED_CHUNK)) {
+                            front.offer(a, e);
+                        }
                     });
                 }
             }
-            // No frontiers asked for: no scans.
-            if !frontiers {
-                continue;
-            }
-            // Pass 1 (above, with the fold) offered every point to the anchors in order and
-            // kept the largest d per e bucket. Pass 2: only the points no point of a lower
-            // bucket dominates (those have a smaller e and at least the same d) go on to
-            // the staircase.
-            let bucket_max = &mut self.bucket_max;
-            // Exclusive prefix maximum: the largest d over the buckets below.
-            let mut below = 0.0f64;
-            for b in bucket_max.iter_mut() {
-                let here = *b;
-                *b = below;
-                if here > below {
-                    below = here;
-                }
-            }
-            let tmp = &mut self.tmp;
-            tmp.clear();
-            let [ca, ce, ..] = &mut self.chunks;
-            for_each_view_pair(traces, c, spec, asserted, |_, a, e| {
-                for start in (0..a.len()).step_by(FUSED_CHUNK) {
-                    let r = start..(start + FUSED_CHUNK).min(a.len());
-                    let (a, e) = (a.f64s(r.clone(), ca), e.f64s(r, ce));
-                    for (&x, &y) in a.iter().zip(e) {
-                        let q = pair_point(x, y);
-                        if q.0 > 0.0 && q.0 > bucket_max[e_bucket(q.1)] {
-                            tmp.push(q);
-                        }
-                    }
-                }
-            });
-            staircase_merge(&mut self.stairs[c], tmp);
         }
     }
 
-    /// The fold of check `c` over this step's traces (all three comparisons, and pass 1 of
-    /// the frontiers when asked for) in chunks of [`FUSED_CHUNK`] elements, each chunk of
+    /// The fold of check `c` over this step's traces (all three comparisons, and the
+    /// frontier when asked for) in chunks of [`FUSED_CHUNK`] elements, each chunk of
     /// the three traces read from memory once for all of them instead of once per
     /// comparison and pass; the same results as the per-comparison fold, bit for bit (see
     /// [`merge_pair_stats`]; the anchors see the same points in the same order). Returns
@@ -636,13 +567,10 @@ impl StreamedEval {
         let Self {
             out,
             first,
-            scans,
-            bucket_max,
+            fronts,
             chunks,
             whole,
-            ..
         } = self;
-        let frontiers = !scans.is_empty();
         for (t, lead) in pairs[0].iter().enumerate() {
             let n = lead.1.len();
             let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
@@ -688,8 +616,10 @@ impl StreamedEval {
                             None => *total = None,
                         }
                     }
-                    if frontiers && ka == Some(k) {
-                        scan_points(a, e, &mut scans[c], bucket_max);
+                    if ka == Some(k) {
+                        if let Some(front) = fronts.get_mut(c) {
+                            front.offer(a, e);
+                        }
                     }
                     if let (Some(cond), None) = (cond, same_e[k]) {
                         let cond = &cond[r.start.min(cond.len())..r.end.min(cond.len())];
@@ -746,13 +676,11 @@ impl StreamedEval {
     /// The folded entries (layout of [`evaluate`]) and, when asked for, the frontier of
     /// every check.
     pub fn finish(self) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
-        let mut fronts = Vec::with_capacity(self.stairs.len());
-        for (scan, mut pts) in self.scans.into_iter().zip(self.stairs) {
-            scan.filter(&mut pts);
-            let mut f = Vec::new();
-            frontier(pts.iter().copied(), &mut f);
-            fronts.push(f);
-        }
+        let fronts = self
+            .fronts
+            .into_iter()
+            .map(FrontierStream::finish)
+            .collect();
         (self.out, fronts)
     }
 }

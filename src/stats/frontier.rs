@@ -40,10 +40,12 @@ use std::cmp::Ordering;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod simd;
+mod stream;
 pub use simd::{
     keep_pairs, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_portable, scan_pairs,
     two_pass_is_vectorized,
 };
+pub use stream::FrontierStream;
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
 const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
