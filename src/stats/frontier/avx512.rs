@@ -23,6 +23,7 @@
 //! per-lane comparisons run only for a block where some lane fails it.
 
 use super::simd::{keep_pairs_portable, scan_anchors_portable};
+use super::stream::{BELOW_LEN, BELOW_SHIFT};
 use super::{AnchorScan, Anchors, HULL_MARGIN};
 use crate::fp::avx512::{lanes, load_pair};
 use std::arch::x86_64::*;
@@ -277,4 +278,67 @@ unsafe fn keep_finite(
         i += 8;
     }
     _mm512_reduce_max_epi64(big) < BOUND.to_bits() as i64
+}
+
+/// [`super::stream::screen_portable`], vectorized: per block of eight pairs, the points'
+/// d and e as [`scan_finite`] makes them and their table indices (e's bits shifted right by
+/// [`BELOW_SHIFT`]; e = |y| has its sign bit clear, so every index is below [`BELOW_LEN`],
+/// also for a non-finite y). The table is nondecreasing, so a block with no d above the
+/// entry of its least index passes nothing; any other block takes its lanes' entries by one
+/// gather and appends the lanes with d > 0 and d > entry in lane order. A slice holding a non-finite value or
+/// difference is redone by the portable definition.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn screen_pairs(
+    actual: &[f64],
+    expected: &[f64],
+    below: &[f64; BELOW_LEN],
+    out: &mut Vec<(f64, f64)>,
+) {
+    let start = out.len();
+    let n = actual.len().min(expected.len());
+    let zero = _mm512_setzero_pd();
+    let mut big = _mm512_setzero_si512();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
+        // never passes.
+        let (x, y) = load_pair(actual, expected, i, n);
+        let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
+        let e = _mm512_abs_pd(y);
+        big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
+        big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+        let idx = _mm512_srli_epi64::<BELOW_SHIFT>(_mm512_castpd_si512(e));
+        // The table is nondecreasing, so the entry of the block's least index is at most
+        // every lane's: a block with no d above it passes nothing (the common case), and
+        // only the others take the gather.
+        let least = _mm512_reduce_min_epu64(idx) as usize;
+        if _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, _mm512_set1_pd(below[least])) == 0 {
+            i += 8;
+            continue;
+        }
+        // SAFETY: every index is below BELOW_LEN = below.len() (doc above).
+        let entry = _mm512_i64gather_pd::<8>(idx, below.as_ptr().cast());
+        let pass = _mm512_mask_cmp_pd_mask::<_CMP_GT_OQ>(
+            _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, zero),
+            d,
+            entry,
+        );
+        if pass != 0 {
+            let (ds, es) = (lanes(d), lanes(e));
+            let mut todo = pass;
+            while todo != 0 {
+                let l = todo.trailing_zeros() as usize;
+                out.push((ds[l], es[l]));
+                todo &= todo - 1;
+            }
+        }
+        i += 8;
+    }
+    if _mm512_reduce_max_epi64(big) > f64::MAX.to_bits() as i64 {
+        out.truncate(start);
+        super::stream::screen_portable(actual, expected, below, out);
+    }
 }

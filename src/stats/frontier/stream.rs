@@ -24,10 +24,10 @@ use super::{frontier, pair_point, scan_anchors, staircase_merge, AnchorScan};
 
 /// e's bits from this one up index the screen's table: 11 exponent bits and 2 mantissa
 /// bits, four table entries per binade.
-const BELOW_SHIFT: u32 = 50;
+pub(super) const BELOW_SHIFT: u32 = 50;
 
 /// Entries of the screen's table: every k(e) of an e ≥ 0 (the sign bit is 0).
-const BELOW_LEN: usize = 1 << (63 - BELOW_SHIFT);
+pub(super) const BELOW_LEN: usize = 1 << (63 - BELOW_SHIFT);
 
 /// The screen's table index of e ≥ 0 (see the module doc).
 #[inline]
@@ -43,7 +43,7 @@ pub struct FrontierStream {
     stairs: Vec<(f64, f64)>,
     /// The screen: per index k, the largest d of a staircase point whose e has a smaller
     /// index (0 where there is none).
-    below: Vec<f64>,
+    below: Box<[f64; BELOW_LEN]>,
     /// Points that passed the screen, waiting for the merge (scratch).
     pending: Vec<(f64, f64)>,
     /// The staircase before a merge (scratch), to tell whether the merge changed it.
@@ -55,7 +55,7 @@ impl Default for FrontierStream {
         Self {
             scan: AnchorScan::default(),
             stairs: Vec::new(),
-            below: vec![0.0; BELOW_LEN],
+            below: Box::new([0.0; BELOW_LEN]),
             pending: Vec::new(),
             before: Vec::new(),
         }
@@ -67,22 +67,16 @@ impl FrontierStream {
     /// points that pass the screen to the staircase.
     pub fn offer(&mut self, actual: &[f64], expected: &[f64]) {
         scan_anchors(actual, expected, &mut self.scan);
-        let below = &self.below[..];
         let pending = &mut self.pending;
         pending.clear();
-        for (&x, &y) in actual.iter().zip(expected) {
-            let q = pair_point(x, y);
-            if q.0 > 0.0 && q.0 > below[below_index(q.1)] {
-                pending.push(q);
-            }
-        }
+        screen(actual, expected, &self.below, pending);
         if pending.is_empty() {
             return;
         }
         self.before.clone_from(&self.stairs);
         staircase_merge(&mut self.stairs, pending);
         if self.stairs != self.before {
-            rebuild_below(&mut self.below, &self.stairs);
+            rebuild_below(&mut self.below[..], &self.stairs);
         }
     }
 
@@ -94,6 +88,35 @@ impl FrontierStream {
         let mut f = Vec::new();
         frontier(pts.iter().copied(), &mut f);
         f
+    }
+}
+
+/// Appends, in order, the point of each pair ([`pair_point`]) with d > 0 and d above its
+/// e's entry of `below`: the screen of [`FrontierStream::offer`], vectorized where the CPU
+/// allows (the same points).
+fn screen(actual: &[f64], expected: &[f64], below: &[f64; BELOW_LEN], out: &mut Vec<(f64, f64)>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::two_pass_is_vectorized() {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { super::avx512::screen_pairs(actual, expected, below, out) };
+        }
+    }
+    screen_portable(actual, expected, below, out)
+}
+
+/// The definition of the screen (see [`screen`]).
+pub fn screen_portable(
+    actual: &[f64],
+    expected: &[f64],
+    below: &[f64; BELOW_LEN],
+    out: &mut Vec<(f64, f64)>,
+) {
+    for (&x, &y) in actual.iter().zip(expected) {
+        let q = pair_point(x, y);
+        if q.0 > 0.0 && q.0 > below[below_index(q.1)] {
+            out.push(q);
+        }
     }
 }
 
@@ -182,6 +205,31 @@ mod tests {
             let (a, e) = pairs(&raw, narrow, odd);
             let want = at_once(&a, &e);
             let got = streamed(&a, &e, chunk);
+            prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// The screen (vectorized where the CPU allows) keeps the points its definition
+        /// keeps, in order, against the table of another set's staircase.
+        #[test]
+        fn the_screen_equals_its_definition(
+            raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..300),
+            stairs_raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..40),
+            narrow in any::<bool>(),
+            odd in any::<bool>(),
+        ) {
+            let (a, e) = pairs(&raw, narrow, odd);
+            let (sa, se) = pairs(&stairs_raw, narrow, false);
+            let mut stairs: Vec<_> = sa.iter().zip(&se).map(|(&x, &y)| pair_point(x, y)).collect();
+            stairs.retain(|q| q.0 > 0.0);
+            staircase_by_sorting(&mut stairs);
+            let mut below = Box::new([0.0; BELOW_LEN]);
+            rebuild_below(&mut below[..], &stairs);
+            let (mut got, mut want) = (vec![(1.0, 2.0)], vec![(1.0, 2.0)]);
+            screen(&a, &e, &below, &mut got);
+            screen_portable(&a, &e, &below, &mut want);
             prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
     }
