@@ -7,6 +7,7 @@
 //! does not depend on the thread count or on scheduling.
 
 use std::ops::Range;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -230,6 +231,7 @@ pub fn in_order<I, S, T>(
 ) -> anyhow::Result<()>
 where
     I: Sync,
+    S: Send,
     T: Send,
 {
     in_chunks_of(CHUNK, items, init, work, take)
@@ -239,6 +241,13 @@ where
 /// current pool, [`rayon::in_place_scope`]) while `take` runs on chunk k on the calling
 /// thread; `take` still sees the chunks in order, each once, and the first error it returns
 /// ends the loop (the chunk computed beside it is dropped).
+///
+/// A chunk's items are handed to the threads in runs of at most [`leaf_len`] items, so that
+/// at the end of a chunk no thread waits long for another to finish a big run (with rayon's
+/// adaptive split alone, a run could be a quarter of the chunk: tens of milliseconds of one
+/// thread idle per chunk). Each run borrows a state from a pool that lives as long as the
+/// loop ([`Lease`]; `init` only when the pool is empty), so short runs do not mean more
+/// states: at most one per thread is ever made.
 pub fn in_chunks_of<I, S, T>(
     chunk_len: usize,
     items: impl Iterator<Item = I>,
@@ -248,31 +257,83 @@ pub fn in_chunks_of<I, S, T>(
 ) -> anyhow::Result<()>
 where
     I: Sync,
+    S: Send,
     T: Send,
 {
     let chunk_len = chunk_len.max(1);
+    let leaf = leaf_len(chunk_len, rayon::current_num_threads());
+    let pool: Mutex<Vec<S>> = Mutex::new(Vec::new());
+    let compute = |items: &[I]| -> Vec<T> {
+        items
+            .par_iter()
+            .with_max_len(leaf)
+            .map_init(
+                || Lease::new(&pool, &init),
+                |lease, item| work(lease.state(), item),
+            )
+            .collect()
+    };
     let mut pending = items;
     let mut cur: Vec<I> = pending.by_ref().take(chunk_len).collect();
     if cur.is_empty() {
         return Ok(());
     }
-    let mut results: Vec<T> = cur.par_iter().map_init(&init, &work).collect();
+    let mut results: Vec<T> = compute(&cur);
     loop {
         let next: Vec<I> = pending.by_ref().take(chunk_len).collect();
         if next.is_empty() {
             return take(&cur, results);
         }
         let mut next_results: Vec<T> = Vec::new();
-        let (init, work) = (&init, &work);
+        let compute = &compute;
         rayon::in_place_scope(|scope| {
             let (next, next_results) = (&next, &mut next_results);
             scope.spawn(move |_| {
-                *next_results = next.par_iter().map_init(init, work).collect();
+                *next_results = compute(next);
             });
             take(&cur, std::mem::take(&mut results))
         })?;
         cur = next;
         results = next_results;
+    }
+}
+
+/// Items per run of [`in_chunks_of`]: about 64 runs per thread in a chunk, at least one item.
+/// A run of T1 seed-runs is then a few milliseconds, and the rayon job behind each run costs
+/// microseconds.
+pub fn leaf_len(chunk_len: usize, threads: usize) -> usize {
+    (chunk_len / (threads.max(1) * 64)).max(1)
+}
+
+/// A state borrowed from [`in_chunks_of`]'s pool for one run of items, given back when the
+/// run ends (dropped).
+struct Lease<'p, S> {
+    pool: &'p Mutex<Vec<S>>,
+    state: Option<S>,
+}
+
+impl<'p, S> Lease<'p, S> {
+    /// A state from the pool, or a new one from `init` when the pool is empty.
+    fn new(pool: &'p Mutex<Vec<S>>, init: impl Fn() -> S) -> Self {
+        let reused = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        Self {
+            pool,
+            state: Some(reused.unwrap_or_else(init)),
+        }
+    }
+
+    fn state(&mut self) -> &mut S {
+        self.state
+            .as_mut()
+            .expect("a lease holds its state until dropped")
+    }
+}
+
+impl<S> Drop for Lease<'_, S> {
+    fn drop(&mut self) {
+        if let Some(s) = self.state.take() {
+            self.pool.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+        }
     }
 }
 
@@ -345,6 +406,50 @@ mod tests {
                 "{threads} thread(s)"
             );
         }
+    }
+
+    /// Runs are short (at most `leaf_len` items each), yet states come from the pool: over
+    /// three chunks no more are made than threads run at once (rayon's own `map_init` makes
+    /// one per split job, at least one per thread per chunk).
+    #[test]
+    fn short_runs_share_a_few_states_across_chunks() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let threads = 3;
+        let made = AtomicUsize::new(0);
+        let leaf = leaf_len(CHUNK, threads);
+        assert!(leaf < CHUNK / 8, "runs of {leaf} items are not short");
+        let mut served = vec![0usize; 0];
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                in_order(
+                    0..(3 * CHUNK) as u64,
+                    || made.fetch_add(1, Ordering::SeqCst),
+                    |id, _| *id,
+                    |_, results| {
+                        served.extend(results);
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        let made = made.load(Ordering::SeqCst);
+        assert!(
+            (1..=threads).contains(&made),
+            "{made} states for {threads} threads"
+        );
+        assert_eq!(served.len(), 3 * CHUNK);
+        assert!(served.iter().all(|&id| id < made));
+    }
+
+    #[test]
+    fn leaf_len_is_about_64_runs_per_thread_and_never_zero() {
+        assert_eq!(leaf_len(4096, 2), 32);
+        assert_eq!(leaf_len(4096, 1), 64);
+        assert_eq!(leaf_len(10, 8), 1);
+        assert_eq!(leaf_len(1, 0), 1);
     }
 
     #[test]
