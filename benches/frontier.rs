@@ -4,11 +4,16 @@
 //! insertion) against its portable definition, in elements per second. The pairs are
 //! T1-like: f32 values, the actual up to three ulps from the expected (one in seven equal),
 //! and some exact zeros, from a fixed linear congruential sequence.
+//!
+//! A second group times a big shape's frontier (2²³ such pairs, a 16,384 × 512 table): the
+//! streamed fold's [`FrontierStream`] over chunks of 8,192 pairs (one read: anchor scan and
+//! screened staircase) against the definition, every point made, prefiltered and its
+//! frontier taken.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use seedsweep::stats::frontier::{
-    keep_pairs, keep_pairs_portable, scan_anchors, scan_anchors_portable, staircase_by_sorting,
-    staircase_in_place, AnchorScan,
+    frontier as frontier_of, keep_pairs, keep_pairs_portable, pair_point, prefilter, scan_anchors,
+    scan_anchors_portable, staircase_by_sorting, staircase_in_place, AnchorScan, FrontierStream,
 };
 
 fn pairs(n: usize) -> (Vec<f64>, Vec<f64>) {
@@ -97,5 +102,35 @@ fn frontier(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, frontier);
+fn streamed(c: &mut Criterion) {
+    let n = 1 << 23;
+    let (a, e) = pairs(n);
+    let stream = || {
+        let mut s = FrontierStream::default();
+        for (ca, ce) in a.chunks(8192).zip(e.chunks(8192)) {
+            s.offer(ca, ce);
+        }
+        s.finish()
+    };
+    let definition = || {
+        let mut pts: Vec<_> = a.iter().zip(&e).map(|(&x, &y)| pair_point(x, y)).collect();
+        prefilter(&mut pts);
+        let mut f = Vec::new();
+        frontier_of(pts.iter().copied(), &mut f);
+        f
+    };
+    assert_eq!(
+        stream(),
+        definition(),
+        "the streamed frontier is the definition's"
+    );
+    let mut group = c.benchmark_group("frontier_stream_8m");
+    group.throughput(Throughput::Elements(n as u64));
+    group.sample_size(10);
+    group.bench_function("stream/sweep", |b| b.iter(stream));
+    group.bench_function("all_points/definition", |b| b.iter(definition));
+    group.finish();
+}
+
+criterion_group!(benches, frontier, streamed);
 criterion_main!(benches);
