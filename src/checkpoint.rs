@@ -75,6 +75,11 @@ impl UnitSink for FileSink<'_> {
             format!("{units_so_far} {bytes}\n").as_bytes(),
         )
     }
+    fn spill_dir(&self) -> Option<&Path> {
+        // The sweep folder: results held back take about as much room as the rows the
+        // sweep writes there anyway.
+        self.partial.parent()
+    }
 }
 
 /// Flushes `frontiers.bin.partial` and moves it to `frontiers.bin`; returns the path.

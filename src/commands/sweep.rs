@@ -6,10 +6,9 @@ use crate::catalog::Catalog;
 use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
 use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
-use crate::engine::plan::{
-    families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard, FAMILY_BUFFER,
-};
-use crate::engine::{held_bytes, held_unit_bytes};
+use crate::engine::held::HELD_IN_MEMORY;
+use crate::engine::held_bytes;
+use crate::engine::plan::{families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard};
 use crate::error::InputError;
 use crate::export::csv::plan_csv;
 use crate::export::frontiers::FrontierWriter;
@@ -77,9 +76,9 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         shard: o.shard,
     };
     let plan = units(&catalog, &groups, &range);
-    let fams = families(&catalog, &groups, &plan, FAMILY_BUFFER, |gi| {
-        held_unit_bytes(&metas[gi])
-    });
+    // A family is never split: what it holds back past HELD_IN_MEMORY goes to temporary
+    // files (engine::held), so its groups share their runs at any seed count.
+    let fams = families(&catalog, &groups, &plan, u64::MAX, |_| 0);
     check_sweep_memory(&catalog, &groups, &metas, &plan, &fams, o)?;
     let pool = pool(o.threads)?;
     let mode = if o.summary_only {
@@ -193,7 +192,16 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     };
     pool.install(|| {
         crate::engine::drive(
-            &catalog, &groups, &metas, &plan, &fams, skip, &mut aggs, o.quiet, &mut sink,
+            &catalog,
+            &groups,
+            &metas,
+            &plan,
+            &fams,
+            skip,
+            &mut aggs,
+            o.quiet,
+            HELD_IN_MEMORY,
+            &mut sink,
         )
     })?;
     let writer = sink.writer.take();
@@ -244,7 +252,8 @@ fn check_sweep_memory(
             format!("{units} seed-run(s) of per-seed usages kept for exact quantiles (--summary-only keeps less)")
         },
     ));
-    let held = held_bytes(fams, metas);
+    // At most HELD_IN_MEMORY of it stays in memory (the rest goes to temporary files).
+    let held = held_bytes(fams, metas, !o.summary_only).min(HELD_IN_MEMORY as u64);
     if held > 0 {
         parts.push((
             held,

@@ -16,6 +16,7 @@
 
 pub mod aggregate;
 pub mod evaluate;
+pub mod held;
 pub mod plan;
 pub mod run;
 
@@ -58,21 +59,27 @@ pub trait UnitSink {
     fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
+    /// Where results held back past [`held::HELD_IN_MEMORY`] may go, in unnamed temporary
+    /// files ([`held`]); None keeps them all in memory.
+    fn spill_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Bytes one unit's results take while held back for a family (see [`plan::families`]): its
-/// formatted rows (a CSV row is under 400 bytes) and frontier record (a few points per
-/// check), with the vectors' own headers.
-pub fn held_unit_bytes(meta: &GroupMeta) -> u64 {
-    let rows = meta.entries() as u64 * 400;
+/// formatted rows when the sweep writes a per-seed table (`rows`; a CSV row is under 400
+/// bytes; `--summary-only` formats none) and its frontier record (a few points per check),
+/// with the vectors' own headers.
+pub fn held_unit_bytes(meta: &GroupMeta, rows: bool) -> u64 {
+    let rows = if rows { meta.entries() as u64 * 400 } else { 0 };
     let frontiers = 16 + meta.checks.len() as u64 * (4 + 8 * 16);
     rows + frontiers + 64
 }
 
 /// The most bytes [`drive`] holds back at once for `families`: the results of every
 /// group of one family over its seeds (nothing for a family of one group, whose units go
-/// straight to the sink).
-pub fn held_bytes(families: &[Family], metas: &[GroupMeta]) -> u64 {
+/// straight to the sink); `rows` as for [`held_unit_bytes`].
+pub fn held_bytes(families: &[Family], metas: &[GroupMeta], rows: bool) -> u64 {
     families
         .iter()
         .filter(|f| f.groups.len() > 1)
@@ -80,7 +87,7 @@ pub fn held_bytes(families: &[Family], metas: &[GroupMeta]) -> u64 {
             let n = f.seeds.end - f.seeds.start;
             f.groups
                 .clone()
-                .map(|gi| n.saturating_mul(held_unit_bytes(&metas[gi])))
+                .map(|gi| n.saturating_mul(held_unit_bytes(&metas[gi], rows)))
                 .fold(0u64, u64::saturating_add)
         })
         .max()
@@ -99,8 +106,9 @@ type SeedResult = (Vec<Vec<SeedValues>>, Vec<(Vec<u8>, Vec<u8>)>);
 /// aggregate is fed in seed order as its results come; the workers format every unit's
 /// rows and frontier record, and the sink gets them in output order (group-major): the
 /// family's first group as its chunks finish, the others held back and handed on when the
-/// family's seeds are done. A checkpoint
-/// ([`UnitSink::chunk_done`]) follows every chunk and every held-back group.
+/// family's seeds are done ([`held::Held`]: up to `held_budget` bytes in memory, the rest in
+/// temporary files in [`UnitSink::spill_dir`]). A checkpoint ([`UnitSink::chunk_done`])
+/// follows every chunk and every held-back group.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
     catalog: &Catalog,
@@ -111,6 +119,7 @@ pub fn drive(
     skip: u64,
     aggs: &mut [GroupAgg],
     quiet: bool,
+    held_budget: usize,
     sink: &mut dyn UnitSink,
 ) -> anyhow::Result<()> {
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
@@ -121,6 +130,7 @@ pub fn drive(
     let mut emitted = skip;
     let rows_format = sink.rows_format();
     let want_frontiers = sink.wants_frontiers();
+    let spill_dir = sink.spill_dir().map(std::path::Path::to_path_buf);
     for f in families {
         let n = f.seeds.end - f.seeds.start;
         let len = n * f.groups.len() as u64;
@@ -130,7 +140,7 @@ pub fn drive(
         }
         // Output index of group j of the family at `seed`.
         let index = |j: usize, seed: u64| before + j as u64 * n + (seed - f.seeds.start);
-        let mut held: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); f.groups.len()];
+        let mut held = held::Held::new(f.groups.len(), held_budget, spill_dir.as_deref());
         plan::in_chunks_of(
             plan::CHUNK / f.runs.len(),
             f.seeds.clone(),
@@ -206,7 +216,7 @@ pub fn drive(
                             sink.unit(&b.0, &b.1)?;
                             emitted += 1;
                         } else {
-                            held[j].push(b);
+                            held.push(j, b)?;
                         }
                     }
                 }
@@ -216,18 +226,8 @@ pub fn drive(
                 Ok(())
             },
         )?;
-        for h in held.iter_mut().skip(1) {
-            if h.is_empty() {
-                continue;
-            }
-            for (rows, fr) in h.drain(..) {
-                sink.unit(&rows, &fr)?;
-                emitted += 1;
-                if emitted.is_multiple_of(plan::CHUNK as u64) {
-                    sink.chunk_done(emitted)?;
-                }
-            }
-            sink.chunk_done(emitted)?;
+        for j in 1..f.groups.len() {
+            held.hand_on(j, sink, &mut emitted, plan::CHUNK as u64)?;
         }
         before += len;
     }

@@ -151,9 +151,6 @@ pub struct Family {
     pub source: Vec<usize>,
 }
 
-/// Bytes of the results a sweep holds back while a family runs (see [`families`]).
-pub const FAMILY_BUFFER: u64 = 256 << 20;
-
 /// The families of `plan` (the units of [`units`], in output order). A sweep hands units
 /// on in output order (group-major), so the results of a family's seeds are held back until
 /// they are done: a family grows only while those results, estimated at `unit_bytes(group)`
