@@ -363,6 +363,15 @@ pub fn seed_runs_memory(
 mod tests {
     use super::*;
 
+    /// Runs `f` on a new pool of `threads` threads.
+    fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(f)
+    }
+
     #[test]
     fn in_order_hands_on_every_result_in_item_order_for_any_thread_count() {
         // Three chunks, the last one short; the work keeps per-thread state to show that
@@ -371,27 +380,23 @@ mod tests {
         let run = |threads: usize| {
             let mut got: Vec<u64> = Vec::new();
             let mut chunks = Vec::new();
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| {
-                    in_order(
-                        0..n,
-                        || 0u64,
-                        |calls, &i| {
-                            *calls += 1;
-                            i.wrapping_mul(2654435761) % 1009
-                        },
-                        |items, results| {
-                            assert_eq!(items.len(), results.len());
-                            chunks.push((items[0], items.len()));
-                            got.extend(results);
-                            Ok(())
-                        },
-                    )
-                })
-                .unwrap();
+            on_threads(threads, || {
+                in_order(
+                    0..n,
+                    || 0u64,
+                    |calls, &i| {
+                        *calls += 1;
+                        i.wrapping_mul(2654435761) % 1009
+                    },
+                    |items, results| {
+                        assert_eq!(items.len(), results.len());
+                        chunks.push((items[0], items.len()));
+                        got.extend(results);
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
             (got, chunks)
         };
         let want: Vec<u64> = (0..n).map(|i| i.wrapping_mul(2654435761) % 1009).collect();
@@ -416,22 +421,18 @@ mod tests {
         let leaf = leaf_len(CHUNK, threads);
         assert!(leaf < CHUNK / 8, "runs of {leaf} items are not short");
         let mut served = vec![0usize; 0];
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(|| {
-                in_order(
-                    0..(3 * CHUNK) as u64,
-                    || made.fetch_add(1, Ordering::SeqCst),
-                    |id, _| *id,
-                    |_, results| {
-                        served.extend(results);
-                        Ok(())
-                    },
-                )
-            })
-            .unwrap();
+        on_threads(threads, || {
+            in_order(
+                0..(3 * CHUNK) as u64,
+                || made.fetch_add(1, Ordering::SeqCst),
+                |id, _| *id,
+                |_, results| {
+                    served.extend(results);
+                    Ok(())
+                },
+            )
+        })
+        .unwrap();
         let made = made.load(Ordering::SeqCst);
         assert!(
             (1..=threads).contains(&made),

@@ -50,6 +50,33 @@ fn ratio_limit(scan: &AnchorScan) -> f64 {
     }
 }
 
+/// The points of the block of eight pairs from `i` (`i < n`, both slices at least `n`
+/// long; a partial block's missing lanes are zeros, points with d = 0): d = |x − y| and
+/// e = |y|, [`super::pair_point`] for finite values, and `big` raised to the largest bit
+/// pattern of d and |x|. Non-finite inputs show up there above f64::MAX (|y| is in d's when
+/// |x| is finite: a finite x minus an infinite y is infinite), and so does a difference
+/// that overflows.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `i < n` and both slices hold at least `n` elements.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn block_points(
+    actual: &[f64],
+    expected: &[f64],
+    i: usize,
+    n: usize,
+    big: &mut __m512i,
+) -> (__m512d, __m512d) {
+    // SAFETY: as this function's own contract.
+    let (x, y) = unsafe { load_pair(actual, expected, i, n) };
+    let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
+    let e = _mm512_abs_pd(y);
+    *big = _mm512_max_epi64(*big, _mm512_castpd_si512(d));
+    *big = _mm512_max_epi64(*big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+    (d, e)
+}
+
 /// [`scan_anchors_portable`], vectorized (module doc).
 ///
 /// # Safety
@@ -82,13 +109,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
     while i < n {
         // SAFETY: i < n, within both slices. A partial last block has zeros in its missing
         // lanes: points with d = 0, which change nothing.
-        let (x, y) = load_pair(actual, expected, i, n);
-        let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
-        let e = _mm512_abs_pd(y);
-        // Non-finite inputs show up as d or |x| above f64::MAX in bit-pattern order (|y| is
-        // in d's when |x| is finite: a finite x minus an infinite y is infinite).
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+        let (d, e) = block_points(actual, expected, i, n, &mut big);
         let in_range =
             _mm512_cmplt_epu64_mask(_mm512_sub_epi64(_mm512_castpd_si512(e), tiny_bits), span);
         // The screened ratio where e is in range, +∞ elsewhere (never screened).
@@ -223,11 +244,7 @@ unsafe fn keep_finite(
     while i < n {
         // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
         // is never kept.
-        let (x, y) = load_pair(actual, expected, i, n);
-        let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
-        let e = _mm512_abs_pd(y);
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+        let (d, e) = block_points(actual, expected, i, n, &mut big);
         let (e_e0, d_d0) = (_mm512_sub_pd(e, p0e), _mm512_sub_pd(d, p0d));
         let (e_es, ds_d) = (_mm512_sub_pd(e, pse), _mm512_sub_pd(psd, d));
         // Dominated by p*: e − e* ≥ 0 and d* − d ≥ 0.
@@ -305,11 +322,7 @@ pub unsafe fn screen_pairs(
     while i < n {
         // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
         // never passes.
-        let (x, y) = load_pair(actual, expected, i, n);
-        let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
-        let e = _mm512_abs_pd(y);
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(d));
-        big = _mm512_max_epi64(big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+        let (d, e) = block_points(actual, expected, i, n, &mut big);
         let idx = _mm512_srli_epi64::<BELOW_SHIFT>(_mm512_castpd_si512(e));
         // The table is nondecreasing, so the entry of the block's least index is at most
         // every lane's: a block with no d above it passes nothing (the common case), and
