@@ -72,12 +72,29 @@ struct Excesses<'a> {
     shift: f64,
     /// L = −ln q.
     l: f64,
+    /// L·expm1_div(ξL) at each point ξ of the profile's grid: the same for every z, so
+    /// computed once ([`Excesses::new`]) instead of once per grid point and z.
+    grid_scale: [f64; XI_GRID],
 }
 
-impl Excesses<'_> {
+impl<'a> Excesses<'a> {
+    fn new(values: &'a [f64], shift: f64, q: f64) -> Self {
+        let l = -libm::log(q);
+        Self {
+            values,
+            shift,
+            l,
+            grid_scale: std::array::from_fn(|j| l * expm1_div(grid_xi(j) * l)),
+        }
+    }
+
+    /// ℓ(ξ, σ(ξ; z)) with σ = z / (L·expm1_div(ξL)), `scale` being that denominator.
+    fn loglik_scaled(&self, xi: f64, z: f64, scale: f64) -> f64 {
+        loglik(self.values, self.shift, xi, z / scale)
+    }
+
     fn loglik(&self, xi: f64, z: f64) -> f64 {
-        let sigma = z / (self.l * expm1_div(xi * self.l));
-        loglik(self.values, self.shift, xi, sigma)
+        self.loglik_scaled(xi, z, self.l * expm1_div(xi * self.l))
     }
 
     /// ℓ_p(z): a 33-point grid over [XI_MIN, XI_MAX], then golden section between the best
@@ -87,7 +104,7 @@ impl Excesses<'_> {
         let mut best = 0;
         let mut best_val = f64::NEG_INFINITY;
         for j in 0..XI_GRID {
-            let v = self.loglik(XI_MIN + step * j as f64, z);
+            let v = self.loglik_scaled(grid_xi(j), z, self.grid_scale[j]);
             if v > best_val {
                 best_val = v;
                 best = j;
@@ -101,6 +118,12 @@ impl Excesses<'_> {
         let (_, v) = golden_max(|xi| self.loglik(xi, z), a, b, 1e-5);
         v.max(best_val)
     }
+}
+
+/// Point j of the profile's ξ grid, XI_MIN + j·(XI_MAX − XI_MIN)/(XI_GRID − 1).
+fn grid_xi(j: usize) -> f64 {
+    let step = (XI_MAX - XI_MIN) / (XI_GRID - 1) as f64;
+    XI_MIN + step * j as f64
 }
 
 /// The root of `g` (continuous, g(a) < 0 ≤ g(b)) in [a, b] by the Illinois variant of
@@ -169,11 +192,7 @@ fn crossing(dev: impl Fn(f64) -> f64, z_hat: f64, factor: f64, crit: f64) -> f64
 /// `fit_mle_shifted` on the same values). The point estimate is `fit.gpd.isf(q)`; hi = +∞
 /// when even ξ up to [`XI_MAX`] leaves the deviance below 3.84, lo = 0 likewise below.
 pub fn quantile_interval(values: &[f64], shift: f64, fit: &GpdFit, q: f64) -> (f64, f64) {
-    let ex = Excesses {
-        values,
-        shift,
-        l: -libm::log(q),
-    };
+    let ex = Excesses::new(values, shift, q);
     let z_hat = fit.gpd.isf(q);
     if !(z_hat > 0.0 && z_hat.is_finite()) {
         return (0.0, f64::INFINITY);
@@ -263,11 +282,7 @@ mod tests {
             let (lo, hi) = quantile_interval(&y, 0.0, &fit, q);
             let z = fit.gpd.isf(q);
             assert!(lo < z && z < hi, "{lo} {z} {hi}");
-            let ex = Excesses {
-                values: &y,
-                shift: 0.0,
-                l: -libm::log(q),
-            };
+            let ex = Excesses::new(&y, 0.0, q);
             for end in [lo, hi] {
                 let d = 2.0 * (fit.loglik - ex.profile(end));
                 assert!(
