@@ -1269,51 +1269,6 @@ fn f64_grouped(
     }
 }
 
-/// Bytes of `b` from which the f64 kernels switch to [`f64_tiled`]: below it `b` stays in
-/// the core's caches and the register blocks of [`f64_rows`] are faster; above it their
-/// column blocks walk `b` with a stride of a whole row, once per group of rows of `c`.
-const F64_TILED_FROM: usize = 1 << 20;
-/// Rows of `c` per tile of [`f64_tiled`].
-const TILE_M: usize = 8;
-/// Columns of `c` per tile of [`f64_tiled`]: a tile (8 × 128 f64, 8 KiB) stays in L1.
-const TILE_N: usize = 128;
-
-/// `c[i][j] = Σ_kk a_at(i, kk)·b[kk][j]` for all i < m, j < n, element by element in the
-/// order of [`f64_rows`] (`c = 0`, then `c = c + a·b` for kk ascending, product and sum each
-/// rounded), computed tile by tile: for a tile of [`TILE_M`] rows × [`TILE_N`] columns of
-/// `c`, kk ascending, every row of the tile takes one contiguous piece of `b`'s row kk. Each
-/// row of `b` is read once per [`TILE_M`] rows of `c`, contiguously, instead of once per row
-/// of `c` with a stride of n: the loop order across elements changes, no element's order
-/// does. `a_at` is called only with i < m and kk < k.
-#[inline(always)]
-fn f64_tiled(
-    a_at: impl Fn(usize, usize) -> f64,
-    b: &[f64],
-    c: &mut [f64],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    for i0 in (0..m).step_by(TILE_M) {
-        let i1 = (i0 + TILE_M).min(m);
-        for j0 in (0..n).step_by(TILE_N) {
-            let j1 = (j0 + TILE_N).min(n);
-            for i in i0..i1 {
-                c[i * n + j0..i * n + j1].fill(0.0);
-            }
-            for kk in 0..k {
-                let b_seg = &b[kk * n + j0..kk * n + j1];
-                for i in i0..i1 {
-                    let av = a_at(i, kk);
-                    for (x, &bv) in c[i * n + j0..i * n + j1].iter_mut().zip(b_seg) {
-                        *x += av * bv;
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[inline(always)]
 fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
     assert_eq!(a.len(), m * k, "matmul_f64: a has the wrong length");
@@ -1325,9 +1280,6 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(i * k + kk) };
-    if b.len() * 8 >= F64_TILED_FROM {
-        return f64_tiled(a_at, b, c, m, k, n);
-    }
     f64_grouped(a_at, b, c, m, k, n);
 }
 
@@ -1574,9 +1526,6 @@ fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + i) };
-    if b.len() * 8 >= F64_TILED_FROM {
-        return f64_tiled(a_at, b, c, m, k, n);
-    }
     f64_grouped(a_at, b, c, m, k, n);
 }
 
@@ -2299,9 +2248,10 @@ mod tests {
     }
 
     #[test]
-    fn f64_tiled_path_for_big_b_matches_naive_triple_loop() {
-        // b of at least F64_TILED_FROM bytes takes f64_tiled; odd m, k and n leave partial
-        // tiles on every side. Naive: per element, c = 0; c = c + a*b over k ascending.
+    fn f64_forms_for_big_b_match_naive_triple_loop() {
+        // b of 1 MiB and more (big heads; once a tiled path of its own): odd m, k and n
+        // leave partial register blocks on every side. Naive: per element, c = 0;
+        // c = c + a*b over k ascending.
         let mut rng = Rng(7);
         for (m, k, n) in [
             (10, 300, 451),
@@ -2309,7 +2259,7 @@ mod tests {
             (1, 512, 257),
             (9, 2, 66_000),
         ] {
-            assert!(k * n * 8 >= F64_TILED_FROM);
+            assert!(k * n * 8 >= 1 << 20);
             // matmul_nt_f64 takes its panels here (assert_f64_forms checks it too).
             assert!(nt_panel_width(m, k, n, 8).is_some());
             check_f64_shape(&mut rng, m, k, n);
