@@ -1149,7 +1149,7 @@ pub fn matmul_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: us
             return unsafe { matmul_f64_avx2(a, b, c, m, k, n) };
         }
     }
-    matmul_f64_impl(a, b, c, m, k, n);
+    matmul_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
 }
 
 /// [`matmul_f64`] compiled for AVX-512F: the same operations per element (a product and a
@@ -1157,22 +1157,51 @@ pub fn matmul_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: us
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn matmul_f64_avx512(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_f64_impl(a, b, c, m, k, n);
+    matmul_f64_impl::<F64_GROUP_ROWS_AVX512>(a, b, c, m, k, n);
 }
 
 /// [`matmul_f64`] compiled for AVX2: the same operations per element, wider vectors.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn matmul_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_f64_impl(a, b, c, m, k, n);
+    matmul_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
 }
 
 /// Columns per register block of the f64 kernels: the accumulators of one block stay in
 /// registers across the whole reduction.
 const F64_BLOCK: usize = 16;
 
-/// Rows of `c` per register group of [`f64_rows`].
+/// Rows of `c` per register group of [`f64_rows`] (4 × 16 columns: 16 AVX2 registers).
 const F64_GROUP_ROWS: usize = 4;
+
+/// Rows of `c` per register group of [`f64_rows`] in the AVX-512 compilations for a big `b`
+/// (8 × 16 columns: 16 of the 32 registers), so that `b` is read from memory once per 8
+/// rows of `c` instead of once per 4 (rows are independent: grouping does not change any
+/// element). See [`grouped_by_size`].
+const F64_GROUP_ROWS_AVX512: usize = 8;
+
+/// Bytes of `b` from which the AVX-512 compilations group [`F64_GROUP_ROWS_AVX512`] rows:
+/// below it `b` stays in the core's caches, and T1's small products (widths 35 and 67, a
+/// few rows) ran about a third slower with 8-row groups than with 4.
+const F64_WIDE_GROUPS_FROM: usize = 1 << 20;
+
+/// [`f64_grouped`] with `G` rows per group for a `b` of [`F64_WIDE_GROUPS_FROM`] bytes or
+/// more, and [`F64_GROUP_ROWS`] below (the same elements either way).
+#[inline(always)]
+fn grouped_by_size<const G: usize>(
+    a_at: impl Fn(usize, usize) -> f64 + Copy,
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    if G > F64_GROUP_ROWS && b.len() * 8 >= F64_WIDE_GROUPS_FROM {
+        f64_grouped::<G>(a_at, b, c, m, k, n)
+    } else {
+        f64_grouped::<F64_GROUP_ROWS>(a_at, b, c, m, k, n)
+    }
+}
 
 /// `c_rows[r][j] = Σ_kk a_at(r, kk)·b[kk][j]` for `R` consecutive rows of `c` (`c_rows`
 /// holds them, R × n; `a_at(r, kk)` is row r's a-value at kk) and every column j, kk
@@ -1243,11 +1272,11 @@ fn f64_cols<const R: usize, const W: usize>(
     }
 }
 
-/// Every row of `c` (m × n) by [`f64_rows`], [`F64_GROUP_ROWS`] rows at a time and the last
-/// m mod 4 rows as one smaller group; `a_at(i, kk)` is a[i][kk] in either layout, called only
-/// with i < m and kk < k.
+/// Every row of `c` (m × n) by [`f64_rows`], `G` rows at a time ([`F64_GROUP_ROWS`], or
+/// [`F64_GROUP_ROWS_AVX512`]; at most 8) and the last m mod G rows as one smaller group;
+/// `a_at(i, kk)` is a[i][kk] in either layout, called only with i < m and kk < k.
 #[inline(always)]
-fn f64_grouped(
+fn f64_grouped<const G: usize>(
     a_at: impl Fn(usize, usize) -> f64 + Copy,
     b: &[f64],
     c: &mut [f64],
@@ -1255,22 +1284,34 @@ fn f64_grouped(
     k: usize,
     n: usize,
 ) {
-    let full = m - m % F64_GROUP_ROWS;
-    for i0 in (0..full).step_by(F64_GROUP_ROWS) {
-        let rows = &mut c[i0 * n..(i0 + F64_GROUP_ROWS) * n];
-        f64_rows::<F64_GROUP_ROWS>(|r, kk| a_at(i0 + r, kk), b, rows, k, n);
+    let full = m - m % G;
+    for i0 in (0..full).step_by(G) {
+        let rows = &mut c[i0 * n..(i0 + G) * n];
+        f64_rows::<G>(|r, kk| a_at(i0 + r, kk), b, rows, k, n);
     }
     let rest = &mut c[full * n..m * n];
+    let at = |r: usize, kk: usize| a_at(full + r, kk);
     match m - full {
         0 => {}
-        1 => f64_rows::<1>(|r, kk| a_at(full + r, kk), b, rest, k, n),
-        2 => f64_rows::<2>(|r, kk| a_at(full + r, kk), b, rest, k, n),
-        _ => f64_rows::<3>(|r, kk| a_at(full + r, kk), b, rest, k, n),
+        1 => f64_rows::<1>(at, b, rest, k, n),
+        2 => f64_rows::<2>(at, b, rest, k, n),
+        3 => f64_rows::<3>(at, b, rest, k, n),
+        4 => f64_rows::<4>(at, b, rest, k, n),
+        5 => f64_rows::<5>(at, b, rest, k, n),
+        6 => f64_rows::<6>(at, b, rest, k, n),
+        _ => f64_rows::<7>(at, b, rest, k, n),
     }
 }
 
 #[inline(always)]
-fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+fn matmul_f64_impl<const G: usize>(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     assert_eq!(a.len(), m * k, "matmul_f64: a has the wrong length");
     assert_eq!(b.len(), k * n, "matmul_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_f64: c has the wrong length");
@@ -1280,7 +1321,7 @@ fn matmul_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: u
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(i * k + kk) };
-    f64_grouped(a_at, b, c, m, k, n);
+    grouped_by_size::<G>(a_at, b, c, m, k, n);
 }
 
 /// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`]; `b` is
@@ -1498,25 +1539,32 @@ pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n:
             return unsafe { matmul_tn_f64_avx2(a, b, c, m, k, n) };
         }
     }
-    matmul_tn_f64_impl(a, b, c, m, k, n);
+    matmul_tn_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
 }
 
 /// [`matmul_tn_f64`] compiled for AVX-512F: the same operations per element, eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn matmul_tn_f64_avx512(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_tn_f64_impl(a, b, c, m, k, n);
+    matmul_tn_f64_impl::<F64_GROUP_ROWS_AVX512>(a, b, c, m, k, n);
 }
 
 /// [`matmul_tn_f64`] compiled for AVX2: the same operations per element, wider vectors.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn matmul_tn_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_tn_f64_impl(a, b, c, m, k, n);
+    matmul_tn_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
 }
 
 #[inline(always)]
-fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
+fn matmul_tn_f64_impl<const G: usize>(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     assert_eq!(a.len(), m * k, "matmul_tn_f64: a has the wrong length");
     assert_eq!(b.len(), k * n, "matmul_tn_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_tn_f64: c has the wrong length");
@@ -1526,7 +1574,7 @@ fn matmul_tn_f64_impl(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + i) };
-    f64_grouped(a_at, b, c, m, k, n);
+    grouped_by_size::<G>(a_at, b, c, m, k, n);
 }
 
 #[cfg(test)]
@@ -2134,7 +2182,9 @@ mod tests {
             f(&mut c);
             out.push((name, c));
         };
-        run("portable", &|c| matmul_f64_impl(a, b, c, m, k, n));
+        run("portable", &|c| {
+            matmul_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n)
+        });
         run("dispatch", &|c| matmul_f64(a, b, c, m, k, n));
         #[cfg(target_arch = "x86_64")]
         {
@@ -2249,17 +2299,23 @@ mod tests {
 
     #[test]
     fn f64_forms_for_big_b_match_naive_triple_loop() {
-        // b of 1 MiB and more (big heads; once a tiled path of its own): odd m, k and n
-        // leave partial register blocks on every side. Naive: per element, c = 0;
-        // c = c + a*b over k ascending.
+        // b of F64_WIDE_GROUPS_FROM bytes and more (big heads: groups of 8 rows in the
+        // AVX-512 compilations; once a tiled path of its own): m leaves every remainder
+        // 0..=7 of a group of 8, and odd k and n leave partial register blocks on every
+        // side. Naive: per element, c = 0; c = c + a*b over k ascending.
         let mut rng = Rng(7);
         for (m, k, n) in [
             (10, 300, 451),
             (19, 37, 3600),
             (1, 512, 257),
             (9, 2, 66_000),
+            (8, 290, 457),
+            (12, 290, 457),
+            (13, 290, 457),
+            (14, 290, 457),
+            (15, 290, 457),
         ] {
-            assert!(k * n * 8 >= 1 << 20);
+            assert!(k * n * 8 >= F64_WIDE_GROUPS_FROM);
             // matmul_nt_f64 takes its panels here (assert_f64_forms checks it too).
             assert!(nt_panel_width(m, k, n, 8).is_some());
             check_f64_shape(&mut rng, m, k, n);
