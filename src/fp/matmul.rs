@@ -1177,31 +1177,13 @@ const F64_GROUP_ROWS: usize = 4;
 /// Rows of `c` per register group of [`f64_rows`] in the AVX-512 compilations for a big `b`
 /// (8 × 16 columns: 16 of the 32 registers), so that `b` is read from memory once per 8
 /// rows of `c` instead of once per 4 (rows are independent: grouping does not change any
-/// element). See [`grouped_by_size`].
+/// element). See [`f64_grouped`].
 const F64_GROUP_ROWS_AVX512: usize = 8;
 
 /// Bytes of `b` from which the AVX-512 compilations group [`F64_GROUP_ROWS_AVX512`] rows:
 /// below it `b` stays in the core's caches, and T1's small products (widths 35 and 67, a
 /// few rows) ran about a third slower with 8-row groups than with 4.
 const F64_WIDE_GROUPS_FROM: usize = 1 << 20;
-
-/// [`f64_grouped`] with `G` rows per group for a `b` of [`F64_WIDE_GROUPS_FROM`] bytes or
-/// more, and [`F64_GROUP_ROWS`] below (the same elements either way).
-#[inline(always)]
-fn grouped_by_size<const G: usize>(
-    a_at: impl Fn(usize, usize) -> f64 + Copy,
-    b: &[f64],
-    c: &mut [f64],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    if G > F64_GROUP_ROWS && b.len() * 8 >= F64_WIDE_GROUPS_FROM {
-        f64_grouped::<G>(a_at, b, c, m, k, n)
-    } else {
-        f64_grouped::<F64_GROUP_ROWS>(a_at, b, c, m, k, n)
-    }
-}
 
 /// `c_rows[r][j] = Σ_kk a_at(r, kk)·b[kk][j]` for `R` consecutive rows of `c` (`c_rows`
 /// holds them, R × n; `a_at(r, kk)` is row r's a-value at kk) and every column j, kk
@@ -1274,7 +1256,9 @@ fn f64_cols<const R: usize, const W: usize>(
 
 /// Every row of `c` (m × n) by [`f64_rows`], `G` rows at a time ([`F64_GROUP_ROWS`], or
 /// [`F64_GROUP_ROWS_AVX512`]; at most 8) and the last m mod G rows as one smaller group;
-/// `a_at(i, kk)` is a[i][kk] in either layout, called only with i < m and kk < k.
+/// `a_at(i, kk)` is a[i][kk] in either layout, called only with i < m and kk < k. A `G`
+/// above [`F64_GROUP_ROWS`] is used only for a `b` of [`F64_WIDE_GROUPS_FROM`] bytes or
+/// more (the same elements either way).
 #[inline(always)]
 fn f64_grouped<const G: usize>(
     a_at: impl Fn(usize, usize) -> f64 + Copy,
@@ -1284,6 +1268,9 @@ fn f64_grouped<const G: usize>(
     k: usize,
     n: usize,
 ) {
+    if G > F64_GROUP_ROWS && b.len() * 8 < F64_WIDE_GROUPS_FROM {
+        return f64_grouped::<F64_GROUP_ROWS>(a_at, b, c, m, k, n);
+    }
     let full = m - m % G;
     for i0 in (0..full).step_by(G) {
         let rows = &mut c[i0 * n..(i0 + G) * n];
@@ -1321,7 +1308,7 @@ fn matmul_f64_impl<const G: usize>(
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(i * k + kk) };
-    grouped_by_size::<G>(a_at, b, c, m, k, n);
+    f64_grouped::<G>(a_at, b, c, m, k, n);
 }
 
 /// c (m×n) = a (m×k) · bᵀ, b (n×k) row-major, f64, same order as [`matmul_f64`]; `b` is
@@ -1574,7 +1561,7 @@ fn matmul_tn_f64_impl<const G: usize>(
     // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
     // a.len() == m·k was checked above.
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + i) };
-    grouped_by_size::<G>(a_at, b, c, m, k, n);
+    f64_grouped::<G>(a_at, b, c, m, k, n);
 }
 
 #[cfg(test)]

@@ -100,7 +100,6 @@ impl<'a> Excesses<'a> {
     /// ℓ_p(z): a 33-point grid over [XI_MIN, XI_MAX], then golden section between the best
     /// point's neighbours to 1e-5 in ξ (an error δ in ξ costs ≈ k·δ²·I/2 ≲ 1e-7 in ℓ).
     fn profile(&self, z: f64) -> f64 {
-        let step = (XI_MAX - XI_MIN) / (XI_GRID - 1) as f64;
         let mut best = 0;
         let mut best_val = f64::NEG_INFINITY;
         for j in 0..XI_GRID {
@@ -113,8 +112,8 @@ impl<'a> Excesses<'a> {
         if !best_val.is_finite() {
             return f64::NEG_INFINITY;
         }
-        let a = XI_MIN + step * best.saturating_sub(1) as f64;
-        let b = XI_MIN + step * (best + 1).min(XI_GRID - 1) as f64;
+        let a = grid_xi(best.saturating_sub(1));
+        let b = grid_xi((best + 1).min(XI_GRID - 1));
         let (_, v) = golden_max(|xi| self.loglik(xi, z), a, b, 1e-5);
         v.max(best_val)
     }
