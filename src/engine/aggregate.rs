@@ -41,26 +41,22 @@ pub enum Quantiles {
     Histogram(Box<LogHistogram>, TopK),
 }
 
-/// The `k` largest values seen, exactly (a min-heap of capacity `k`).
+/// The `k` largest values seen, exactly (by `total_cmp`; NaN above +∞).
+///
+/// Kept as a buffer of candidates, amortized O(1) per value: every value above `floor` is
+/// appended; when the buffer holds [`TopK::capacity`] values it is cut back to its `k`
+/// largest (`select_nth_unstable_by`, O(len)), and `floor` becomes the least of them, the
+/// k-th largest seen so far. A later value at or below that floor cannot be among the `k`
+/// largest (k values at least as large are already kept; equal values under `total_cmp` are
+/// equal bit for bit, so which copy is kept does not matter). Once the buffer is full, most
+/// values are turned away by one comparison. (A binary min-heap of the `k` largest took
+/// O(log k) cache-missing steps per accepted value: 2.5 % of a million-seed sweep.)
 #[derive(Debug, Clone, Default)]
 pub struct TopK {
     k: usize,
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>>,
-}
-
-/// An f64 ordered by `total_cmp`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct OrdF64(f64);
-impl Eq for OrdF64 {}
-impl PartialOrd for OrdF64 {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for OrdF64 {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
+    kept: Vec<f64>,
+    /// The k-th largest value seen, once the buffer has been cut back at least once.
+    floor: Option<f64>,
 }
 
 impl TopK {
@@ -68,29 +64,60 @@ impl TopK {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            // Grows as needed: k may be large (an estimate, not a reservation).
-            heap: std::collections::BinaryHeap::with_capacity(k.saturating_add(1).min(1 << 16)),
+            // Grows as needed, never past `capacity` (k may be large: an estimate, not a
+            // reservation).
+            kept: Vec::with_capacity(Self::capacity_for(k).min(1 << 16)),
+            floor: None,
         }
+    }
+    /// Most values held before a cut: k plus half of k (at least 64): bounded memory
+    /// (12 bytes per kept value at most), with a cut at most every k/2 accepted values.
+    fn capacity_for(k: usize) -> usize {
+        k.saturating_add((k / 2).max(64))
     }
     /// Offers a value.
     pub fn add(&mut self, x: f64) {
         if self.k == 0 {
             return;
         }
-        if self.heap.len() < self.k {
-            self.heap.push(std::cmp::Reverse(OrdF64(x)));
-        } else if let Some(min) = self.heap.peek() {
-            if OrdF64(x) > min.0 {
-                self.heap.pop();
-                self.heap.push(std::cmp::Reverse(OrdF64(x)));
+        if let Some(f) = self.floor {
+            if x.total_cmp(&f) != std::cmp::Ordering::Greater {
+                return;
             }
         }
+        let cap = Self::capacity_for(self.k);
+        if self.kept.len() == self.kept.capacity() && self.kept.len() < cap {
+            let more = self.kept.len().max(1).min(cap - self.kept.len());
+            self.kept.reserve_exact(more);
+        }
+        self.kept.push(x);
+        if self.kept.len() >= cap {
+            self.cut();
+        }
+    }
+    /// Cuts the buffer back to its `k` largest and raises the floor to the least of them.
+    fn cut(&mut self) {
+        let n = self.kept.len();
+        if n <= self.k {
+            return;
+        }
+        self.kept.select_nth_unstable_by(n - self.k, f64::total_cmp);
+        self.kept.drain(..n - self.k);
+        self.floor = Some(self.kept[0]);
+    }
+    /// The `k` largest values seen (all of them if fewer were seen), ascending by
+    /// `total_cmp`: a function of the multiset of values offered, not of their order.
+    pub fn sorted(&self) -> Vec<f64> {
+        let mut t = self.clone();
+        t.cut();
+        t.kept.sort_unstable_by(f64::total_cmp);
+        t.kept
     }
     /// A stand-in sample of size `n` for the tail estimate: the kept values and `n − k`
     /// zeros below them. The tail estimate reads only the top `k` order statistics (see
     /// [`tail_keep`]), so it gives the same result as on the full sample.
     pub fn sample(&self, n: usize) -> Vec<f64> {
-        let mut v: Vec<f64> = self.heap.iter().map(|r| r.0 .0).collect();
+        let mut v = self.sorted();
         v.resize(n.max(v.len()), 0.0);
         v
     }
@@ -271,39 +298,41 @@ pub struct SummaryEntry {
 }
 
 /// What one entry's tail estimate is computed from.
-#[derive(Clone, Copy)]
 enum TailInput<'a> {
     /// Every usage.
     Exact(&'a [f64]),
-    /// The exact top of `n` usages ([`TopK::sample`]).
-    Top(&'a TopK, usize),
+    /// The exact top of `n` usages ([`TopK::sorted`]), and `n`.
+    Top(Vec<f64>, usize),
 }
 
 impl TailInput<'_> {
     /// The sample [`tail_estimate`] reads, by its value bits.
     fn bits(&self) -> Box<dyn Iterator<Item = u64> + '_> {
-        match *self {
+        match self {
             Self::Exact(v) => Box::new(v.iter().map(|x| x.to_bits())),
             Self::Top(t, n) => Box::new(
-                t.heap
-                    .iter()
-                    .map(|r| r.0 .0.to_bits())
-                    .chain(std::iter::repeat_n(0, n.saturating_sub(t.heap.len()))),
+                t.iter()
+                    .map(|x| x.to_bits())
+                    .chain(std::iter::repeat_n(0, n.saturating_sub(t.len()))),
             ),
         }
     }
     /// Whether both give [`tail_estimate`] the same sample, bit for bit.
     fn same(&self, o: &Self) -> bool {
-        let len = |i: &Self| match *i {
+        let len = |i: &Self| match i {
             Self::Exact(v) => v.len(),
-            Self::Top(t, n) => n.max(t.heap.len()),
+            Self::Top(t, n) => *n.max(&t.len()),
         };
         len(self) == len(o) && self.bits().eq(o.bits())
     }
     fn estimate(&self) -> TailEstimate {
-        match *self {
+        match self {
             Self::Exact(v) => tail_estimate(v, &TAIL_PROBS),
-            Self::Top(t, n) => tail_estimate(&t.sample(n), &TAIL_PROBS),
+            Self::Top(t, n) => {
+                let mut sample = t.clone();
+                sample.resize((*n).max(t.len()), 0.0);
+                tail_estimate(&sample, &TAIL_PROBS)
+            }
         }
     }
 }
@@ -330,7 +359,7 @@ pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryE
                     }
                     let input = match &e.quantiles {
                         Quantiles::Exact(v) => TailInput::Exact(v),
-                        Quantiles::Histogram(_, top) => TailInput::Top(top, agg.seeds),
+                        Quantiles::Histogram(_, top) => TailInput::Top(top.sorted(), agg.seeds),
                     };
                     let mut h = std::collections::hash_map::DefaultHasher::new();
                     input.bits().for_each(|b| b.hash(&mut h));
@@ -506,6 +535,63 @@ pub fn collect_frontiers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The definition: the k largest of everything offered, by `total_cmp`.
+    fn top_by_sorting(xs: &[f64], k: usize) -> Vec<u64> {
+        let mut v = xs.to_vec();
+        v.sort_unstable_by(f64::total_cmp);
+        v[v.len().saturating_sub(k)..]
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any k (0, below, at, above the count), values with many ties (a few distinct
+        /// levels), NaN, ±∞ and ±0: the kept values are the k largest, bit for bit.
+        #[test]
+        fn top_k_keeps_the_k_largest(
+            xs in prop::collection::vec(
+                prop_oneof![
+                    (0u8..6).prop_map(|l| l as f64 * 0.5),
+                    prop::num::f64::ANY,
+                    Just(f64::NAN),
+                    Just(-0.0),
+                ],
+                0..700,
+            ),
+            k in 0usize..300,
+        ) {
+            let mut top = TopK::new(k);
+            for &x in &xs {
+                top.add(x);
+            }
+            let got: Vec<u64> = top.sorted().iter().map(|x| x.to_bits()).collect();
+            prop_assert_eq!(got, top_by_sorting(&xs, k));
+        }
+    }
+
+    /// Enough values for many cuts (k = 100, cut at 164 values): rising, falling and
+    /// interleaved sequences all keep exactly the 100 largest.
+    #[test]
+    fn top_k_after_many_cuts() {
+        let rising: Vec<f64> = (0..5000).map(|i| i as f64).collect();
+        let falling: Vec<f64> = rising.iter().rev().copied().collect();
+        let mixed: Vec<f64> = (0..5000u64)
+            .map(|i| (i.wrapping_mul(2654435761) % 1009) as f64)
+            .collect();
+        for xs in [rising, falling, mixed] {
+            let mut top = TopK::new(100);
+            for &x in &xs {
+                top.add(x);
+            }
+            let got: Vec<u64> = top.sorted().iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, top_by_sorting(&xs, 100));
+            assert!(top.kept.capacity() <= TopK::capacity_for(100));
+        }
+    }
 
     #[test]
     fn top_k_sample_gives_the_same_tail_as_the_full_sample() {
