@@ -8,8 +8,8 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_abs_f64, matmul_nt_f64, matmul_tn_f64, Accum, MatmulModel, MatmulScratch,
-    Passes,
+    matmul_f64, matmul_nt_abs_f64, matmul_nt_f64, matmul_tn_f64, matmul_tn_f64_rows, Accum,
+    MatmulModel, MatmulScratch, Passes,
 };
 use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{
@@ -122,6 +122,24 @@ pub trait Backend {
         k: usize,
         n: usize,
     );
+    /// Rows `rows` of [`Backend::matmul_tn`]'s `c` (m×n) into `c_rows` (`rows.len()`×n), each
+    /// element exactly as `matmul_tn` of the whole product computes it, and true; or false,
+    /// with nothing written, when this backend computes the product only whole (then the
+    /// caller calls `matmul_tn`). The default is false.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_tn_rows(
+        &mut self,
+        a: &[Self::R],
+        b: &[Self::R],
+        c_rows: &mut [Self::R],
+        m: usize,
+        k: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+    ) -> bool {
+        let _ = (a, b, c_rows, m, k, n, rows);
+        false
+    }
     /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
     /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
     /// one-thread order); a profile with revealed orders may place the bias elsewhere.
@@ -194,6 +212,19 @@ impl Backend for F64Backend {
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_tn_f64(a, b, c, m, k, n);
+    }
+    fn matmul_tn_rows(
+        &mut self,
+        a: &[f64],
+        b: &[f64],
+        c_rows: &mut [f64],
+        m: usize,
+        k: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+    ) -> bool {
+        matmul_tn_f64_rows(a, b, c_rows, m, k, n, rows);
+        true
     }
     /// Rank order: `((x0 + x1) + x2) + …`, in f64.
     fn all_reduce(&mut self, parts: &[f64], n_ranks: usize, out: &mut [f64]) {
@@ -389,6 +420,25 @@ impl Backend for F32Backend<'_> {
         } else {
             self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
         }
+    }
+    /// Only by the profile's own kernels: a profile with revealed orders (which are per
+    /// shape of the whole product) or the scalar reference computes the product whole.
+    fn matmul_tn_rows(
+        &mut self,
+        a: &[f32],
+        b: &[f32],
+        c_rows: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        rows: std::ops::Range<usize>,
+    ) -> bool {
+        if self.orders.is_some() || self.kernels != Kernels::Fast {
+            return false;
+        }
+        self.matmul
+            .matmul_tn_rows(a, b, c_rows, m, k, n, rows, self.scratch);
+        true
     }
     /// By the revealed `forward-bias` programs when the profile has them for this shape, else
     /// the default (matmul, then the bias added).

@@ -298,6 +298,46 @@ impl MatmulModel {
         self.tn(a, b, c, m, k, n, s, true);
     }
 
+    /// Rows `rows` of [`matmul_tn`](Self::matmul_tn)'s c (m×n), written to `c_rows`
+    /// (`rows.len()`×n): the same kernel on a view of the same `a` starting at column
+    /// `rows.start`, so every element is the chain `matmul_tn` computes for it (rows are
+    /// independent; how rows are grouped into register tiles does not change an element's
+    /// order). A weight gradient can so be consumed panel by panel without ever being whole.
+    ///
+    /// Panics unless `a.len() == k*m`, `b.len() == k*n`, `rows` lies in `0..m` and
+    /// `c_rows.len() == rows.len()*n`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_tn_rows(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c_rows: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        rows: Range<usize>,
+        s: &mut MatmulScratch,
+    ) {
+        assert!(
+            a.len() == k * m && b.len() == k * n && rows.start <= rows.end && rows.end <= m,
+            "matmul_tn_rows: operand lengths or row range"
+        );
+        assert_eq!(
+            c_rows.len(),
+            rows.len() * n,
+            "matmul_tn_rows: c_rows length"
+        );
+        if rows.is_empty() {
+            return;
+        }
+        let av = AView {
+            data: &a[rows.start..],
+            rs: 1,
+            ks: m,
+        };
+        self.run(av, b, c_rows, rows.len(), k, n, s, true);
+    }
+
     /// [`matmul`](Self::matmul) forced onto the portable kernel (no avx2/fma
     /// target features). Bit-identical to `matmul`; exists for tests/benches.
     pub fn matmul_portable(
@@ -1529,6 +1569,92 @@ pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n:
     matmul_tn_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
 }
 
+/// Rows `rows` of [`matmul_tn_f64`]'s c (m×n), written to `c_rows` (`rows.len()`×n), each
+/// element by the same operations in the same order as `matmul_tn_f64` (the same register
+/// blocks, chosen by the size of `b`; rows are independent of each other).
+///
+/// Panics unless `a.len() == k*m`, `b.len() == k*n`, `rows` lies in `0..m` and
+/// `c_rows.len() == rows.len()*n`.
+pub fn matmul_tn_f64_rows(
+    a: &[f64],
+    b: &[f64],
+    c_rows: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    rows: Range<usize>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { matmul_tn_f64_rows_avx512(a, b, c_rows, m, k, n, rows) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { matmul_tn_f64_rows_avx2(a, b, c_rows, m, k, n, rows) };
+        }
+    }
+    matmul_tn_f64_rows_impl::<F64_GROUP_ROWS>(a, b, c_rows, m, k, n, rows);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn matmul_tn_f64_rows_avx512(
+    a: &[f64],
+    b: &[f64],
+    c_rows: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    rows: Range<usize>,
+) {
+    matmul_tn_f64_rows_impl::<F64_GROUP_ROWS_AVX512>(a, b, c_rows, m, k, n, rows);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn matmul_tn_f64_rows_avx2(
+    a: &[f64],
+    b: &[f64],
+    c_rows: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    rows: Range<usize>,
+) {
+    matmul_tn_f64_rows_impl::<F64_GROUP_ROWS>(a, b, c_rows, m, k, n, rows);
+}
+
+#[inline(always)]
+fn matmul_tn_f64_rows_impl<const G: usize>(
+    a: &[f64],
+    b: &[f64],
+    c_rows: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    rows: Range<usize>,
+) {
+    assert!(
+        a.len() == m * k && b.len() == k * n && rows.start <= rows.end && rows.end <= m,
+        "matmul_tn_f64_rows: operand lengths or row range"
+    );
+    assert_eq!(
+        c_rows.len(),
+        rows.len() * n,
+        "matmul_tn_f64_rows: c_rows length"
+    );
+    if n == 0 || rows.is_empty() {
+        return;
+    }
+    let r0 = rows.start;
+    // SAFETY: the kernels call a_at(i, kk) only with i < rows.len() and kk < k, so the index
+    // kk·m + r0 + i < (k − 1)·m + rows.end ≤ k·m = a.len() (checked above).
+    let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + r0 + i) };
+    f64_grouped::<G>(a_at, b, c_rows, rows.len(), k, n);
+}
+
 /// [`matmul_tn_f64`] compiled for AVX-512F: the same operations per element, eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -1972,6 +2098,29 @@ mod tests {
         }
     }
 
+    /// `matmul_tn_rows` of any row range equals those rows of `matmul_tn`, for every model
+    /// (a fused optimizer step consumes a weight gradient by such panels).
+    #[test]
+    fn tn_rows_equal_rows_of_tn() {
+        let mut rng = Rng(41);
+        let mut s = MatmulScratch::default();
+        for model in all_models() {
+            for &k in &[1usize, 10, 193] {
+                let (m, n) = (1 + rng.below(40), 1 + rng.below(70));
+                let a = rng.vec(k * m);
+                let b = rng.vec(k * n);
+                let mut want = vec![0.0; m * n];
+                model.matmul_tn(&a, &b, &mut want, m, k, n, &mut s);
+                let r0 = rng.below(m);
+                let r1 = r0 + 1 + rng.below(m - r0);
+                let mut c = vec![f32::NAN; (r1 - r0) * n];
+                model.matmul_tn_rows(&a, &b, &mut c, m, k, n, r0..r1, &mut s);
+                let what = format!("{model:?} {m}x{k}x{n} rows {r0}..{r1}");
+                assert_same_bits(&c, &want[r0 * n..r1 * n], &what);
+            }
+        }
+    }
+
     /// `matmul_nt` on shapes that take the panels (b of 1 MiB and more, few rows; the last
     /// panel narrower) equals `matmul` on the explicitly transposed b, for every model, on
     /// the fast and the portable kernels.
@@ -2281,6 +2430,28 @@ mod tests {
             let mut plain = vec![f64::NAN; m * n];
             matmul_nt_f64(&a, &b, &mut plain, m, k, n, &mut Vec::new());
             assert_ne!(bits(&plain), bits(&want), "the signs change the result");
+        }
+    }
+
+    #[test]
+    fn f64_tn_rows_equal_rows_of_tn() {
+        // Every row range of a small product, and of one whose b takes the 8-row groups
+        // (b ≥ F64_WIDE_GROUPS_FROM bytes), with ranges that start and end off a group.
+        let mut rng = Rng(43);
+        for (m, k, n) in [(13, 10, 37), (21, 10, 13_200)] {
+            let a: Vec<f64> = (0..k * m).map(|_| rng.val() as f64 * 1.000_000_1).collect();
+            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 * 0.999_999_7).collect();
+            let mut want = vec![0.0; m * n];
+            matmul_tn_f64(&a, &b, &mut want, m, k, n);
+            for (r0, r1) in [(0, m), (0, 1), (3, 12), (5, m), (m - 1, m), (4, 4)] {
+                let mut c = vec![f64::NAN; (r1 - r0) * n];
+                matmul_tn_f64_rows(&a, &b, &mut c, m, k, n, r0..r1);
+                let same = c
+                    .iter()
+                    .zip(&want[r0 * n..r1 * n])
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{m}x{k}x{n} rows {r0}..{r1}");
+            }
         }
     }
 

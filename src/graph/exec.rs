@@ -92,6 +92,11 @@ pub struct Plan {
     pub keeps_old: Vec<usize>,
     /// The embedding table tied to a linear weight, if any (its storage index).
     pub tied_table: Option<usize>,
+    /// Per parameter: whether its optimizer step is taken in its layer's backward, panel by
+    /// panel as its gradient is computed, so that the gradient is never whole in memory
+    /// (`crate::graph::scenario`'s `fused_sgd` says when that is allowed). At H = 8,192 that
+    /// is a 512 MiB float64 buffer and a 256 MiB float32 one never touched.
+    pub fused_sgd: Vec<bool>,
     /// The learning rate as the fp32 update sees it.
     pub lr: f32,
     /// Per layer: an activation that may overwrite its input (its backward needs only its
@@ -117,6 +122,10 @@ pub struct Bufs<R> {
     dset: Vec<bool>,
     pgrad: Vec<Vec<R>>,
     pset: Vec<bool>,
+    /// Per parameter: stepped in this micro-step's backward ([`Plan::fused_sgd`]).
+    stepped: Vec<bool>,
+    /// One panel of a fused step's gradient.
+    panel: Vec<R>,
     acc: Vec<Vec<R>>,
     old: Vec<Vec<R>>,
     tmp_p: Vec<R>,
@@ -226,6 +235,47 @@ fn step<R: Real>(
             decoupled,
         } => adam_step(p, g, lr, beta1, beta2, eps, weight_decay, decoupled, st),
     }
+}
+
+/// Bytes of one panel of a fused step's gradient ([`fused_sgd_step`]): a few rows of the
+/// weight, in cache while the update reads them back.
+const FUSED_PANEL_BYTES: usize = 512 << 10;
+
+/// The plain-SGD step of a torch-layout linear weight `w` (n×k) with the gradient
+/// dW = dyᵀ·x (dy m×n, x m×k) computed panel by panel of rows
+/// ([`Backend::matmul_tn_rows`]: each element as the whole product computes it) and each
+/// panel applied at once by [`sgd`] (elementwise: the same operations on the same values as
+/// [`step`] on the whole gradient). Returns false, with nothing changed, when the backend
+/// computes the product only whole.
+#[allow(clippy::too_many_arguments)]
+fn fused_sgd_step<B: Backend>(
+    be: &mut B,
+    dy: &[B::R],
+    x: &[B::R],
+    w: &mut [B::R],
+    panel: &mut Vec<B::R>,
+    n: usize,
+    m: usize,
+    k: usize,
+    lr: B::R,
+) -> bool {
+    let row_bytes = k.max(1) * std::mem::size_of::<B::R>();
+    let mut rows = (FUSED_PANEL_BYTES / row_bytes).max(1);
+    if rows >= 8 {
+        rows -= rows % 8;
+    }
+    let rows = rows.min(n.max(1));
+    sized(panel, rows * k);
+    for r0 in (0..n).step_by(rows) {
+        let r1 = (r0 + rows).min(n);
+        let g = &mut panel[..(r1 - r0) * k];
+        if !be.matmul_tn_rows(dy, x, g, n, m, k, r0..r1) {
+            debug_assert_eq!(r0, 0, "a backend computes panels always or never");
+            return false;
+        }
+        sgd(&mut w[r0 * k..r1 * k], g, lr);
+    }
+    true
 }
 
 /// Gives `v` length `n`; contents are unspecified when it already had that length (every
@@ -411,6 +461,7 @@ impl Plan {
         bf.acc.resize_with(np, Vec::new);
         bf.old.resize_with(np, Vec::new);
         bf.pset.resize(np, false);
+        bf.stepped.resize(np, false);
         bf.opt.resize_with(np, OptState::default);
         bf.opt.iter_mut().for_each(OptState::reset);
         bf.drift_opt.reset();
@@ -509,6 +560,7 @@ impl Plan {
         // Backward.
         bf.dset.iter_mut().for_each(|d| *d = false);
         bf.pset.iter_mut().for_each(|d| *d = false);
+        bf.stepped.iter_mut().for_each(|d| *d = false);
         bf.dset[g.loss.input.0] = true;
         for (li, layer) in g.layers.iter().enumerate().rev() {
             self.backward(
@@ -524,7 +576,7 @@ impl Plan {
             );
         }
         for i in 0..np {
-            if self.storage[i] != i {
+            if self.storage[i] != i || bf.stepped[i] {
                 continue;
             }
             if !bf.pset[i] {
@@ -575,7 +627,7 @@ impl Plan {
         let opt = g.train.optimizer;
         let lr = cx.lr;
         for i in 0..np {
-            if self.storage[i] != i {
+            if self.storage[i] != i || bf.stepped[i] {
                 continue;
             }
             match cx.xla {
@@ -609,7 +661,7 @@ impl Plan {
             // one, never written, is never faulted in (one parameter-sized buffer per
             // computation: 250 MB at V = 32,000, H = 512).
             for i in 0..np {
-                if self.storage[i] == i {
+                if self.storage[i] == i && !bf.stepped[i] {
                     std::mem::swap(&mut bf.acc[i], &mut bf.pgrad[i]);
                 }
             }
@@ -971,7 +1023,10 @@ impl Plan {
                     && parallel == LinearParallel::Row
                     && shards.len() > 1;
                 let dy = std::mem::take(&mut bf.dacts[out.0]);
-                let mut dw = (!drop_w).then(|| self.grad_target(bf, ws));
+                // The weight's step taken here instead of after the backward: the gradient
+                // after dx, which reads the weight before its step.
+                let fuse = self.fused_sgd[ws] && shards.len() == 1 && cx.xla.is_none() && !drop_w;
+                let mut dw = (!drop_w && !fuse).then(|| self.grad_target(bf, ws));
                 let want_dx = self.needs_grad[x.0];
                 let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
                 if matches!(
@@ -1031,6 +1086,22 @@ impl Plan {
                 }
                 if let Some(dx) = dx {
                     self.act_grad_done(bf, x.0, dx);
+                }
+                if fuse {
+                    let Bufs {
+                        params,
+                        acts,
+                        panel,
+                        ..
+                    } = bf;
+                    if fused_sgd_step(be, &dy, &acts[x.0], &mut params[ws], panel, n, m, k, cx.lr) {
+                        bf.stepped[ws] = true;
+                    } else {
+                        // The backend computes this product only whole: as unfused.
+                        let mut dw = self.grad_target(bf, ws);
+                        be.matmul_tn(&dy, &bf.acts[x.0], &mut dw, n, m, k);
+                        self.grad_done(bf, ws, dw);
+                    }
                 }
                 if let Some(b) = bias {
                     let bs = self.storage[b.0];

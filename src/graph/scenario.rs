@@ -844,7 +844,70 @@ fn plan(g: ResolvedGraph) -> Plan {
     };
     let mut p = plan_with(g, inputs);
     p.ranks = ranks;
+    for r in &mut p.ranks {
+        // A rank's gradients are reduced across the ranks before any step.
+        r.fused_sgd.fill(false);
+    }
     p
+}
+
+/// Per parameter: whether its optimizer step may be taken panel by panel as its gradient is
+/// computed, without the gradient ever being whole ([`Plan::fused_sgd`]). That needs a step
+/// that is elementwise and reads nothing but the parameter and its gradient (plain SGD: no
+/// momentum, no weight decay), one micro-step per step (no accumulation), no outer loop, and a
+/// parameter that only its own torch-layout linear layer uses (not tied, not a table, not a
+/// bias) and whose gradient no check reads (no `.grad` or SGD-update check). The data-parallel
+/// ranks' plans never fuse ([`plan`]): their gradients are reduced first.
+fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) -> Vec<bool> {
+    let np = g.params.len();
+    let plain_sgd = matches!(
+        g.train.optimizer,
+        Optimizer::Sgd { momentum, weight_decay, .. } if momentum == 0.0 && weight_decay == 0.0
+    );
+    if !plain_sgd || g.train.micro_steps != 1 || g.train.outer.is_some() {
+        return vec![false; np];
+    }
+    let mut uses = vec![0usize; np];
+    let mut torch_weight = vec![false; np];
+    for l in &g.layers {
+        match l.op {
+            Op::Embedding { table, .. } => uses[storage[table.0]] += 1,
+            Op::Linear {
+                weight,
+                bias,
+                layout,
+                ..
+            } => {
+                uses[storage[weight.0]] += 1;
+                torch_weight[storage[weight.0]] = layout == WeightLayout::OutIn;
+                if let Some(b) = bias {
+                    uses[storage[b.0]] += 1;
+                }
+            }
+            Op::Norm { weight, bias, .. } => {
+                for p in weight.iter().chain(bias.iter()) {
+                    uses[storage[p.0]] += 1;
+                }
+            }
+            Op::Activation { .. } | Op::ResidualAdd { .. } => {}
+        }
+    }
+    let mut grad_read = vec![false; np];
+    for c in &g.checks {
+        if let CheckTensor::ParamGrad(p) | CheckTensor::SgdUpdate(p) = c.tensor {
+            grad_read[storage[p.0]] = true;
+        }
+    }
+    (0..np)
+        .map(|i| {
+            storage[i] == i
+                && storage.iter().filter(|&&s| s == i).count() == 1
+                && uses[i] == 1
+                && torch_weight[i]
+                && !grad_read[i]
+                && tied_table != Some(i)
+        })
+        .collect()
 }
 
 /// Prepares a validated graph with its inputs.
@@ -958,6 +1021,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         }
     }
     let tied_table = g.tied_embedding_head().map(|(t, _)| storage[t.0]);
+    let fused_sgd = fused_sgd(&g, &storage, tied_table);
     let checks = g
         .checks
         .iter()
@@ -1019,6 +1083,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         by_phase,
         keeps_old,
         tied_table,
+        fused_sgd,
         lr,
         in_place,
         loss_shards,
@@ -1422,4 +1487,69 @@ fn run_outer(plan: &Plan, seed: u64, profile: &Profile, ws: &mut Workspace) {
         &mut traces.sharded,
     );
     ws.traces = traces;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per parameter name: whether T1 (`deepspeed-tied-row-parallel`, param 0) with `edit`
+    /// applied to its file fuses the parameter's step ([`fused_sgd`]).
+    fn fused(edit: impl Fn(&str) -> String) -> Vec<(String, bool)> {
+        let text = edit(include_str!(
+            "../../configs/deepspeed_tied_row_parallel.toml"
+        ));
+        let sf = crate::lang::file::parse_file("t1.toml", &text).expect("the edited T1 parses");
+        let g = sf.lowered[0].clone();
+        let names: Vec<String> = g.params.iter().map(|p| p.name.clone()).collect();
+        let p = plan(g);
+        names.into_iter().zip(p.fused_sgd).collect()
+    }
+
+    fn flag(v: &[(String, bool)], name: &str) -> bool {
+        v.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no parameter {name} in {v:?}"))
+            .1
+    }
+
+    /// T1 as written: only the projection weight, used by its own torch linear layer alone,
+    /// its gradient unread; not the tied table (two users, a recorded gradient), not the
+    /// bias. Each condition of `fused_sgd` turned off turns it off.
+    #[test]
+    fn which_steps_are_fused() {
+        let t1 = fused(|t| t.to_string());
+        assert!(flag(&t1, "projection.weight"), "{t1:?}");
+        assert!(!flag(&t1, "projection.bias"), "{t1:?}");
+        assert!(!flag(&t1, "embedding.weight"), "{t1:?}");
+        let graded = fused(|t| {
+            t.replace(
+                "[[checks]]\nname = \"head_weight\"",
+                "[[checks]]\nname = \"pg\"\ntensor = \"projection.weight.grad\"\nat = \"step\"\noptional = true\n\n\
+                 [[checks]]\nname = \"head_weight\"",
+            )
+        });
+        assert_eq!(graded.len(), t1.len());
+        assert!(
+            !flag(&graded, "projection.weight"),
+            "a recorded gradient: {graded:?}"
+        );
+        let momentum = fused(|t| t.replace("optimizer = \"sgd\"", "optimizer = \"momentum\""));
+        assert!(
+            !flag(&momentum, "projection.weight"),
+            "momentum: {momentum:?}"
+        );
+        let decay = fused(|t| t.replace("lr = 0.05", "lr = 0.05\nweight_decay = 0.01"));
+        let adam = fused(|t| t.replace("optimizer = \"sgd\"", "optimizer = \"adam\""));
+        assert!(!flag(&adam, "projection.weight"), "adam: {adam:?}");
+        assert!(
+            !flag(&decay, "projection.weight"),
+            "weight decay: {decay:?}"
+        );
+        let micro = fused(|t| t.replace("steps = 3", "steps = 3\nmicro_steps = 2"));
+        assert!(
+            !flag(&micro, "projection.weight"),
+            "accumulation: {micro:?}"
+        );
+    }
 }
