@@ -300,6 +300,7 @@ pub fn evaluate_reusing(
 ) {
     out.clear();
     for (c, spec) in checks.iter().enumerate() {
+        let mut memo = RatioMemo::default();
         for comparison in Comparison::ALL {
             let base = out.len();
             if let (Comparison::RefVsF64, Some(r)) = (comparison, reuse) {
@@ -316,6 +317,7 @@ pub fn evaluate_reusing(
                 traces,
                 &mut out[base..],
                 &mut first,
+                &mut memo,
             );
         }
     }
@@ -324,6 +326,7 @@ pub fn evaluate_reusing(
 /// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
 /// in recording order, into `out` (one entry per policy): the worst usage (the first on
 /// ties; `first`: no tensor folded yet), maxima and sums as [`evaluate`] documents them.
+#[allow(clippy::too_many_arguments)]
 fn fold_comparison(
     spec: &CheckSpec,
     c: usize,
@@ -332,12 +335,30 @@ fn fold_comparison(
     traces: &Traces,
     out: &mut [SeedCheck],
     first: &mut bool,
+    memo: &mut RatioMemo,
 ) {
     for_each_pair(traces, c, spec, comparison, |step, a, e| {
         let fused = if tolerances.len() == 2 {
             pair_stats_finite(a, e, tolerances[0][c], tolerances[1][c])
         } else {
             None
+        };
+        // The theory columns' ratios of a tensor pair whose condition and expected tensor an
+        // earlier comparison of this check has had (ref-vs-f64 and sharded-vs-f64 both
+        // expect the float64 trace): the same function of the same values.
+        let mut taken = [0.0; 2];
+        let ratios = match (spec.reduction, tolerances.len()) {
+            (Some(_), 2) => condition(traces, c, step).map(|cond| {
+                taken = memo.get(cond, e).unwrap_or_else(|| {
+                    let r = [
+                        max_ratio(cond, e, tolerances[0][c]),
+                        max_ratio(cond, e, tolerances[1][c]),
+                    ];
+                    memo.put(cond, e, r);
+                    r
+                });
+            }),
+            _ => None,
         };
         let pair = Pair {
             c,
@@ -346,10 +367,37 @@ fn fold_comparison(
             len: a.len(),
             a,
             e,
-            ratios: None,
+            ratios: ratios.map(|()| &taken[..]),
         };
         fold_pair(spec, &pair, tolerances, traces, fused, out, first);
     });
+}
+
+/// The [`max_ratio`]s (two policies) of the (condition, expected) tensors a check's earlier
+/// comparisons have taken, by the tensors' addresses and lengths (the same slices of the
+/// same traces, so the same values): up to eight, kept on the stack.
+#[derive(Default)]
+struct RatioMemo {
+    n: usize,
+    keys: [(usize, usize, usize); 8],
+    vals: [[f64; 2]; 8],
+}
+
+impl RatioMemo {
+    fn key(cond: &[f64], e: &[f64]) -> (usize, usize, usize) {
+        (cond.as_ptr() as usize, e.as_ptr() as usize, e.len())
+    }
+    fn get(&self, cond: &[f64], e: &[f64]) -> Option<[f64; 2]> {
+        let k = Self::key(cond, e);
+        (0..self.n).find(|&i| self.keys[i] == k).map(|i| self.vals[i])
+    }
+    fn put(&mut self, cond: &[f64], e: &[f64], r: [f64; 2]) {
+        if self.n < self.keys.len() && cond.len() == e.len() {
+            self.keys[self.n] = Self::key(cond, e);
+            self.vals[self.n] = r;
+            self.n += 1;
+        }
+    }
 }
 
 /// One (actual, expected) tensor pair of check `c` in `comparison` at `step`, of `len`
@@ -516,7 +564,16 @@ impl StreamedEval {
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
-                    fold_comparison(spec, c, comparison, tolerances, t, out, &mut self.first[i]);
+                    fold_comparison(
+                        spec,
+                        c,
+                        comparison,
+                        tolerances,
+                        t,
+                        out,
+                        &mut self.first[i],
+                        &mut RatioMemo::default(),
+                    );
                 }
                 if let Some(front) = self.fronts.get_mut(c) {
                     for_each_pair(t, c, spec, asserted, |_, a, e| {
