@@ -389,7 +389,9 @@ impl RatioMemo {
     }
     fn get(&self, cond: &[f64], e: &[f64]) -> Option<[f64; 2]> {
         let k = Self::key(cond, e);
-        (0..self.n).find(|&i| self.keys[i] == k).map(|i| self.vals[i])
+        (0..self.n)
+            .find(|&i| self.keys[i] == k)
+            .map(|i| self.vals[i])
     }
     fn put(&mut self, cond: &[f64], e: &[f64], r: [f64; 2]) {
         if self.n < self.keys.len() && cond.len() == e.len() {

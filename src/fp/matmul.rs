@@ -376,6 +376,19 @@ impl MatmulModel {
             rs: k,
             ks: 1,
         };
+        #[cfg(target_arch = "x86_64")]
+        if fast && few_rows_nt_applies(self, m, k, n) && avx512_path_available() {
+            let (at, ct) = (&mut s.bt, &mut s.panel);
+            // SAFETY: avx512f was detected just above; the lengths were checked.
+            unsafe {
+                if self.accum == Accum::Fma {
+                    nt_few_rows_avx512::<true>(a, b, c, m, k, n, self.split, at, ct)
+                } else {
+                    nt_few_rows_avx512::<false>(a, b, c, m, k, n, self.split, at, ct)
+                }
+            }
+            return;
+        }
         let mut bt = std::mem::take(&mut s.bt);
         match nt_panel_width(m, k, n, 4) {
             None => {
@@ -519,6 +532,116 @@ fn nt_panel_width(m: usize, k: usize, n: usize, size: usize) -> Option<usize> {
     }
     let width = (NT_PANEL_BYTES / (k * size).max(1) / 16 * 16).max(16);
     (width < n).then_some(width)
+}
+
+/// Most rows of `a` for which `x·Wᵀ` runs [`nt_few_rows_avx512`]: one 512-bit register of
+/// f32 holds a column of them.
+const FEW_ROWS: usize = 16;
+/// Bytes of `b` from which `x·Wᵀ` with few rows runs [`nt_few_rows_avx512`] instead of
+/// transposing `b` (a full pass over it, written and read again, for each product).
+const FEW_ROWS_NT_FROM: usize = 64 << 10;
+
+/// Whether [`MatmulModel::matmul_nt`] of this shape takes [`nt_few_rows_avx512`]: plain f32
+/// inputs, a chain accumulation (FMA or multiply-add), at most [`FEW_ROWS`] rows and a `b`
+/// of [`FEW_ROWS_NT_FROM`] bytes or more.
+fn few_rows_nt_applies(model: &MatmulModel, m: usize, k: usize, n: usize) -> bool {
+    model.passes == Passes::F32
+        && model.accum != Accum::Pairwise
+        && (1..=FEW_ROWS).contains(&m)
+        && n.saturating_mul(k).saturating_mul(4) >= FEW_ROWS_NT_FROM
+}
+
+/// `c` (m×n) = `a` (m×k) · `b`ᵀ (`b` n×k) for m ≤ [`FEW_ROWS`], each element the chain the
+/// model's kernel computes (`chain_span`): per block r of `split` over k, in ascending
+/// order, t = +0 then t = fma(a[i][kk], b[j][kk], t) (`FMA`) or t = t + fl(a[i][kk]·b[j][kk])
+/// for kk in r ascending; c[i][j] = the first block's t, then c[i][j] + t for each later
+/// block. (fma and multiplication are commutative in their two factors, addition in its
+/// two operands, so the operand order of the vector instructions does not matter.)
+///
+/// The lanes are the rows of `a`: `at` (k × 16) holds `a` transposed, zero beyond row m, made
+/// once; every row of `b` is then read once, in order, each element broadcast to the 16
+/// lanes. Eight rows of `b` (columns of `c`) at a time keep eight chains in flight. `c` is
+/// built transposed in `ct` (n × 16) and copied back. For a big `b` and few rows this reads
+/// `b` once instead of transposing it (a pass that reads and writes all of it) and then
+/// reading the transposed copy.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`, `c.len() == m·n`,
+/// 1 ≤ m ≤ 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt_few_rows_avx512<const FMA: bool>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    split: KSplit,
+    at: &mut Vec<f32>,
+    ct: &mut Vec<f32>,
+) {
+    use std::arch::x86_64::*;
+    assert!(
+        (1..=FEW_ROWS).contains(&m) && a.len() == m * k && b.len() == n * k && c.len() == m * n,
+        "nt_few_rows: shapes"
+    );
+    let at = grown(at, k * FEW_ROWS);
+    for kk in 0..k {
+        for i in 0..FEW_ROWS {
+            at[kk * FEW_ROWS + i] = if i < m { a[i * k + kk] } else { 0.0 };
+        }
+    }
+    let ct = grown(ct, n * FEW_ROWS);
+    #[inline(always)]
+    unsafe fn step<const FMA: bool>(t: __m512, av: __m512, bv: f32) -> __m512 {
+        let bv = _mm512_set1_ps(bv);
+        if FMA {
+            _mm512_fmadd_ps(av, bv, t)
+        } else {
+            _mm512_add_ps(t, _mm512_mul_ps(av, bv))
+        }
+    }
+    let (ap, bp) = (at.as_ptr(), b.as_ptr());
+    let mut j = 0;
+    while j < n {
+        let w = if n - j >= 8 { 8 } else { 1 };
+        let mut cv = [_mm512_setzero_ps(); 8];
+        let mut first = true;
+        for r in split.blocks(k) {
+            let mut t = [_mm512_setzero_ps(); 8];
+            if w == 8 {
+                for kk in r {
+                    // SAFETY: kk < k and j + 7 < n: every index is inside `at` and `b`.
+                    let av = _mm512_loadu_ps(ap.add(kk * FEW_ROWS));
+                    for (g, tg) in t.iter_mut().enumerate() {
+                        *tg = step::<FMA>(*tg, av, *bp.add((j + g) * k + kk));
+                    }
+                }
+            } else {
+                for kk in r {
+                    // SAFETY: as above, for the one column j < n.
+                    let av = _mm512_loadu_ps(ap.add(kk * FEW_ROWS));
+                    t[0] = step::<FMA>(t[0], av, *bp.add(j * k + kk));
+                }
+            }
+            for (cg, &tg) in cv.iter_mut().zip(&t).take(w) {
+                *cg = if first { tg } else { _mm512_add_ps(*cg, tg) };
+            }
+            first = false;
+        }
+        for (g, &cg) in cv.iter().enumerate().take(w) {
+            // SAFETY: j + g < n, and ct holds n × 16.
+            _mm512_storeu_ps(ct.as_mut_ptr().add((j + g) * FEW_ROWS), cg);
+        }
+        j += w;
+    }
+    for (i, row) in c.chunks_exact_mut(n).enumerate() {
+        for (jj, x) in row.iter_mut().enumerate() {
+            *x = ct[jj * FEW_ROWS + i];
+        }
+    }
 }
 
 /// Copies the m × p panel `cp` into columns j0..j0 + p of `c` (m × n).
@@ -2094,6 +2217,38 @@ mod tests {
                 let mut c = vec![f32::NAN; m * n];
                 model.matmul_tn(&at, &b, &mut c, m, k, n, &mut s);
                 assert_same_bits(&c, &want, &format!("tn {model:?} {m}x{k}x{n}"));
+            }
+        }
+    }
+
+    /// `matmul_nt` with few rows and a big `b` (the transpose-free kernel where the CPU has
+    /// AVX-512F) equals `matmul` on the explicitly transposed `b`, for every model, with
+    /// row counts from 1 to 16, column counts that leave a remainder of 1 to 7 beside the
+    /// groups of eight, and reduction lengths that end blocks early, on and off block edges.
+    #[test]
+    fn few_rows_nt_equals_explicit_transposition() {
+        let mut rng = Rng(47);
+        let mut s = MatmulScratch::default();
+        for (m, k, n) in [
+            (10, 193, 101),
+            (16, 512, 37),
+            (1, 35, 500),
+            (7, 400, 45),
+            (3, 2, 8200),
+        ] {
+            assert!(
+                n * k * 4 >= FEW_ROWS_NT_FROM,
+                "{m}x{k}x{n} takes the kernel"
+            );
+            let a = rng.vec(m * k);
+            let b = rng.vec(n * k);
+            let bt = transpose(&b, n, k);
+            for model in all_models() {
+                let mut want = vec![0.0; m * n];
+                model.matmul(&a, &bt, &mut want, m, k, n, &mut s);
+                let mut c = vec![f32::NAN; m * n];
+                model.matmul_nt(&a, &b, &mut c, m, k, n, &mut s);
+                assert_same_bits(&c, &want, &format!("{model:?} {m}x{k}x{n}"));
             }
         }
     }

@@ -65,7 +65,11 @@ pub fn gather_columns<R: Real>(
     // Row by row, one contiguous copy each (an `assign` of the strided column view went
     // element by element: 8 % of a V = 32,000 run).
     let src = matrix(src, rows, width);
-    for (mut d, s) in matrix_mut(dst, rows, w).rows_mut().into_iter().zip(src.rows()) {
+    for (mut d, s) in matrix_mut(dst, rows, w)
+        .rows_mut()
+        .into_iter()
+        .zip(src.rows())
+    {
         let s = &row(&s)[cols.clone()];
         row_mut(&mut d).copy_from_slice(s);
     }
@@ -73,7 +77,8 @@ pub fn gather_columns<R: Real>(
 
 /// A row of a row-major matrix view as a slice.
 fn row<'a, R>(r: &'a ndarray::ArrayView1<'_, R>) -> &'a [R] {
-    r.as_slice().expect("a row of a row-major matrix is contiguous")
+    r.as_slice()
+        .expect("a row of a row-major matrix is contiguous")
 }
 
 /// A row of a writable row-major matrix view as a slice.
@@ -96,7 +101,11 @@ pub fn scatter_columns<R: Real>(
         return;
     }
     let src = matrix(src, rows, w);
-    for (mut d, s) in matrix_mut(dst, rows, width).rows_mut().into_iter().zip(src.rows()) {
+    for (mut d, s) in matrix_mut(dst, rows, width)
+        .rows_mut()
+        .into_iter()
+        .zip(src.rows())
+    {
         row_mut(&mut d)[cols.clone()].copy_from_slice(row(&s));
     }
 }
