@@ -644,6 +644,89 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
     }
 }
 
+/// Bytes of `b` from which `x·Wᵀ` in f64 with at most [`FEW_ROWS`] rows runs
+/// [`nt_few_rows_f64_avx512`] instead of transposing `b`.
+const FEW_ROWS_NT_F64_FROM: usize = 64 << 10;
+
+/// [`matmul_nt_f64`] (of |a| and |b| when `ABS`) for 1 ≤ m ≤ [`FEW_ROWS`], each element the
+/// sum [`matmul_f64`] computes on the transposed `b`: c = +0, then c = c + fl(a[i][kk]·b[j][kk])
+/// for kk ascending (a product, then a sum, never fused). The lanes are the rows of `a`
+/// (two registers of eight): `at` (k × 16) holds `a` transposed, zero beyond row m; each row
+/// of `b` is read once, in order, each element broadcast. Four rows of `b` at a time keep
+/// eight sums in flight. `c` is built transposed in `ct` (n × 16) and copied back. |x| clears
+/// the sign bit (exact), so the `ABS` form is the plain one of the absolute values.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`, `c.len() == m·n`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt_few_rows_f64_avx512<const ABS: bool>(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    scratch: &mut Vec<f64>,
+) {
+    use std::arch::x86_64::*;
+    assert!(
+        (1..=FEW_ROWS).contains(&m) && a.len() == m * k && b.len() == n * k && c.len() == m * n,
+        "nt_few_rows_f64: shapes"
+    );
+    scratch.resize(k * FEW_ROWS + n * FEW_ROWS, 0.0);
+    let (at, ct) = scratch.split_at_mut(k * FEW_ROWS);
+    for kk in 0..k {
+        for i in 0..FEW_ROWS {
+            let x = if i < m { a[i * k + kk] } else { 0.0 };
+            at[kk * FEW_ROWS + i] = if ABS { x.abs() } else { x };
+        }
+    }
+    let (ap, bp) = (at.as_ptr(), b.as_ptr());
+    let bv = |p: *const f64| {
+        // SAFETY: the callers read inside `b`.
+        let x = unsafe { *p };
+        _mm512_set1_pd(if ABS { x.abs() } else { x })
+    };
+    let mut j = 0;
+    while j < n {
+        let w = if n - j >= 4 { 4 } else { 1 };
+        let mut s = [[_mm512_setzero_pd(); 2]; 4];
+        let step = |sg: &mut [__m512d; 2], a0: __m512d, a1: __m512d, x: __m512d| {
+            sg[0] = _mm512_add_pd(sg[0], _mm512_mul_pd(a0, x));
+            sg[1] = _mm512_add_pd(sg[1], _mm512_mul_pd(a1, x));
+        };
+        for kk in 0..k {
+            // SAFETY: kk < k: the 16 values of `at` from kk·16 are inside it; j + g < n
+            // and kk < k: every element of `b` read is inside it.
+            let (a0, a1) = (
+                _mm512_loadu_pd(ap.add(kk * FEW_ROWS)),
+                _mm512_loadu_pd(ap.add(kk * FEW_ROWS + 8)),
+            );
+            if w == 4 {
+                for (g, sg) in s.iter_mut().enumerate() {
+                    step(sg, a0, a1, bv(bp.add((j + g) * k + kk)));
+                }
+            } else {
+                step(&mut s[0], a0, a1, bv(bp.add(j * k + kk)));
+            }
+        }
+        for (g, sg) in s.iter().enumerate().take(w) {
+            // SAFETY: j + g < n, and ct holds n × 16.
+            let p = ct.as_mut_ptr().add((j + g) * FEW_ROWS);
+            _mm512_storeu_pd(p, sg[0]);
+            _mm512_storeu_pd(p.add(8), sg[1]);
+        }
+        j += w;
+    }
+    for (i, row) in c.chunks_exact_mut(n).enumerate() {
+        for (jj, x) in row.iter_mut().enumerate() {
+            *x = ct[jj * FEW_ROWS + i];
+        }
+    }
+}
+
 /// Copies the m × p panel `cp` into columns j0..j0 + p of `c` (m × n).
 fn scatter_columns<T: Copy>(cp: &[T], c: &mut [T], n: usize, j0: usize, p: usize) {
     for (row, src) in c.chunks_exact_mut(n).zip(cp.chunks_exact(p)) {
@@ -1520,6 +1603,14 @@ fn nt_f64<const ABS: bool>(
     assert_eq!(a.len(), m * k, "matmul_nt_f64: a has the wrong length");
     assert_eq!(b.len(), k * n, "matmul_nt_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_nt_f64: c has the wrong length");
+    #[cfg(target_arch = "x86_64")]
+    if (1..=FEW_ROWS).contains(&m)
+        && n.saturating_mul(k).saturating_mul(8) >= FEW_ROWS_NT_F64_FROM
+        && std::arch::is_x86_feature_detected!("avx512f")
+    {
+        // SAFETY: avx512f was detected just above; the lengths were checked above.
+        return unsafe { nt_few_rows_f64_avx512::<ABS>(a, b, c, m, k, n, scratch) };
+    }
     let na = if ABS { m * k } else { 0 };
     let width = nt_panel_width(m, k, n, 8);
     // Every element of the scratch is overwritten before it is read.
@@ -2585,6 +2676,43 @@ mod tests {
             let mut plain = vec![f64::NAN; m * n];
             matmul_nt_f64(&a, &b, &mut plain, m, k, n, &mut Vec::new());
             assert_ne!(bits(&plain), bits(&want), "the signs change the result");
+        }
+    }
+
+    /// `matmul_nt_f64` and `matmul_nt_abs_f64` with few rows and a big `b` (the
+    /// transpose-free kernel where the CPU has AVX-512F) equal `matmul_f64` on the explicitly
+    /// transposed `b` (of the absolute values), for 1 to 16 rows and column counts that
+    /// leave a remainder beside the groups of four.
+    #[test]
+    fn f64_few_rows_nt_equals_explicit_transposition() {
+        let mut rng = Rng(53);
+        for (m, k, n) in [
+            (10, 512, 130),
+            (16, 100, 303),
+            (1, 2048, 9),
+            (3, 20, 1003),
+            (9, 64, 129),
+        ] {
+            assert!(
+                n * k * 8 >= FEW_ROWS_NT_F64_FROM,
+                "{m}x{k}x{n} takes the kernel"
+            );
+            let a: Vec<f64> = (0..m * k).map(|_| rng.val() as f64 * 1.000_000_3).collect();
+            let b: Vec<f64> = (0..n * k).map(|_| rng.val() as f64 * 0.999_999_1).collect();
+            let mut bt = vec![0.0; k * n];
+            transpose_f64(&b, &mut bt, n, k);
+            let abs = |v: &[f64]| v.iter().map(|x| x.abs()).collect::<Vec<f64>>();
+            let mut want = vec![0.0; m * n];
+            matmul_f64(&a, &bt, &mut want, m, k, n);
+            let mut want_abs = vec![0.0; m * n];
+            matmul_f64(&abs(&a), &abs(&bt), &mut want_abs, m, k, n);
+            let (mut c, mut c_abs, mut scratch) =
+                (vec![f64::NAN; m * n], vec![f64::NAN; m * n], Vec::new());
+            matmul_nt_f64(&a, &b, &mut c, m, k, n, &mut scratch);
+            matmul_nt_abs_f64(&a, &b, &mut c_abs, m, k, n, &mut scratch);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+            assert_eq!(bits(&c), bits(&want), "{m}x{k}x{n}");
+            assert_eq!(bits(&c_abs), bits(&want_abs), "|·| {m}x{k}x{n}");
         }
     }
 
