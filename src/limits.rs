@@ -1,8 +1,11 @@
 //! Resource limits checked before any work: worker threads, seed ranges, and an estimate of
 //! the memory a run needs against what the machine has.
 //!
-//! Memory estimate of one seed-run of a parametrization (a conservative upper bound, checked
-//! by hand against peak RSS, see the README): the three computations (float64, reference,
+//! Memory estimate of one seed-run of a parametrization: for a graph scenario, the bound its
+//! plan gives (`crate::graph::memory`: parameters, gradients, activations, matmul scratch and
+//! traces of the three computations) plus a quarter, checked against peak resident memory by
+//! `tests/memory_bound.rs`. Otherwise (a conservative upper bound, checked by hand against
+//! peak RSS, see the README): the three computations (float64, reference,
 //! sharded) each record every check's tensor at every recorded step as f64 and keep working
 //! buffers of the same shapes, so
 //! `bytes ≈ 3 · 8 · Σ_checks numel · (R + 4) + 16 MiB`, where `R` is the product of the
@@ -172,15 +175,24 @@ pub fn per_run(catalog: &Catalog, g: &Group) -> (u64, String) {
     if s.streams(g.param) {
         r = 1;
     }
-    let bytes = (3 * 8 * numel)
-        .saturating_mul(r + 4)
-        .saturating_add(16 << 20);
+    // A graph scenario bounds its seed-run from its model (`crate::graph::memory`); others
+    // by the check tensors.
+    let (bytes, basis) = match s.run_bytes(g.param, &g.profile, g.mutant) {
+        // A quarter more for what the model leaves out: allocator slack, vectors grown past
+        // their length, and small buffers (chunks, frontiers, output rows).
+        Some(b) => (
+            b.saturating_add(b / 4),
+            "parameters, gradients, activations and traces",
+        ),
+        None => ((3 * 8 * numel).saturating_mul(r + 4), "check tensors"),
+    };
+    let bytes = bytes.saturating_add(16 << 20);
     let shape: Vec<String> = largest.2.iter().map(|d| d.to_string()).collect();
     (
         bytes.min(u64::MAX as u128) as u64,
         format!(
-            "{} [{}]: largest tensor {} {} x {} recorded step(s), shapes set by [model] and \
-             [[params]] in {}",
+            "{} [{}]: {basis}; largest tensor {} {} x {} recorded step(s), shapes set by [model] \
+             and [[params]] in {}",
             c.name,
             s.param_ids()[g.param],
             largest.1,

@@ -338,6 +338,21 @@ impl MatmulModel {
         self.run(av, b, c_rows, rows.len(), k, n, s, true);
     }
 
+    /// Scratch elements [`matmul_nt`](Self::matmul_nt) of this shape takes under this model
+    /// on this CPU (the few-rows kernel's two buffers, one transposed panel with its block of
+    /// `c`, or all of `b` transposed), not counting the input-precision pieces: what a memory
+    /// bound counts.
+    pub fn nt_scratch_elems(&self, m: usize, k: usize, n: usize) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if few_rows_nt_applies(self, m, k, n) && avx512_path_available() {
+            return (k + n) * FEW_ROWS;
+        }
+        match nt_panel_width(m, k, n, 4) {
+            Some(w) => k * w + m * w,
+            None => k * n,
+        }
+    }
+
     /// [`matmul`](Self::matmul) forced onto the portable kernel (no avx2/fma
     /// target features). Bit-identical to `matmul`; exists for tests/benches.
     pub fn matmul_portable(
@@ -1570,6 +1585,20 @@ pub fn matmul_nt_f64(
     scratch: &mut Vec<f64>,
 ) {
     nt_f64::<false>(a, b, c, m, k, n, scratch)
+}
+
+/// Scratch elements [`matmul_nt_f64`] or [`matmul_nt_abs_f64`] of this shape takes on this CPU
+/// (the few-rows kernel's two buffers, or |a| and one transposed panel with its block of `c`,
+/// or all of `b` transposed): what a memory bound counts.
+pub fn nt_f64_scratch_elems(m: usize, k: usize, n: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if (1..=FEW_ROWS).contains(&m)
+        && n.saturating_mul(k).saturating_mul(8) >= FEW_ROWS_NT_F64_FROM
+        && std::arch::is_x86_feature_detected!("avx512f")
+    {
+        return (k + n) * FEW_ROWS;
+    }
+    m * k + nt_panel_width(m, k, n, 8).map_or(k * n, |w| k * w + m * w)
 }
 
 /// c (m×n) = |a| · |b|ᵀ, b (n×k) row-major: `Σ_k |a[i][k]·b[j][k]|`, the scale of a matmul's

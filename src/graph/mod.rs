@@ -9,11 +9,12 @@
 //! Files: [`ir`] (the data), [`init`] (parameter and input draws), [`exec`] (one
 //! computation of a graph through a backend), [`scenario`] (validation, preparation and the
 //! `Scenario` implementation), [`outer_loop`] (DiLoCo's outer loop around the executor's
-//! inner step).
+//! inner step), `memory` (a bound on one seed-run's memory).
 
 pub mod exec;
 pub mod init;
 pub mod ir;
+mod memory;
 pub mod outer_loop;
 pub mod scenario;
 

@@ -1304,6 +1304,14 @@ impl Scenario for GraphScenario {
         );
         ws.traces = traces;
     }
+    fn run_bytes(&self, param: usize, profile: &Profile, mutant: Option<Mutant>) -> Option<u128> {
+        let plan = &self.plans[param];
+        // The outer loop's replicas run through their own buffers: the check-tensor estimate.
+        if plan.outer.is_some() {
+            return None;
+        }
+        Some(plan.run_bytes(&profile.matmul, mutant, self.streams[param]))
+    }
     fn streams(&self, param: usize) -> bool {
         self.streams[param]
     }

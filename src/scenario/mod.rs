@@ -193,6 +193,19 @@ pub trait Scenario: Send + Sync {
         let _ = param;
         false
     }
+    /// An upper bound on the bytes one seed-run of `param` holds under `profile` with
+    /// `mutant`, where the scenario can give one from its model (parameters, gradients,
+    /// activations, scratch and traces); `None` (the default): the memory check estimates it
+    /// from the check tensors (`crate::limits::per_run`).
+    fn run_bytes(
+        &self,
+        param: usize,
+        profile: &Profile,
+        mutant: Option<crate::mutant::Mutant>,
+    ) -> Option<u128> {
+        let _ = (param, profile, mutant);
+        None
+    }
     /// Runs the three computations of one seed (the sharded one with `ws.mutant`) and hands
     /// `each_step` their traces: for a parametrization that [`Scenario::streams`], once per
     /// training step, in step order, the three traces holding only that step's slots (the
