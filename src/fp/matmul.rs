@@ -1796,20 +1796,13 @@ unsafe fn transpose_f64_avx512<const ABS: bool>(
     transpose_f64_scalar::<ABS>(src, dst, rows, cols, full_r..rows, 0..cols);
 }
 
-/// c (m×n) = aᵀ · b, a (k×m) row-major, f64, same order as [`matmul_f64`].
+/// c (m×n) = aᵀ · b, a (k×m) row-major, f64, same order as [`matmul_f64`]: all its rows
+/// through [`matmul_tn_f64_rows`].
 pub fn matmul_tn_f64(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            return unsafe { matmul_tn_f64_avx512(a, b, c, m, k, n) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { matmul_tn_f64_avx2(a, b, c, m, k, n) };
-        }
-    }
-    matmul_tn_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
+    assert_eq!(a.len(), m * k, "matmul_tn_f64: a has the wrong length");
+    assert_eq!(b.len(), k * n, "matmul_tn_f64: b has the wrong length");
+    assert_eq!(c.len(), m * n, "matmul_tn_f64: c has the wrong length");
+    matmul_tn_f64_rows(a, b, c, m, k, n, 0..m);
 }
 
 /// Rows `rows` of [`matmul_tn_f64`]'s c (m×n), written to `c_rows` (`rows.len()`×n), each
@@ -1896,41 +1889,6 @@ fn matmul_tn_f64_rows_impl<const G: usize>(
     // kk·m + r0 + i < (k − 1)·m + rows.end ≤ k·m = a.len() (checked above).
     let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + r0 + i) };
     f64_grouped::<G>(a_at, b, c_rows, rows.len(), k, n);
-}
-
-/// [`matmul_tn_f64`] compiled for AVX-512F: the same operations per element, eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn matmul_tn_f64_avx512(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_tn_f64_impl::<F64_GROUP_ROWS_AVX512>(a, b, c, m, k, n);
-}
-
-/// [`matmul_tn_f64`] compiled for AVX2: the same operations per element, wider vectors.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn matmul_tn_f64_avx2(a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-    matmul_tn_f64_impl::<F64_GROUP_ROWS>(a, b, c, m, k, n);
-}
-
-#[inline(always)]
-fn matmul_tn_f64_impl<const G: usize>(
-    a: &[f64],
-    b: &[f64],
-    c: &mut [f64],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    assert_eq!(a.len(), m * k, "matmul_tn_f64: a has the wrong length");
-    assert_eq!(b.len(), k * n, "matmul_tn_f64: b has the wrong length");
-    assert_eq!(c.len(), m * n, "matmul_tn_f64: c has the wrong length");
-    if n == 0 {
-        return;
-    }
-    // SAFETY (both closures): the kernels call a_at(i, kk) only with i < m and kk < k, and
-    // a.len() == m·k was checked above.
-    let a_at = |i: usize, kk: usize| unsafe { *a.get_unchecked(kk * m + i) };
-    f64_grouped::<G>(a_at, b, c, m, k, n);
 }
 
 #[cfg(test)]
