@@ -1,6 +1,7 @@
 //! The memory check's bound on one seed-run of a graph scenario (`Scenario::run_bytes`, from
 //! the plan: `graph::memory`) is above the resident memory the seed-run reaches, on every
-//! built-in scenario config and example, the two big shapes (V = 32,000 and H = 8,192, where
+//! built-in scenario config without an outer loop (DiLoCo keeps the check-tensor estimate)
+//! and every example, the two big shapes (V = 32,000 and H = 8,192, where
 //! the bound matters) under a profile with bf16x3 input passes and with the tied-weights-drift
 //! mutant too.
 //!

@@ -117,10 +117,15 @@ impl TopK {
     /// zeros below them. The tail estimate reads only the top `k` order statistics (see
     /// [`tail_keep`]), so it gives the same result as on the full sample.
     pub fn sample(&self, n: usize) -> Vec<f64> {
-        let mut v = self.sorted();
-        v.resize(n.max(v.len()), 0.0);
-        v
+        stand_in(self.sorted(), n)
     }
+}
+
+/// `top` (the largest of `n` values) with zeros appended to `n` values: the sample
+/// [`tail_estimate`] reads in place of all `n` ([`TopK::sample`]).
+fn stand_in(mut top: Vec<f64>, n: usize) -> Vec<f64> {
+    top.resize(n.max(top.len()), 0.0);
+    top
 }
 
 /// How many of the largest usages the tail estimate of `n` seeds reads: its exceedances plus
@@ -328,11 +333,7 @@ impl TailInput<'_> {
     fn estimate(&self) -> TailEstimate {
         match self {
             Self::Exact(v) => tail_estimate(v, &TAIL_PROBS),
-            Self::Top(t, n) => {
-                let mut sample = t.clone();
-                sample.resize((*n).max(t.len()), 0.0);
-                tail_estimate(&sample, &TAIL_PROBS)
-            }
+            Self::Top(t, n) => tail_estimate(&stand_in(t.clone(), *n), &TAIL_PROBS),
         }
     }
 }

@@ -343,23 +343,6 @@ fn fold_comparison(
         } else {
             None
         };
-        // The theory columns' ratios of a tensor pair whose condition and expected tensor an
-        // earlier comparison of this check has had (ref-vs-f64 and sharded-vs-f64 both
-        // expect the float64 trace): the same function of the same values.
-        let mut taken = [0.0; 2];
-        let ratios = match (spec.reduction, tolerances.len()) {
-            (Some(_), 2) => condition(traces, c, step).map(|cond| {
-                taken = memo.get(cond, e).unwrap_or_else(|| {
-                    let r = [
-                        max_ratio(cond, e, tolerances[0][c]),
-                        max_ratio(cond, e, tolerances[1][c]),
-                    ];
-                    memo.put(cond, e, r);
-                    r
-                });
-            }),
-            _ => None,
-        };
         let pair = Pair {
             c,
             comparison,
@@ -367,9 +350,9 @@ fn fold_comparison(
             len: a.len(),
             a,
             e,
-            ratios: ratios.map(|()| &taken[..]),
+            ratios: None,
         };
-        fold_pair(spec, &pair, tolerances, traces, fused, out, first);
+        fold_pair(spec, &pair, tolerances, traces, fused, out, first, memo);
     });
 }
 
@@ -421,6 +404,7 @@ struct Pair<'t> {
 /// [`pair_stats_finite`] returns for it under the two policies (`fused`; None: computed here
 /// per policy, as for any other number of policies) and, for a check with theory columns,
 /// [`Pair::ratios`].
+#[allow(clippy::too_many_arguments)]
 fn fold_pair(
     spec: &CheckSpec,
     pair: &Pair<'_>,
@@ -429,6 +413,7 @@ fn fold_pair(
     fused: Option<PairStats>,
     out: &mut [SeedCheck],
     first: &mut bool,
+    memo: &mut RatioMemo,
 ) {
     let &Pair {
         c,
@@ -461,6 +446,25 @@ fn fold_pair(
     }
     if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
         let (gd, gp) = theory_factors(&red, comparison, len);
+        // Without precomputed ratios, two policies' ratios come from `memo` when an earlier
+        // comparison of this check had the same condition and expected tensor (ref-vs-f64
+        // and sharded-vs-f64 both expect the float64 trace): the same function of the same
+        // values.
+        let taken;
+        let ratios = match ratios {
+            None if tolerances.len() == 2 => {
+                taken = memo.get(cond, e).unwrap_or_else(|| {
+                    let r = [
+                        max_ratio(cond, e, tolerances[0][c]),
+                        max_ratio(cond, e, tolerances[1][c]),
+                    ];
+                    memo.put(cond, e, r);
+                    r
+                });
+                Some(&taken[..])
+            }
+            r => r,
+        };
         for (p, tols) in tolerances.iter().enumerate() {
             let m = match ratios {
                 Some(r) => r[p],
@@ -563,6 +567,7 @@ impl StreamedEval {
                         sharded: traces.sharded.widened(),
                     })
                 };
+                let mut memo = RatioMemo::default();
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
@@ -574,7 +579,7 @@ impl StreamedEval {
                         t,
                         out,
                         &mut self.first[i],
-                        &mut RatioMemo::default(),
+                        &mut memo,
                     );
                 }
                 if let Some(front) = self.fronts.get_mut(c) {
@@ -726,6 +731,7 @@ impl StreamedEval {
                     stat,
                     &mut out[i * 2..(i + 1) * 2],
                     &mut first[i],
+                    &mut RatioMemo::default(),
                 );
             }
         }

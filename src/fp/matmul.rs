@@ -343,8 +343,7 @@ impl MatmulModel {
     /// `c`, or all of `b` transposed), not counting the input-precision pieces: what a memory
     /// bound counts.
     pub fn nt_scratch_elems(&self, m: usize, k: usize, n: usize) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        if few_rows_nt_applies(self, m, k, n) && avx512_path_available() {
+        if few_rows_nt_runs(self, m, k, n) {
             return (k + n) * FEW_ROWS;
         }
         match nt_panel_width(m, k, n, 4) {
@@ -392,9 +391,9 @@ impl MatmulModel {
             ks: 1,
         };
         #[cfg(target_arch = "x86_64")]
-        if fast && few_rows_nt_applies(self, m, k, n) && avx512_path_available() {
+        if fast && few_rows_nt_runs(self, m, k, n) {
             let (at, ct) = (&mut s.bt, &mut s.panel);
-            // SAFETY: avx512f was detected just above; the lengths were checked.
+            // SAFETY: avx512f was detected (few_rows_nt_runs); the lengths were checked.
             unsafe {
                 if self.accum == Accum::Fma {
                     nt_few_rows_avx512::<true>(a, b, c, m, k, n, self.split, at, ct)
@@ -556,14 +555,58 @@ const FEW_ROWS: usize = 16;
 /// transposing `b` (a full pass over it, written and read again, for each product).
 const FEW_ROWS_NT_FROM: usize = 64 << 10;
 
-/// Whether [`MatmulModel::matmul_nt`] of this shape takes [`nt_few_rows_avx512`]: plain f32
-/// inputs, a chain accumulation (FMA or multiply-add), at most [`FEW_ROWS`] rows and a `b`
-/// of [`FEW_ROWS_NT_FROM`] bytes or more.
-fn few_rows_nt_applies(model: &MatmulModel, m: usize, k: usize, n: usize) -> bool {
+/// Whether [`MatmulModel::matmul_nt`] of this shape takes [`nt_few_rows_avx512`] on this CPU:
+/// AVX-512F, plain f32 inputs, a chain accumulation (FMA or multiply-add), at most
+/// [`FEW_ROWS`] rows and a `b` of [`FEW_ROWS_NT_FROM`] bytes or more.
+fn few_rows_nt_runs(model: &MatmulModel, m: usize, k: usize, n: usize) -> bool {
     model.passes == Passes::F32
         && model.accum != Accum::Pairwise
         && (1..=FEW_ROWS).contains(&m)
         && n.saturating_mul(k).saturating_mul(4) >= FEW_ROWS_NT_FROM
+        && avx512_path_available()
+}
+
+/// Whether [`matmul_nt_f64`] and [`matmul_nt_abs_f64`] of this shape take
+/// [`nt_few_rows_f64_avx512`] on this CPU: AVX-512F, at most [`FEW_ROWS`] rows and a `b` of
+/// [`FEW_ROWS_NT_F64_FROM`] bytes or more.
+fn few_rows_nt_f64_runs(m: usize, k: usize, n: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (1..=FEW_ROWS).contains(&m)
+            && n.saturating_mul(k).saturating_mul(8) >= FEW_ROWS_NT_F64_FROM
+            && std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (m, k, n);
+        false
+    }
+}
+
+/// `at[kk·16 + i]` = `f(a[i][kk])` for i < m (a is m × k), 0 for m ≤ i < 16: the rows of `a`
+/// as the 16 lanes of the few-rows kernels.
+#[cfg(target_arch = "x86_64")]
+fn rows_as_lanes<T: Copy + Default>(a: &[T], m: usize, k: usize, at: &mut [T], f: impl Fn(T) -> T) {
+    for kk in 0..k {
+        for i in 0..FEW_ROWS {
+            at[kk * FEW_ROWS + i] = if i < m {
+                f(a[i * k + kk])
+            } else {
+                T::default()
+            };
+        }
+    }
+}
+
+/// `c[i][j]` = `ct[j·16 + i]` for every row i of `c` (m × n): the few-rows kernels' lanes back
+/// into rows.
+#[cfg(target_arch = "x86_64")]
+fn lanes_as_rows<T: Copy>(ct: &[T], c: &mut [T], n: usize) {
+    for (i, row) in c.chunks_exact_mut(n).enumerate() {
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = ct[j * FEW_ROWS + i];
+        }
+    }
 }
 
 /// `c` (m×n) = `a` (m×k) · `b`ᵀ (`b` n×k) for m ≤ [`FEW_ROWS`], each element the chain the
@@ -603,11 +646,7 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
         "nt_few_rows: shapes"
     );
     let at = grown(at, k * FEW_ROWS);
-    for kk in 0..k {
-        for i in 0..FEW_ROWS {
-            at[kk * FEW_ROWS + i] = if i < m { a[i * k + kk] } else { 0.0 };
-        }
-    }
+    rows_as_lanes(a, m, k, at, |x| x);
     let ct = grown(ct, n * FEW_ROWS);
     #[inline(always)]
     unsafe fn step<const FMA: bool>(t: __m512, av: __m512, bv: f32) -> __m512 {
@@ -652,11 +691,7 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
         }
         j += w;
     }
-    for (i, row) in c.chunks_exact_mut(n).enumerate() {
-        for (jj, x) in row.iter_mut().enumerate() {
-            *x = ct[jj * FEW_ROWS + i];
-        }
-    }
+    lanes_as_rows(ct, c, n);
 }
 
 /// Bytes of `b` from which `x·Wᵀ` in f64 with at most [`FEW_ROWS`] rows runs
@@ -692,12 +727,7 @@ unsafe fn nt_few_rows_f64_avx512<const ABS: bool>(
     );
     scratch.resize(k * FEW_ROWS + n * FEW_ROWS, 0.0);
     let (at, ct) = scratch.split_at_mut(k * FEW_ROWS);
-    for kk in 0..k {
-        for i in 0..FEW_ROWS {
-            let x = if i < m { a[i * k + kk] } else { 0.0 };
-            at[kk * FEW_ROWS + i] = if ABS { x.abs() } else { x };
-        }
-    }
+    rows_as_lanes(a, m, k, at, |x: f64| if ABS { x.abs() } else { x });
     let (ap, bp) = (at.as_ptr(), b.as_ptr());
     let bv = |p: *const f64| {
         // SAFETY: the callers read inside `b`.
@@ -735,11 +765,7 @@ unsafe fn nt_few_rows_f64_avx512<const ABS: bool>(
         }
         j += w;
     }
-    for (i, row) in c.chunks_exact_mut(n).enumerate() {
-        for (jj, x) in row.iter_mut().enumerate() {
-            *x = ct[jj * FEW_ROWS + i];
-        }
-    }
+    lanes_as_rows(ct, c, n);
 }
 
 /// Copies the m × p panel `cp` into columns j0..j0 + p of `c` (m × n).
@@ -1591,11 +1617,7 @@ pub fn matmul_nt_f64(
 /// (the few-rows kernel's two buffers, or |a| and one transposed panel with its block of `c`,
 /// or all of `b` transposed): what a memory bound counts.
 pub fn nt_f64_scratch_elems(m: usize, k: usize, n: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if (1..=FEW_ROWS).contains(&m)
-        && n.saturating_mul(k).saturating_mul(8) >= FEW_ROWS_NT_F64_FROM
-        && std::arch::is_x86_feature_detected!("avx512f")
-    {
+    if few_rows_nt_f64_runs(m, k, n) {
         return (k + n) * FEW_ROWS;
     }
     m * k + nt_panel_width(m, k, n, 8).map_or(k * n, |w| k * w + m * w)
@@ -1633,11 +1655,8 @@ fn nt_f64<const ABS: bool>(
     assert_eq!(b.len(), k * n, "matmul_nt_f64: b has the wrong length");
     assert_eq!(c.len(), m * n, "matmul_nt_f64: c has the wrong length");
     #[cfg(target_arch = "x86_64")]
-    if (1..=FEW_ROWS).contains(&m)
-        && n.saturating_mul(k).saturating_mul(8) >= FEW_ROWS_NT_F64_FROM
-        && std::arch::is_x86_feature_detected!("avx512f")
-    {
-        // SAFETY: avx512f was detected just above; the lengths were checked above.
+    if few_rows_nt_f64_runs(m, k, n) {
+        // SAFETY: avx512f was detected (few_rows_nt_f64_runs); the lengths were checked above.
         return unsafe { nt_few_rows_f64_avx512::<ABS>(a, b, c, m, k, n, scratch) };
     }
     let na = if ABS { m * k } else { 0 };

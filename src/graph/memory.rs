@@ -97,14 +97,6 @@ impl Plan {
         let scratch_f64 = nt(&crate::fp::matmul::nt_f64_scratch_elems);
         let scratch_f32 = nt(&|m, k, n| model.nt_scratch_elems(m, k, n));
         let acc = if g.train.micro_steps > 1 { 2 } else { 1 };
-        let read: Vec<bool> = (0..np)
-            .map(|i| {
-                g.checks.iter().any(|c| {
-                    matches!(c.tensor, CheckTensor::ParamGrad(q) | CheckTensor::SgdUpdate(q)
-                        if self.storage[q.0] == i)
-                })
-            })
-            .collect();
         let unfused = |i: &&usize| !self.fused_sgd[**i];
         let grads: u128 = stored
             .iter()
@@ -112,10 +104,11 @@ impl Plan {
             .map(|&i| numel(i))
             .sum::<u128>()
             * acc;
-        let unread: u128 = stored
+        // The gradients a streamed run's fp32 computations share.
+        let unread: u128 = self
+            .unrecorded_grads()
             .iter()
             .filter(unfused)
-            .filter(|&&i| !read[i])
             .map(|&i| numel(i))
             .sum::<u128>()
             * acc;
