@@ -180,6 +180,14 @@ pub unsafe fn keep_pairs(
 /// 2⁵⁰⁰: [`keep_finite`] takes values below it (their products and differences stay finite).
 const BOUND: f64 = f64::from_bits((1023 + 500) << 52);
 
+/// 2⁻²⁰⁰ and 2²⁰⁰: the range of the anchors' coordinates and of a lane's e in which
+/// [`keep_finite`]'s screen is used (its error bounds hold there; doc of [`keep_finite`]).
+const SCREEN_LO: f64 = f64::from_bits((1023 - 200) << 52);
+const SCREEN_HI: f64 = f64::from_bits((1023 + 200) << 52);
+/// 1 − 2⁻⁴⁰, the screen's factor c: 256 times further below the hull than the keep test's
+/// own margin 2⁻⁴⁸, far more than the screen's few roundings.
+const SCREEN_SHRINK: f64 = 1.0 - 1.0 / 1_099_511_627_776.0;
+
 /// Whether both anchors' coordinates are below [`BOUND`].
 fn bounded(an: &Anchors) -> bool {
     [an.ps.0, an.ps.1, an.p0.0, an.p0.1]
@@ -209,7 +217,31 @@ fn bounded(an: &Anchors) -> bool {
 /// operations; the tests check the kept points against the portable definition.
 ///
 /// The kept lanes are appended with one compress per coordinate and two stores, on every
-/// block (a T1 sweep keeps a point in about 17 % of blocks, so a branch on it mispredicts).
+/// block the screen below lets through (a T1 sweep keeps a point in about 17 % of blocks, so
+/// a branch on the kept count alone mispredicts).
+///
+/// **The screen.** Most blocks keep nothing, and the region whose points are dropped is,
+/// up to the margins, the one below the polyline origin → p₀ → p* → (∞, d*), which is
+/// concave, so the minimum of its three lines. A block is skipped, before the fourteen
+/// comparisons, when every lane has e in [2⁻²⁰⁰, 2²⁰⁰] and either
+/// (1) d < c·min(fl(r₀·e), d₀), with r₀ = fl(d₀/e₀), or
+/// (2) d₀ < d < c·min(h̃, d*), with h̃ = fl(d₀ + (d* − d₀)·fl(fl(e − e₀)·fl(1/(e* − e₀))))
+/// (one fused rounding),
+/// c = 1 − 2⁻⁴⁰, each comparison exact (the sign of one fused d − c·x, or of d₀ − d), and
+/// only when the hull tests apply, all four anchor coordinates lie in [2⁻²⁰⁰, 2²⁰⁰], e* > e₀
+/// and d* > d₀. Every such lane is dropped by the test itself, with u = 2⁻⁵³:
+/// - (1): d < c·d₀ ≤ km·d₀ gives fl(d) ≤ fl(km·d₀); and d·e₀ < c·d₀·e·(1 + u)² (r₀ and
+///   r₀·e each rounded once), so fl(d·e₀) ≤ c·(1 + u)³·d₀·e < (1 − u)²·km·d₀·e ≤
+///   fl(km·fl(d₀·e)), as c·(1 + u)³ < km·(1 − u)². In range, d₀·e ≥ 2⁻⁴⁰⁰ and r₀·e is
+///   normal, so no product underflows but fl(d·e₀) for a tiny d, whose absolute error
+///   2⁻¹⁰⁷⁵ is far below the 2⁻⁴⁰·d₀·e of room. So p is below p₀.
+/// - (2): if e ≤ e₀ then h̃ ≤ d₀ < d, which (2) excludes; if e ≥ e* then d < d* makes p
+///   dominated. Otherwise p is between the anchors in both coordinates, and h̃ ≤ (1 + 6u)·h
+///   for the test's own chord height h (every term positive: t̃ ≤ (1 + 3u)·t, one more
+///   rounding for the sum, against at least (1 − u)² below h on the test's side), so
+///   d < c·(1 + 6u)·h ≤ fl(km·h): below the chord.
+/// - Neither kind of lane is an anchor (d < d₀ ≤ d*, or d₀ < d < d*), and d = 0 lanes fall
+///   under (1). A lane out of range, or a zero lane of a partial block, is never screened.
 #[target_feature(enable = "avx512f")]
 unsafe fn keep_finite(
     actual: &[f64],
@@ -239,12 +271,10 @@ unsafe fn keep_finite(
     // Interleaving indices: (d₀, e₀, d₁, e₁, …) from the compressed d and e lanes.
     let lo_idx = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
     let hi_idx = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
-    let mut big = _mm512_setzero_si512();
-    let mut i = 0;
-    while i < n {
-        // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
-        // is never kept.
-        let (d, e) = block_points(actual, expected, i, n, &mut big);
+    // The keep test of one block, and the append of its kept lanes: room for a whole
+    // block, then both halves of the interleaved pairs stored and the length advanced by
+    // the count.
+    let keep_block = |d: __m512d, e: __m512d, pts: &mut Vec<(f64, f64)>| {
         let (e_e0, d_d0) = (_mm512_sub_pd(e, p0e), _mm512_sub_pd(d, p0d));
         let (e_es, ds_d) = (_mm512_sub_pd(e, pse), _mm512_sub_pd(psd, d));
         // Dominated by p*: e − e* ≥ 0 and d* − d ≥ 0.
@@ -279,8 +309,6 @@ unsafe fn keep_finite(
         );
         let keep = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(anchor, zero)
             | !_mm512_cmp_pd_mask::<_CMP_LE_OQ>(drop, zero);
-        // Append the kept lanes: room for a whole block, then both halves of the
-        // interleaved pairs stored and the length advanced by the count.
         pts.reserve(8);
         let len = pts.len();
         let dc = _mm512_maskz_compress_pd(keep, d);
@@ -292,7 +320,69 @@ unsafe fn keep_finite(
         _mm512_storeu_pd(dst, _mm512_permutex2var_pd(dc, lo_idx, ec));
         _mm512_storeu_pd(dst.add(8), _mm512_permutex2var_pd(dc, hi_idx, ec));
         pts.set_len(len + keep.count_ones() as usize);
-        i += 8;
+    };
+    let mut big = _mm512_setzero_si512();
+    // The screen (doc above): only with the hull tests, anchors in [2⁻²⁰⁰, 2²⁰⁰] and p*
+    // right of and above p₀.
+    let in_screen_range = |v: f64| (SCREEN_LO..=SCREEN_HI).contains(&v);
+    if hull_tests
+        && [p0.0, p0.1, ps.0, ps.1].into_iter().all(in_screen_range)
+        && ps.1 > p0.1
+        && ps.0 > p0.0
+    {
+        let v_r0 = _mm512_set1_pd(p0.0 / p0.1);
+        let v_inv = _mm512_set1_pd(1.0 / (ps.1 - p0.1));
+        let v_c = _mm512_set1_pd(SCREEN_SHRINK);
+        let lo_bits = _mm512_set1_epi64(SCREEN_LO.to_bits() as i64);
+        let range_bits = _mm512_set1_epi64((SCREEN_HI.to_bits() - SCREEN_LO.to_bits()) as i64);
+        let sign = _mm512_set1_epi64(i64::MIN);
+        // Runs of 64 blocks: the screen of every block first, into one bit per block
+        // (without a branch), then the keep test of the blocks it let through, in order.
+        // A branch per block on the screen mispredicted on most blocks that keep a point.
+        let mut run = 0;
+        while run < n {
+            let run_end = n.min(run + 64 * 8);
+            let mut left = 0u64;
+            let mut i = run;
+            while i < run_end {
+                // SAFETY: as in `scan_finite`.
+                let (d, e) = block_points(actual, expected, i, n, &mut big);
+                // Every lane has e in range and d < c·min(r₀·e, d₀), or
+                // d₀ < d < c·min(h̃, d*): the block keeps nothing (doc above).
+                let in_range = _mm512_cmplt_epu64_mask(
+                    _mm512_sub_epi64(_mm512_castpd_si512(e), lo_bits),
+                    range_bits,
+                );
+                let s1 = _mm512_fnmadd_pd(v_c, _mm512_min_pd(_mm512_mul_pd(v_r0, e), p0d), d);
+                let t = _mm512_mul_pd(_mm512_sub_pd(e, p0e), v_inv);
+                let s2 = _mm512_max_pd(
+                    _mm512_sub_pd(p0d, d),
+                    _mm512_fnmadd_pd(v_c, _mm512_min_pd(_mm512_fmadd_pd(span_d, t, p0d), psd), d),
+                );
+                let below =
+                    _mm512_test_epi64_mask(_mm512_castpd_si512(_mm512_min_pd(s1, s2)), sign);
+                left |= u64::from(below & in_range != 0xff) << ((i - run) / 8);
+                i += 8;
+            }
+            while left != 0 {
+                let i = run + 8 * left.trailing_zeros() as usize;
+                left &= left - 1;
+                // SAFETY: i < n, a block of this run; the largest bit patterns were taken
+                // in the screen's pass.
+                let (d, e) = block_points(actual, expected, i, n, &mut big);
+                keep_block(d, e, pts);
+            }
+            run = run_end;
+        }
+    } else {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0,
+            // which is never kept.
+            let (d, e) = block_points(actual, expected, i, n, &mut big);
+            keep_block(d, e, pts);
+            i += 8;
+        }
     }
     _mm512_reduce_max_epi64(big) < BOUND.to_bits() as i64
 }
