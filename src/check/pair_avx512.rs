@@ -179,13 +179,13 @@ unsafe fn hmax(v: __m512d) -> f64 {
 /// The largest `cond[i] / (atol + rtol·|expected[i]|)` (each term one product, one sum and one
 /// division, never fused; a term replaces the maximum only when it is strictly larger, so NaN
 /// terms never count; 0 when there are none), eight lanes at a time, dividing only the blocks
-/// where some lane can raise its lane's maximum: the screen of [`pair_stats`] (module doc),
-/// z = fl(m·w − c) with a clear sign bit gives fl(c/w) ≤ m, and a NaN z comes only from a
-/// term that is NaN or cannot exceed m. After a block that divides, every lane takes the
-/// largest lane's maximum, so that later blocks are screened against the largest term so far.
-/// The lanes are combined by the same rule at the end; the maximum of a set of non-negative values does not depend on the order it is
-/// taken in. Missing lanes of a partial last block hold c = 0, e = 0: a term 0 or NaN, which
-/// changes nothing.
+/// where some lane can exceed a term already taken: the screen of [`pair_stats`] (module
+/// doc), with the largest term m₀ of a few sampled blocks as its bound, in runs of 64 blocks
+/// without a branch per block. z = fl(m₀·w − c) with a clear sign bit gives fl(c/w) ≤ m₀,
+/// and a NaN z comes only from a term that is NaN or cannot exceed m₀. The lanes are combined
+/// by the same rule at the end; the maximum of a set of non-negative values does not depend
+/// on the order it is taken in. Missing lanes of a partial last block hold c = 0, e = 0: a
+/// term 0 or NaN, which changes nothing.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -194,22 +194,53 @@ pub unsafe fn max_ratio(cond: &[f64], expected: &[f64], atol: f64, rtol: f64) ->
     let n = cond.len().min(expected.len());
     let (va, vr) = (_mm512_set1_pd(atol), _mm512_set1_pd(rtol));
     let zero = _mm512_setzero_si512();
-    let mut m = _mm512_setzero_pd();
-    let mut i = 0;
-    while i < n {
+    // A block's terms: condition and allowance.
+    let terms = |i: usize| {
         // SAFETY: i < n, within both slices.
         let (c, e) = load_pair(cond, expected, i, n);
-        let w = _mm512_add_pd(va, _mm512_mul_pd(vr, _mm512_abs_pd(e)));
-        let z = _mm512_fmsub_pd(m, w, c);
-        if _mm512_cmplt_epi64_mask(_mm512_castpd_si512(z), zero) != 0 {
-            // MAXPD returns its second operand unless the first is strictly larger: the rule
-            // of the definition, NaN terms included.
-            m = _mm512_max_pd(_mm512_div_pd(c, w), m);
-            // Every lane screens against the largest term so far: m holds no NaN, so its
-            // largest lane is the maximum of the terms seen.
-            m = _mm512_set1_pd(_mm512_reduce_max_pd(m));
+        (c, _mm512_add_pd(va, _mm512_mul_pd(vr, _mm512_abs_pd(e))))
+    };
+    // The screen's bound: the largest term of a few blocks spread over the slices (the
+    // first block of short ones), a term some element has. MAXPD returns its second operand
+    // unless the first is strictly larger: the rule of the definition, NaN terms included.
+    let mut m = _mm512_setzero_pd();
+    let samples = if n >= SAMPLE_FROM {
+        SAMPLES
+    } else {
+        usize::from(n > 0)
+    };
+    for s in 0..samples {
+        let start = if n >= SAMPLE_FROM {
+            ((s + 1) * n / (SAMPLES + 1)) / 8 * 8
+        } else {
+            0
+        };
+        let (c, w) = terms(start);
+        m = _mm512_max_pd(_mm512_div_pd(c, w), m);
+    }
+    // m holds no NaN, so its largest lane is the largest term sampled.
+    let bound = _mm512_set1_pd(_mm512_reduce_max_pd(m));
+    // Runs of 64 blocks: each screened against the bound into one bit, without a branch,
+    // then the blocks it let through divided (a maximum: in any order).
+    let mut run = 0;
+    while run < n {
+        let run_end = n.min(run + 64 * 8);
+        let mut left = 0u64;
+        let mut i = run;
+        while i < run_end {
+            let (c, w) = terms(i);
+            let z = _mm512_fmsub_pd(bound, w, c);
+            left |= u64::from(_mm512_cmplt_epi64_mask(_mm512_castpd_si512(z), zero) != 0)
+                << ((i - run) / 8);
+            i += 8;
         }
-        i += 8;
+        while left != 0 {
+            let i = run + 8 * left.trailing_zeros() as usize;
+            left &= left - 1;
+            let (c, w) = terms(i);
+            m = _mm512_max_pd(_mm512_div_pd(c, w), m);
+        }
+        run = run_end;
     }
     lanes(m)
         .iter()
