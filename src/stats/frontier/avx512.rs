@@ -53,15 +53,16 @@ fn ratio_limit(scan: &AnchorScan) -> f64 {
 /// The points of the block of eight pairs from `i` (`i < n`, both slices at least `n`
 /// long; a partial block's missing lanes are zeros, points with d = 0): d = |x − y| and
 /// e = |y|, [`super::pair_point`] for finite values, and `big` raised to the largest bit
-/// pattern of d and |x|. Non-finite inputs show up there above f64::MAX (|y| is in d's when
-/// |x| is finite: a finite x minus an infinite y is infinite), and so does a difference
-/// that overflows.
+/// pattern of d, and of |x| too when `WITH_X`. Non-finite inputs show up in d's above
+/// f64::MAX (a NaN on either side, or an infinity on one, makes x − y NaN or infinite), and
+/// so does a difference that overflows; |x| bounds |y| ≤ |x| + d as well, for the keep
+/// pass's bound below f64::MAX.
 ///
 /// # Safety
 /// The CPU must support AVX-512F; `i < n` and both slices hold at least `n` elements.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn block_points(
+unsafe fn block_points<const WITH_X: bool>(
     actual: &[f64],
     expected: &[f64],
     i: usize,
@@ -73,7 +74,9 @@ unsafe fn block_points(
     let d = _mm512_abs_pd(_mm512_sub_pd(x, y));
     let e = _mm512_abs_pd(y);
     *big = _mm512_max_epi64(*big, _mm512_castpd_si512(d));
-    *big = _mm512_max_epi64(*big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+    if WITH_X {
+        *big = _mm512_max_epi64(*big, _mm512_castpd_si512(_mm512_abs_pd(x)));
+    }
     (d, e)
 }
 
@@ -109,7 +112,7 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
     while i < n {
         // SAFETY: i < n, within both slices. A partial last block has zeros in its missing
         // lanes: points with d = 0, which change nothing.
-        let (d, e) = block_points(actual, expected, i, n, &mut big);
+        let (d, e) = block_points::<false>(actual, expected, i, n, &mut big);
         let in_range =
             _mm512_cmplt_epu64_mask(_mm512_sub_epi64(_mm512_castpd_si512(e), tiny_bits), span);
         // The screened ratio where e is in range, +∞ elsewhere (never screened).
@@ -346,7 +349,7 @@ unsafe fn keep_finite(
             let mut i = run;
             while i < run_end {
                 // SAFETY: as in `scan_finite`.
-                let (d, e) = block_points(actual, expected, i, n, &mut big);
+                let (d, e) = block_points::<true>(actual, expected, i, n, &mut big);
                 // Every lane has e in range and d < c·min(r₀·e, d₀), or
                 // d₀ < d < c·min(h̃, d*): the block keeps nothing (doc above).
                 let in_range = _mm512_cmplt_epu64_mask(
@@ -369,7 +372,7 @@ unsafe fn keep_finite(
                 left &= left - 1;
                 // SAFETY: i < n, a block of this run; the largest bit patterns were taken
                 // in the screen's pass.
-                let (d, e) = block_points(actual, expected, i, n, &mut big);
+                let (d, e) = block_points::<false>(actual, expected, i, n, &mut big);
                 keep_block(d, e, pts);
             }
             run = run_end;
@@ -379,7 +382,7 @@ unsafe fn keep_finite(
         while i < n {
             // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0,
             // which is never kept.
-            let (d, e) = block_points(actual, expected, i, n, &mut big);
+            let (d, e) = block_points::<true>(actual, expected, i, n, &mut big);
             keep_block(d, e, pts);
             i += 8;
         }
@@ -412,7 +415,7 @@ pub unsafe fn screen_pairs(
     while i < n {
         // SAFETY: as in `scan_finite`; the zero lanes of a partial block have d = 0, which
         // never passes.
-        let (d, e) = block_points(actual, expected, i, n, &mut big);
+        let (d, e) = block_points::<false>(actual, expected, i, n, &mut big);
         let idx = _mm512_srli_epi64::<BELOW_SHIFT>(_mm512_castpd_si512(e));
         // The table is nondecreasing, so the entry of the block's least index is at most
         // every lane's: a block with no d above it passes nothing (the common case), and
