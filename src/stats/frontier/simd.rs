@@ -512,6 +512,93 @@ mod tests {
         );
     }
 
+    /// The keep pass's block screen (`avx512::keep_finite`) against the definition, on
+    /// points around the screen's own edges: below p₀'s ray and below the chord by factors
+    /// c = 1 − 2⁻⁴⁰ give or take a few ulps (dropped by the test either way), d exactly d₀
+    /// and one ulp either side with e between the anchors (d = d₀ is kept: neither below
+    /// p₀ nor strictly between the anchors), e at the screen range's ends 2^±200, and a kept
+    /// point now and then among blocks of dropped ones, over several runs of 64 blocks.
+    #[test]
+    fn keep_pairs_around_its_block_screen_equals_its_definition() {
+        let (p0, ps) = ((1.0f64, 0.25f64), (2.0f64, 1.0f64));
+        let c = 1.0 - 2f64.powi(-40);
+        let around = |x: f64| {
+            [
+                x.next_down().next_down(),
+                x.next_down(),
+                x,
+                x.next_up(),
+                x.next_up().next_up(),
+            ]
+        };
+        let q = |x: f64, ulp: f64| (x / ulp).round() * ulp;
+        let mut pts = vec![p0, ps];
+        for k in 1..400 {
+            let f = k as f64 / 400.0;
+            // Left of p₀: the ray d = r₀·e.
+            let e = q(0.25 * f, 2f64.powi(-56));
+            for d in around(c * 4.0 * e) {
+                pts.push((d, e));
+            }
+            // Between the anchors: the chord, d = d₀ and its neighbours.
+            let e = q(0.25 + 0.75 * f, 2f64.powi(-54));
+            let h = 1.0 + (e - 0.25) / 0.75;
+            for d in around(c * h).into_iter().chain(around(p0.0)) {
+                pts.push((d, e));
+            }
+            // Right of p*: under d* (dominated) and at it.
+            for d in around(c * ps.0) {
+                pts.push((d, q(1.0 + f, 2f64.powi(-52))));
+            }
+            // Far below (a block the screen skips), then now and then a kept point.
+            for j in 0..16 {
+                pts.push((0.25 * f, q(0.3 + 0.001 * j as f64, 2f64.powi(-54))));
+            }
+            if k % 7 == 0 {
+                // Above the chord (kept), with a ratio below r₀ = 4 and d below d* = 2.
+                let e = q(0.4 + 0.5 * f, 2f64.powi(-54));
+                let h = 1.0 + (e - 0.25) / 0.75;
+                pts.push((q(h * 1.001, 2f64.powi(-52)), e));
+            }
+        }
+        // e at the ends of the screen's range: below the ray, and dominated by p*.
+        for ee in around(2f64.powi(-200)) {
+            pts.push((ee * 1e-3, ee));
+        }
+        for ee in around(2f64.powi(200)) {
+            pts.push((0.5, ee));
+        }
+        let (mut a, mut e) = (Vec::new(), Vec::new());
+        for &(d, ee) in &pts {
+            // The pair (ee + d, ee) gives d exactly when it is exact, as it is for these
+            // multiples of small powers of two; pairs where it is not are kept as they are
+            // (both sides still see the same pair).
+            a.push(ee + d);
+            e.push(ee);
+        }
+        let mut scan = AnchorScan::default();
+        scan_anchors_portable(&a, &e, &mut scan);
+        let an = scan.finish().expect("anchors");
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        keep_pairs(&a, &e, Some(&an), &mut fast);
+        keep_pairs_portable(&a, &e, Some(&an), &mut slow);
+        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
+        };
+        assert_eq!(bits(&fast), bits(&slow));
+        // Kept points and dropped ones, d = d₀ between the anchors among the kept.
+
+        assert!(
+            slow.len() > 400 && slow.len() < a.len() / 4,
+            "{}",
+            slow.len()
+        );
+        assert!(slow.iter().any(|q| q.0 == an.p0.0 && q.1 > an.p0.1));
+        assert!(slow
+            .iter()
+            .any(|q| q.1 >= 0.4 && q.0 > 1.0005 * (1.0 + (q.1 - 0.25) / 0.75)));
+    }
+
     /// Finite pairs on the anchor screen's edges: ratios d/e within a few ulps of each
     /// other (the best-ratio test), differences equal to the largest so far (the p* test),
     /// exact zeros in d and in e, and magnitudes from 1e-300 to 1e300.
