@@ -1,6 +1,6 @@
 //! The f32 tanh of a slice, fast and exact: a vectorisable float64 approximation decides
 //! every element whose rounding it can prove, and the exact scalar kernel
-//! ([`tanh_mkl_f32`] or [`tanh_cr_f32`]) computes the rest. The result is bit for bit the
+//! ([`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) or [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32)) computes the rest. The result is bit for bit the
 //! exact kernel's on every input (tested on every f32 input of the fast range by
 //! `fast_path_equals_the_exact_kernels_on_its_whole_range`); only the time differs.
 //!
@@ -22,12 +22,15 @@
 //! midpoint) by at least ceil(0.0145 · 2^29). Then tanh(x) (within 0.0003 ulp of `F`), and
 //! `libm::tanh(x)` (within 2^-29 ulp of tanh(x)), lie more than 0.0142 ulp from every
 //! midpoint: they round to the same `r`, and outside MKL's 0.014-ulp exception window, where
-//! [`tanh_mkl_f32`] returns `r` as well. Every other element (about 3 % of the fast range,
+//! [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) returns `r` as well. Every other element (about 3 % of the fast range,
 //! plus NaN, infinities, |x| < 2^-12 and |x| > 9) goes to the exact kernel. (The window was
 //! 0.03 ulp, over MKL's earlier 0.02-ulp window; the same margins over the narrower one, and
 //! the exhaustive test below checks every input of the fast range either way.)
 
-use super::torch_ops::{tanh_cr_f32, tanh_mkl_f32, TanhKernel};
+use super::tanh64_slice::tanh64_slice;
+#[cfg(test)]
+use super::torch_ops::{tanh_cr_f32, tanh_mkl_f32};
+use super::torch_ops::{tanh_cr_f32_given, tanh_mkl_f32_given, TanhKernel};
 
 /// Half-width, in f32 ulps, of the band around a rounding midpoint where the fast path
 /// defers to the exact kernel (> MKL's 0.014-ulp window + the 0.0003-ulp fast error +
@@ -142,23 +145,53 @@ fn block_kernel() -> fn(&[f32; BLOCK], &mut [f32; BLOCK], &mut [bool; BLOCK]) {
     block_body
 }
 
-/// `x = tanh(x)` elementwise, bit for bit [`tanh_mkl_f32`] (`TanhKernel::Mkl`) or
-/// [`tanh_cr_f32`] (`TanhKernel::CorrectlyRounded`); see the module doc for the order.
+/// `x = tanh(x)` elementwise, bit for bit [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) (`TanhKernel::Mkl`) or
+/// [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32) (`TanhKernel::CorrectlyRounded`); see the module doc for the order. The
+/// elements the fast path leaves are gathered into batches of up to [`PENDING`], whose
+/// `libm::tanh` (the exact kernels' first step) [`tanh64_slice`] computes eight lanes at a
+/// time with the same bits; each then takes its kernel's last step
+/// ([`tanh_mkl_f32_given`], [`tanh_cr_f32_given`]).
 pub fn tanh_slice(x: &mut [f32], kernel: TanhKernel) {
-    let exact: fn(f32) -> f32 = match kernel {
-        TanhKernel::Mkl => tanh_mkl_f32,
-        TanhKernel::CorrectlyRounded => tanh_cr_f32,
+    let finish: fn(f32, f64) -> f32 = match kernel {
+        TanhKernel::Mkl => tanh_mkl_f32_given,
+        TanhKernel::CorrectlyRounded => tanh_cr_f32_given,
     };
     let run = block_kernel();
     let (mut inp, mut out, mut ok) = ([0f32; BLOCK], [0f32; BLOCK], [false; BLOCK]);
-    for block in x.chunks_mut(BLOCK) {
-        inp[..block.len()].copy_from_slice(block);
-        run(&inp, &mut out, &mut ok);
-        for (i, xi) in block.iter_mut().enumerate() {
-            *xi = if ok[i] { out[i] } else { exact(*xi) };
+    // The pending elements: their indices in `x` and their f64 values, then tanh's.
+    let (mut at, mut t) = ([0usize; PENDING], [0f64; PENDING]);
+    let mut pending = 0;
+    let flush = |x: &mut [f32], at: &[usize], t: &mut [f64]| {
+        tanh64_slice(t);
+        for (&i, &ti) in at.iter().zip(t.iter()) {
+            x[i] = finish(x[i], ti);
         }
+    };
+    let mut start = 0;
+    while start < x.len() {
+        let len = BLOCK.min(x.len() - start);
+        inp[..len].copy_from_slice(&x[start..start + len]);
+        run(&inp, &mut out, &mut ok);
+        for i in 0..len {
+            if ok[i] {
+                x[start + i] = out[i];
+            } else {
+                at[pending] = start + i;
+                t[pending] = f64::from(x[start + i]);
+                pending += 1;
+            }
+        }
+        if pending > PENDING - BLOCK {
+            flush(x, &at[..pending], &mut t[..pending]);
+            pending = 0;
+        }
+        start += len;
     }
+    flush(x, &at[..pending], &mut t[..pending]);
 }
+
+/// Most elements [`tanh_slice`] holds back for the exact kernel before computing them.
+const PENDING: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -386,10 +386,18 @@ fn log_core(d: f32) -> f32 {
 /// pass through (tanh(x) rounds to x there). This is the `tanh-cr` modifier's kernel.
 #[inline]
 pub fn tanh_cr_f32(x: f32) -> f32 {
+    tanh_cr_f32_given(x, libm::tanh(x as f64))
+}
+
+/// [`tanh_cr_f32`] of `x` given `t`, `libm::tanh(x as f64)` as the caller computed it (for
+/// a batch, [`super::tanh64_slice::tanh64_slice`] gives the same bits; `t` is not read for a
+/// NaN `x`).
+#[inline]
+pub fn tanh_cr_f32_given(x: f32, t: f64) -> f32 {
     if x.is_nan() {
         return f32::from_bits(x.to_bits() | 0x0040_0000);
     }
-    libm::tanh(x as f64) as f32
+    t as f32
 }
 
 /// The measured exception table of MKL's f32 tanh: sorted little-endian u32 pairs
@@ -477,10 +485,17 @@ fn mkl_tanh_exception(bits: u32) -> Option<u32> {
 /// machine in a minute or two.
 #[inline]
 pub fn tanh_mkl_f32(x: f32) -> f32 {
+    tanh_mkl_f32_given(x, libm::tanh(x as f64))
+}
+
+/// [`tanh_mkl_f32`] of `x` given `t`, `libm::tanh(x as f64)` as the caller computed it (for
+/// a batch, [`super::tanh64_slice::tanh64_slice`] gives the same bits; `t` is not read for a
+/// NaN `x`).
+#[inline]
+pub fn tanh_mkl_f32_given(x: f32, t: f64) -> f32 {
     if x.is_nan() {
         return f32::from_bits(x.to_bits() | 0x0040_0000);
     }
-    let t = libm::tanh(x as f64);
     let r = t as f32;
     if near_midpoint(t, r) {
         if let Some(b) = mkl_tanh_exception(x.to_bits()) {
