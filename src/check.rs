@@ -367,6 +367,37 @@ pub fn pair_stats_finite(
     pair_stats_impl(actual, expected, t1, t2)
 }
 
+/// [`pair_stats_finite`] of `a1` and of `a2` against the same `expected`: the same two
+/// results, taken in one pass (each element's |expected| and allowances computed once) where
+/// the AVX-512 kernel applies to both.
+pub fn pair_stats_finite2(
+    a1: &[f64],
+    a2: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> [Option<PairStats>; 2] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if t1.atol > 0.0
+            && t2.atol > 0.0
+            && t1.rtol >= 0.0
+            && t2.rtol >= 0.0
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && pair_avx512::applies(a1, expected, t1, t2)
+            && pair_avx512::applies(a2, expected, t1, t2)
+        {
+            // SAFETY: the CPU supports AVX-512F, and the kernel applies to both (checked
+            // just above).
+            return unsafe { pair_avx512::pair_stats2(a1, a2, expected, t1, t2) };
+        }
+    }
+    [
+        pair_stats_finite(a1, expected, t1, t2),
+        pair_stats_finite(a2, expected, t1, t2),
+    ]
+}
+
 /// AVX2 version of [`pair_stats_impl`] with explicit intrinsics: four lanes per register,
 /// the same IEEE operations per element (`atol + rtol·|e|` as a product then a sum, never
 /// fused; one division), so the results are identical.

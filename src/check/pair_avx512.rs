@@ -60,25 +60,68 @@ pub(super) unsafe fn pair_stats(
     t1: Tolerance,
     t2: Tolerance,
 ) -> Option<PairStats> {
-    debug_assert!(applies(actual, expected, t1, t2));
-    let n = actual.len();
+    let [r] = pair_stats_n([actual], expected, t1, t2);
+    r
+}
+
+/// [`pair_stats`] of two actual tensors against one expected tensor, in one pass that
+/// computes each element's |e| and allowances once (`ref-vs-f64` and `sharded-vs-f64` expect
+/// the same float64 trace): the same two results, each element's operations unchanged.
+///
+/// # Safety
+/// The CPU must support AVX-512F; [`applies`] holds for both actual tensors.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pair_stats2(
+    a1: &[f64],
+    a2: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> [Option<PairStats>; 2] {
+    pair_stats_n([a1, a2], expected, t1, t2)
+}
+
+/// [`pair_stats`] of each of the `N` actual tensors against `expected` (module doc).
+#[inline(always)]
+unsafe fn pair_stats_n<const N: usize>(
+    actuals: [&[f64]; N],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> [Option<PairStats>; N] {
+    for a in actuals {
+        debug_assert!(applies(a, expected, t1, t2));
+    }
+    let n = expected.len();
     let zero = _mm512_setzero_pd();
     let sign = _mm512_set1_epi64(i64::MIN);
     let (at1, rt1) = (_mm512_set1_pd(t1.atol), _mm512_set1_pd(t1.rtol));
     let (at2, rt2) = (_mm512_set1_pd(t2.atol), _mm512_set1_pd(t2.rtol));
-    // Per block of (actual, expected): d = |a − e|, m = |e| and the two allowances
-    // atol + rtol·m (a product, then a sum), the same terms for the seed and the main loop.
-    let terms = |(a, e): (__m512d, __m512d)| {
-        let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
-        let m = _mm512_abs_pd(e);
-        let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
-        let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
-        (d, m, w1, w2)
-    };
+    // Per block of expected values: m = |e| and the two allowances atol + rtol·m (a product,
+    // then a sum); per actual block, d = |a − e|. The same terms for the seed and the main
+    // loop.
+    // (A macro, so that every use is inlined: as a closure it was called.)
+    macro_rules! load {
+        ($i:expr) => {{
+            let i: usize = $i;
+            // SAFETY: i < n, the length of every slice (every use); a partial block has
+            // zeros in its missing lanes.
+            let (_, e) = load_pair(expected, expected, i, n);
+            let m = _mm512_abs_pd(e);
+            let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
+            let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+            let d: [__m512d; N] = std::array::from_fn(|k| {
+                let (a, _) = load_pair(actuals[k], expected, i, n);
+                _mm512_abs_pd(_mm512_sub_pd(a, e))
+            });
+            (d, m, w1, w2)
+        }};
+    }
     // Seed the maxima with the exact usages of a few blocks spread over the tensor (the
     // first block alone for a short one; their divisions are independent of each other):
     // u₀ is a usage some element attains, the screen's bound for every block.
-    let (mut s1, mut s2) = (zero, zero);
+    let mut s1 = [zero; N];
+    let mut s2 = [zero; N];
     let samples = if n >= SAMPLE_FROM {
         SAMPLES
     } else {
@@ -90,75 +133,85 @@ pub(super) unsafe fn pair_stats(
         } else {
             0
         };
-        // SAFETY: start < n (n ≥ 1; for n ≥ SAMPLE_FROM, start + 8 ≤ n·SAMPLES/(SAMPLES + 1)
-        // + 8 ≤ n); a short block has zeros in its missing lanes (usage 0).
-        let (d, _, w1, w2) = terms(load_pair(actual, expected, start, n));
-        // MAXPD keeps the running maximum unless the new value is strictly larger (a
-        // NaN usage, from a non-finite input, is skipped, as `hmax` skips it).
-        s1 = _mm512_max_pd(_mm512_div_pd(d, w1), s1);
-        s2 = _mm512_max_pd(_mm512_div_pd(d, w2), s2);
+        // start < n (n ≥ 1; for n ≥ SAMPLE_FROM, start + 8 ≤ n·SAMPLES/(SAMPLES + 1) + 8 ≤
+        // n); a short block has zeros in its missing lanes (usage 0).
+        let (d, _, w1, w2) = load!(start);
+        for k in 0..N {
+            // MAXPD keeps the running maximum unless the new value is strictly larger (a
+            // NaN usage, from a non-finite input, is skipped, as `hmax` skips it).
+            s1[k] = _mm512_max_pd(_mm512_div_pd(d[k], w1), s1[k]);
+            s2[k] = _mm512_max_pd(_mm512_div_pd(d[k], w2), s2[k]);
+        }
     }
-    let (vu1, vu2) = (_mm512_set1_pd(hmax(s1)), _mm512_set1_pd(hmax(s2)));
+    let vu1: [__m512d; N] = std::array::from_fn(|k| _mm512_set1_pd(hmax(s1[k])));
+    let vu2: [__m512d; N] = std::array::from_fn(|k| _mm512_set1_pd(hmax(s2[k])));
     // Maxima of d and |e| as bit patterns (for non-negative floats the integer order is
     // the float order, and NaN and ±∞ lie above f64::MAX).
-    let (mut md, mut me) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let mut md = [_mm512_setzero_si512(); N];
+    let mut me = _mm512_setzero_si512();
     // Runs of 64 blocks: every block screened against u₀ into one bit (without a branch),
     // then the blocks it let through divided, in any order (a maximum). A branch per block
     // on the screen mispredicted on most blocks that divide.
     let mut run = 0;
     while run < n {
         let run_end = n.min(run + 64 * 8);
-        let mut left = 0u64;
+        let mut left = [0u64; N];
         let mut i = run;
         while i < run_end {
-            // SAFETY: i < n, the length of both slices. A partial last block has zeros in
-            // its missing lanes: d = 0 there, which adds nothing to any maximum or count.
-            let (d, m, w1, w2) = terms(load_pair(actual, expected, i, n));
-            md = _mm512_max_epi64(md, _mm512_castpd_si512(d));
+            // i < n. A partial last block has zeros in its missing lanes: d = 0 there,
+            // which adds nothing to any maximum or count.
+            let (d, m, w1, w2) = load!(i);
             me = _mm512_max_epi64(me, _mm512_castpd_si512(m));
-            // d ≤ u₀·w under both tolerances: the sign bits of fl(u₀·w − d) clear.
-            let z = _mm512_or_si512(
-                _mm512_castpd_si512(_mm512_fmsub_pd(vu1, w1, d)),
-                _mm512_castpd_si512(_mm512_fmsub_pd(vu2, w2, d)),
-            );
-            left |= u64::from(_mm512_test_epi64_mask(z, sign) != 0) << ((i - run) / 8);
+            for k in 0..N {
+                md[k] = _mm512_max_epi64(md[k], _mm512_castpd_si512(d[k]));
+                // d ≤ u₀·w under both tolerances: the sign bits of fl(u₀·w − d) clear.
+                let z = _mm512_or_si512(
+                    _mm512_castpd_si512(_mm512_fmsub_pd(vu1[k], w1, d[k])),
+                    _mm512_castpd_si512(_mm512_fmsub_pd(vu2[k], w2, d[k])),
+                );
+                left[k] |= u64::from(_mm512_test_epi64_mask(z, sign) != 0) << ((i - run) / 8);
+            }
             i += 8;
         }
-        while left != 0 {
-            let i = run + 8 * left.trailing_zeros() as usize;
-            left &= left - 1;
-            // SAFETY: as above.
-            let (d, _, w1, w2) = terms(load_pair(actual, expected, i, n));
-            s1 = _mm512_max_pd(_mm512_div_pd(d, w1), s1);
-            s2 = _mm512_max_pd(_mm512_div_pd(d, w2), s2);
+        for k in 0..N {
+            while left[k] != 0 {
+                let i = run + 8 * left[k].trailing_zeros() as usize;
+                left[k] &= left[k] - 1;
+                let (d, _, w1, w2) = load!(i);
+                s1[k] = _mm512_max_pd(_mm512_div_pd(d[k], w1), s1[k]);
+                s2[k] = _mm512_max_pd(_mm512_div_pd(d[k], w2), s2[k]);
+            }
         }
         run = run_end;
     }
-    let (u1, u2) = (hmax(s1), hmax(s2));
     let max_bits = f64::MAX.to_bits() as i64;
-    let (md, me) = (_mm512_reduce_max_epi64(md), _mm512_reduce_max_epi64(me));
-    if me > max_bits || md > max_bits && !all_finite(actual) {
-        return None;
-    }
-    // The counts of x > 1, that is d > w (module doc): none unless some usage is above 1,
-    // so a second pass only then.
-    let (mut c1, mut c2) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    if u1 > 1.0 || u2 > 1.0 {
-        let inc = _mm512_set1_epi64(1);
-        let mut i = 0;
-        while i < n {
-            // SAFETY: as above; the zero lanes of a partial block have d = 0, never > w.
-            let (d, _, w1, w2) = terms(load_pair(actual, expected, i, n));
-            c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, w1), c1, inc);
-            c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, w2), c2, inc);
-            i += 8;
+    let me = _mm512_reduce_max_epi64(me);
+    std::array::from_fn(|k| {
+        let (u1, u2) = (hmax(s1[k]), hmax(s2[k]));
+        let md = _mm512_reduce_max_epi64(md[k]);
+        if me > max_bits || md > max_bits && !all_finite(actuals[k]) {
+            return None;
         }
-    }
-    let count = |c: __m512i| _mm512_reduce_add_epi64(c) as usize;
-    Some((
-        [(u1, count(c1), 0), (u2, count(c2), 0)],
-        (f64::from_bits(md as u64), f64::from_bits(me as u64)),
-    ))
+        // The counts of x > 1, that is d > w (module doc): none unless some usage is above
+        // 1, so a second pass only then.
+        let (mut c1, mut c2) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        if u1 > 1.0 || u2 > 1.0 {
+            let inc = _mm512_set1_epi64(1);
+            let mut i = 0;
+            while i < n {
+                // The zero lanes of a partial block have d = 0, never > w.
+                let (d, _, w1, w2) = load!(i);
+                c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d[k], w1), c1, inc);
+                c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d[k], w2), c2, inc);
+                i += 8;
+            }
+        }
+        let count = |c: __m512i| _mm512_reduce_add_epi64(c) as usize;
+        Some((
+            [(u1, count(c1), 0), (u2, count(c2), 0)],
+            (f64::from_bits(md as u64), f64::from_bits(me as u64)),
+        ))
+    })
 }
 
 /// Blocks [`pair_stats`] divides up front to seed its maxima.
@@ -377,6 +430,26 @@ mod tests {
             // SAFETY: AVX-512F checked above.
             let got = unsafe { pair_stats(&a, &e, tols[0], tols[1]) };
             assert_eq!(bits(got), bits(want), "case {case}: {a:?} {e:?}");
+            // Two actual tensors against the same expected one, in one pass: a second actual
+            // from its own draw, with e's values (so usages of its own) and, now and then,
+            // a non-finite value in only one of the two.
+            let (mut a2, _) = pairs(&mut rng, n, tols);
+            for (k, x) in a2.iter_mut().enumerate() {
+                let y = e[k];
+                *x = y + (*x - y).clamp(-1e3, 1e3) * 0.5;
+                if !x.is_finite() && case % 2 == 0 {
+                    *x = y;
+                }
+            }
+            let want2 = pair_stats_impl(&a2, &e, tols[0], tols[1]);
+            // SAFETY: AVX-512F checked above.
+            let [g1, g2] = unsafe { pair_stats2(&a, &a2, &e, tols[0], tols[1]) };
+            assert_eq!(bits(g1), bits(want), "case {case}, fused first");
+            assert_eq!(
+                bits(g2),
+                bits(want2),
+                "case {case}, fused second: {a2:?} {e:?}"
+            );
         }
         // The generator is meant to give mostly finite slices, where the screen works.
         assert!(finite > 3000, "{finite} finite cases");

@@ -12,7 +12,8 @@
 //! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
 use crate::check::{
-    magnitude_stats, pair_stats_finite, usage_stats, PairStats, StepLabel, Tolerance,
+    magnitude_stats, pair_stats_finite, pair_stats_finite2, usage_stats, PairStats, StepLabel,
+    Tolerance,
 };
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::stats::frontier::{
@@ -301,6 +302,22 @@ pub fn evaluate_reusing(
     out.clear();
     for (c, spec) in checks.iter().enumerate() {
         let mut memo = RatioMemo::default();
+        // `ref-vs-f64` and `sharded-vs-f64` expect the same float64 tensors (unless a check
+        // expects from its own trace): both comparisons' statistics of a step are taken in
+        // one pass while the first is folded ([`pair_stats_finite2`]), for up to
+        // [`FUSED_STEPS`] steps, and the second reads its share back by step index.
+        let fuse = reuse.is_none() && tolerances.len() == 2 && !spec.self_consistent;
+        let mut sharded: [Option<(StepLabel, &[f64], &[f64])>; FUSED_STEPS] = [None; FUSED_STEPS];
+        let mut sharded_stats: [Option<Option<PairStats>>; FUSED_STEPS] = [None; FUSED_STEPS];
+        if fuse {
+            let mut k = 0;
+            for_each_pair(traces, c, spec, Comparison::ShardedVsF64, |step, a, e| {
+                if let Some(slot) = sharded.get_mut(k) {
+                    *slot = Some((step, a, e));
+                }
+                k += 1;
+            });
+        }
         for comparison in Comparison::ALL {
             let base = out.len();
             if let (Comparison::RefVsF64, Some(r)) = (comparison, reuse) {
@@ -309,6 +326,26 @@ pub fn evaluate_reusing(
             }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
+            let (t1, t2) = match tolerances {
+                [p1, p2] => (p1[c], p2[c]),
+                _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
+            };
+            let mut stats = |k: usize, step: StepLabel, a: &[f64], e: &[f64]| match comparison {
+                Comparison::RefVsF64 if fuse => match sharded.get(k).copied().flatten() {
+                    Some((s, a2, e2)) if s == step && std::ptr::eq(e, e2) => {
+                        let [r, sh] = pair_stats_finite2(a, a2, e, t1, t2);
+                        sharded_stats[k] = Some(sh);
+                        r
+                    }
+                    _ => pair_stats_finite(a, e, t1, t2),
+                },
+                Comparison::ShardedVsF64 if fuse => sharded_stats
+                    .get(k)
+                    .copied()
+                    .flatten()
+                    .unwrap_or_else(|| pair_stats_finite(a, e, t1, t2)),
+                _ => pair_stats_finite(a, e, t1, t2),
+            };
             fold_comparison(
                 spec,
                 c,
@@ -318,10 +355,15 @@ pub fn evaluate_reusing(
                 &mut out[base..],
                 &mut first,
                 &mut memo,
+                &mut stats,
             );
         }
     }
 }
+
+/// Steps of a check whose `ref-vs-f64` and `sharded-vs-f64` statistics [`evaluate`] takes in
+/// one pass (later steps, if any, take them one comparison at a time).
+const FUSED_STEPS: usize = 16;
 
 /// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
 /// in recording order, into `out` (one entry per policy): the worst usage (the first on
@@ -336,13 +378,16 @@ fn fold_comparison(
     out: &mut [SeedCheck],
     first: &mut bool,
     memo: &mut RatioMemo,
+    stats: &mut dyn FnMut(usize, StepLabel, &[f64], &[f64]) -> Option<PairStats>,
 ) {
+    let mut k = 0;
     for_each_pair(traces, c, spec, comparison, |step, a, e| {
         let fused = if tolerances.len() == 2 {
-            pair_stats_finite(a, e, tolerances[0][c], tolerances[1][c])
+            stats(k, step, a, e)
         } else {
             None
         };
+        k += 1;
         let pair = Pair {
             c,
             comparison,
@@ -571,6 +616,10 @@ impl StreamedEval {
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
+                    let (t1, t2) = match tolerances {
+                        [p1, p2] => (p1[c], p2[c]),
+                        _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
+                    };
                     fold_comparison(
                         spec,
                         c,
@@ -580,6 +629,7 @@ impl StreamedEval {
                         out,
                         &mut self.first[i],
                         &mut memo,
+                        &mut |_, _, a, e| pair_stats_finite(a, e, t1, t2),
                     );
                 }
                 if let Some(front) = self.fronts.get_mut(c) {
