@@ -307,7 +307,7 @@ pub fn evaluate_reusing(
         // one pass while the first is folded ([`pair_stats_finite2`]), for up to
         // [`FUSED_STEPS`] steps, and the second reads its share back by step index.
         let fuse = reuse.is_none() && tolerances.len() == 2 && !spec.self_consistent;
-        let mut sharded: [Option<(StepLabel, &[f64], &[f64])>; FUSED_STEPS] = [None; FUSED_STEPS];
+        let mut sharded: [Option<StepPair>; FUSED_STEPS] = [None; FUSED_STEPS];
         let mut sharded_stats: [Option<Option<PairStats>>; FUSED_STEPS] = [None; FUSED_STEPS];
         if fuse {
             let mut k = 0;
@@ -365,6 +365,13 @@ pub fn evaluate_reusing(
 /// one pass (later steps, if any, take them one comparison at a time).
 const FUSED_STEPS: usize = 16;
 
+/// One step's (actual, expected) tensors of a comparison.
+type StepPair<'t> = (StepLabel, &'t [f64], &'t [f64]);
+
+/// How [`fold_comparison`] gets the statistics of its k-th tensor pair (step, actual,
+/// expected) under the two policies: [`pair_stats_finite`], or a share of a fused pass.
+type StatsOf<'a> = dyn FnMut(usize, StepLabel, &[f64], &[f64]) -> Option<PairStats> + 'a;
+
 /// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
 /// in recording order, into `out` (one entry per policy): the worst usage (the first on
 /// ties; `first`: no tensor folded yet), maxima and sums as [`evaluate`] documents them.
@@ -378,7 +385,7 @@ fn fold_comparison(
     out: &mut [SeedCheck],
     first: &mut bool,
     memo: &mut RatioMemo,
-    stats: &mut dyn FnMut(usize, StepLabel, &[f64], &[f64]) -> Option<PairStats>,
+    stats: &mut StatsOf<'_>,
 ) {
     let mut k = 0;
     for_each_pair(traces, c, spec, comparison, |step, a, e| {
