@@ -176,7 +176,10 @@ fn staircase_body(pts: &mut Vec<(f64, f64)>) {
     for &(qd, qe) in pts.iter() {
         let blocks = h.next_multiple_of(PAD);
         let mut dominated = false;
-        for (eb, db) in es[..blocks].chunks_exact(PAD).zip(ds[..blocks].chunks_exact(PAD)) {
+        for (eb, db) in es[..blocks]
+            .chunks_exact(PAD)
+            .zip(ds[..blocks].chunks_exact(PAD))
+        {
             let mut any = false;
             for l in 0..PAD {
                 any |= (eb[l] <= qe) & (db[l] >= qd);
