@@ -122,19 +122,8 @@ unsafe fn pair_stats_n<const N: usize>(
     // u₀ is a usage some element attains, the screen's bound for every block.
     let mut s1 = [zero; N];
     let mut s2 = [zero; N];
-    let samples = if n >= SAMPLE_FROM {
-        SAMPLES
-    } else {
-        usize::from(n > 0)
-    };
-    for s in 0..samples {
-        let start = if n >= SAMPLE_FROM {
-            ((s + 1) * n / (SAMPLES + 1)) / 8 * 8
-        } else {
-            0
-        };
-        // start < n (n ≥ 1; for n ≥ SAMPLE_FROM, start + 8 ≤ n·SAMPLES/(SAMPLES + 1) + 8 ≤
-        // n); a short block has zeros in its missing lanes (usage 0).
+    for start in sample_starts(n) {
+        // A short block has zeros in its missing lanes (usage 0).
         let (d, _, w1, w2) = load!(start);
         for k in 0..N {
             // MAXPD keeps the running maximum unless the new value is strictly larger (a
@@ -214,6 +203,24 @@ unsafe fn pair_stats_n<const N: usize>(
     })
 }
 
+/// Where the sampled blocks of a tensor of `n` elements start: [`SAMPLES`] blocks spread
+/// over it from [`SAMPLE_FROM`] elements on (each start + 8 ≤ n·SAMPLES/(SAMPLES + 1) + 8
+/// ≤ n), the first block of a shorter one, none of an empty one.
+fn sample_starts(n: usize) -> impl Iterator<Item = usize> {
+    let count = if n >= SAMPLE_FROM {
+        SAMPLES
+    } else {
+        usize::from(n > 0)
+    };
+    (0..count).map(move |s| {
+        if n >= SAMPLE_FROM {
+            ((s + 1) * n / (SAMPLES + 1)) / 8 * 8
+        } else {
+            0
+        }
+    })
+}
+
 /// Blocks [`pair_stats`] divides up front to seed its maxima.
 const SAMPLES: usize = 4;
 /// Elements from which [`pair_stats`] seeds its maxima (smaller tensors have few blocks).
@@ -257,17 +264,7 @@ pub unsafe fn max_ratio(cond: &[f64], expected: &[f64], atol: f64, rtol: f64) ->
     // first block of short ones), a term some element has. MAXPD returns its second operand
     // unless the first is strictly larger: the rule of the definition, NaN terms included.
     let mut m = _mm512_setzero_pd();
-    let samples = if n >= SAMPLE_FROM {
-        SAMPLES
-    } else {
-        usize::from(n > 0)
-    };
-    for s in 0..samples {
-        let start = if n >= SAMPLE_FROM {
-            ((s + 1) * n / (SAMPLES + 1)) / 8 * 8
-        } else {
-            0
-        };
+    for start in sample_starts(n) {
         let (c, w) = terms(start);
         m = _mm512_max_pd(_mm512_div_pd(c, w), m);
     }

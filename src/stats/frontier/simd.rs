@@ -453,6 +453,19 @@ mod tests {
         }
     }
 
+    /// The points [`keep_pairs`] keeps under `an`, checked bit for bit against its portable
+    /// definition.
+    fn kept_by_both(a: &[f64], e: &[f64], an: &Anchors) -> Vec<(f64, f64)> {
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        keep_pairs(a, e, Some(an), &mut fast);
+        keep_pairs_portable(a, e, Some(an), &mut slow);
+        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
+        };
+        assert_eq!(bits(&fast), bits(&slow));
+        slow
+    }
+
     /// The keep pass on the edges of its tests, against its definition: anchors
     /// p₀ = (d, e) = (1, 0.25) (the largest d/e) and p* = (2, 1) (the largest d); points
     /// between them at, one ulp above and one ulp below the chord test's boundary km·h, at
@@ -497,13 +510,7 @@ mod tests {
         scan_anchors_portable(&a, &e, &mut scan);
         let an = scan.finish().expect("anchors");
         assert_eq!((an.p0, an.ps), (p0, ps), "the intended anchors");
-        let (mut fast, mut slow) = (Vec::new(), Vec::new());
-        keep_pairs(&a, &e, Some(&an), &mut fast);
-        keep_pairs_portable(&a, &e, Some(&an), &mut slow);
-        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
-        };
-        assert_eq!(bits(&fast), bits(&slow));
+        let slow = kept_by_both(&a, &e, &an);
         // Both sides of each boundary occur: some points are kept, some dropped.
         assert!(
             !slow.is_empty() && slow.len() < a.len() / 2,
@@ -579,13 +586,7 @@ mod tests {
         let mut scan = AnchorScan::default();
         scan_anchors_portable(&a, &e, &mut scan);
         let an = scan.finish().expect("anchors");
-        let (mut fast, mut slow) = (Vec::new(), Vec::new());
-        keep_pairs(&a, &e, Some(&an), &mut fast);
-        keep_pairs_portable(&a, &e, Some(&an), &mut slow);
-        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
-        };
-        assert_eq!(bits(&fast), bits(&slow));
+        let slow = kept_by_both(&a, &e, &an);
         // Kept points and dropped ones, d = d₀ between the anchors among the kept.
 
         assert!(
