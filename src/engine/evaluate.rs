@@ -326,6 +326,8 @@ pub fn evaluate_reusing(
             }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
+            // The two policies' tolerances (`fold_comparison` asks for the fused statistics
+            // only when there are two; the placeholder is never read).
             let (t1, t2) = match tolerances {
                 [p1, p2] => (p1[c], p2[c]),
                 _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
@@ -623,6 +625,7 @@ impl StreamedEval {
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
+                    // As in `evaluate_reusing`: the placeholder is never read.
                     let (t1, t2) = match tolerances {
                         [p1, p2] => (p1[c], p2[c]),
                         _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
