@@ -348,7 +348,7 @@ pub fn pair_stats_finite(
     t1: Tolerance,
     t2: Tolerance,
 ) -> Option<PairStats> {
-    if !(t1.atol > 0.0 && t2.atol > 0.0 && t1.rtol >= 0.0 && t2.rtol >= 0.0) {
+    if !fusable(t1, t2) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -367,6 +367,12 @@ pub fn pair_stats_finite(
     pair_stats_impl(actual, expected, t1, t2)
 }
 
+/// Whether [`pair_stats_finite`] takes the two tolerances: both atols positive, both rtols
+/// non-negative.
+fn fusable(t1: Tolerance, t2: Tolerance) -> bool {
+    t1.atol > 0.0 && t2.atol > 0.0 && t1.rtol >= 0.0 && t2.rtol >= 0.0
+}
+
 /// [`pair_stats_finite`] of `a1` and of `a2` against the same `expected`: the same two
 /// results, taken in one pass (each element's |expected| and allowances computed once) where
 /// the AVX-512 kernel applies to both.
@@ -379,10 +385,7 @@ pub fn pair_stats_finite2(
 ) -> [Option<PairStats>; 2] {
     #[cfg(target_arch = "x86_64")]
     {
-        if t1.atol > 0.0
-            && t2.atol > 0.0
-            && t1.rtol >= 0.0
-            && t2.rtol >= 0.0
+        if fusable(t1, t2)
             && std::arch::is_x86_feature_detected!("avx512f")
             && pair_avx512::applies(a1, expected, t1, t2)
             && pair_avx512::applies(a2, expected, t1, t2)

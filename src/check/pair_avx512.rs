@@ -89,6 +89,7 @@ unsafe fn pair_stats_n<const N: usize>(
     t1: Tolerance,
     t2: Tolerance,
 ) -> [Option<PairStats>; N] {
+    const { assert!(N >= 1, "at least one actual tensor") };
     for a in actuals {
         debug_assert!(applies(a, expected, t1, t2));
     }
@@ -106,12 +107,16 @@ unsafe fn pair_stats_n<const N: usize>(
             let i: usize = $i;
             // SAFETY: i < n, the length of every slice (every use); a partial block has
             // zeros in its missing lanes.
-            let (_, e) = load_pair(expected, expected, i, n);
+            let (a0, e) = load_pair(actuals[0], expected, i, n);
             let m = _mm512_abs_pd(e);
             let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
             let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
             let d: [__m512d; N] = std::array::from_fn(|k| {
-                let (a, _) = load_pair(actuals[k], expected, i, n);
+                let a = if k == 0 {
+                    a0
+                } else {
+                    load_pair(actuals[k], expected, i, n).0
+                };
                 _mm512_abs_pd(_mm512_sub_pd(a, e))
             });
             (d, m, w1, w2)
@@ -239,7 +244,7 @@ unsafe fn hmax(v: __m512d) -> f64 {
 /// The largest `cond[i] / (atol + rtol·|expected[i]|)` (each term one product, one sum and one
 /// division, never fused; a term replaces the maximum only when it is strictly larger, so NaN
 /// terms never count; 0 when there are none), eight lanes at a time, dividing only the blocks
-/// where some lane can exceed a term already taken: the screen of [`pair_stats`] (module
+/// where some lane can exceed a term already taken: the screen of `pair_stats` (module
 /// doc), with the largest term m₀ of a few sampled blocks as its bound, in runs of 64 blocks
 /// without a branch per block. z = fl(m₀·w − c) with a clear sign bit gives fl(c/w) ≤ m₀,
 /// and a NaN z comes only from a term that is NaN or cannot exceed m₀. The lanes are combined

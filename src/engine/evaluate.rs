@@ -326,28 +326,25 @@ pub fn evaluate_reusing(
             }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
-            // The two policies' tolerances (`fold_comparison` asks for the fused statistics
-            // only when there are two; the placeholder is never read).
-            let (t1, t2) = match tolerances {
-                [p1, p2] => (p1[c], p2[c]),
-                _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
-            };
-            let mut stats = |k: usize, step: StepLabel, a: &[f64], e: &[f64]| match comparison {
-                Comparison::RefVsF64 if fuse => match sharded.get(k).copied().flatten() {
-                    Some((s, a2, e2)) if s == step && std::ptr::eq(e, e2) => {
-                        let [r, sh] = pair_stats_finite2(a, a2, e, t1, t2);
-                        sharded_stats[k] = Some(sh);
-                        r
+            let mut stats =
+                |k: usize, step: StepLabel, a: &[f64], e: &[f64], [t1, t2]: [Tolerance; 2]| {
+                    match comparison {
+                        Comparison::RefVsF64 if fuse => match sharded.get(k).copied().flatten() {
+                            Some((s, a2, e2)) if s == step && std::ptr::eq(e, e2) => {
+                                let [r, sh] = pair_stats_finite2(a, a2, e, t1, t2);
+                                sharded_stats[k] = Some(sh);
+                                r
+                            }
+                            _ => pair_stats_finite(a, e, t1, t2),
+                        },
+                        Comparison::ShardedVsF64 if fuse => sharded_stats
+                            .get(k)
+                            .copied()
+                            .flatten()
+                            .unwrap_or_else(|| pair_stats_finite(a, e, t1, t2)),
+                        _ => pair_stats_finite(a, e, t1, t2),
                     }
-                    _ => pair_stats_finite(a, e, t1, t2),
-                },
-                Comparison::ShardedVsF64 if fuse => sharded_stats
-                    .get(k)
-                    .copied()
-                    .flatten()
-                    .unwrap_or_else(|| pair_stats_finite(a, e, t1, t2)),
-                _ => pair_stats_finite(a, e, t1, t2),
-            };
+                };
             fold_comparison(
                 spec,
                 c,
@@ -371,8 +368,10 @@ const FUSED_STEPS: usize = 16;
 type StepPair<'t> = (StepLabel, &'t [f64], &'t [f64]);
 
 /// How [`fold_comparison`] gets the statistics of its k-th tensor pair (step, actual,
-/// expected) under the two policies: [`pair_stats_finite`], or a share of a fused pass.
-type StatsOf<'a> = dyn FnMut(usize, StepLabel, &[f64], &[f64]) -> Option<PairStats> + 'a;
+/// expected) under the two policies' tolerances: [`pair_stats_finite`], or a share of a
+/// fused pass.
+type StatsOf<'a> =
+    dyn FnMut(usize, StepLabel, &[f64], &[f64], [Tolerance; 2]) -> Option<PairStats> + 'a;
 
 /// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
 /// in recording order, into `out` (one entry per policy): the worst usage (the first on
@@ -391,10 +390,9 @@ fn fold_comparison(
 ) {
     let mut k = 0;
     for_each_pair(traces, c, spec, comparison, |step, a, e| {
-        let fused = if tolerances.len() == 2 {
-            stats(k, step, a, e)
-        } else {
-            None
+        let fused = match tolerances {
+            [p1, p2] => stats(k, step, a, e, [p1[c], p2[c]]),
+            _ => None,
         };
         k += 1;
         let pair = Pair {
@@ -625,11 +623,6 @@ impl StreamedEval {
                 for (k, comparison) in Comparison::ALL.into_iter().enumerate() {
                     let i = c * Comparison::ALL.len() + k;
                     let out = &mut self.out[i * np..(i + 1) * np];
-                    // As in `evaluate_reusing`: the placeholder is never read.
-                    let (t1, t2) = match tolerances {
-                        [p1, p2] => (p1[c], p2[c]),
-                        _ => (Tolerance::TORCH_FP32, Tolerance::TORCH_FP32),
-                    };
                     fold_comparison(
                         spec,
                         c,
@@ -639,7 +632,7 @@ impl StreamedEval {
                         out,
                         &mut self.first[i],
                         &mut memo,
-                        &mut |_, _, a, e| pair_stats_finite(a, e, t1, t2),
+                        &mut |_, _, a, e, [t1, t2]| pair_stats_finite(a, e, t1, t2),
                     );
                 }
                 if let Some(front) = self.fronts.get_mut(c) {

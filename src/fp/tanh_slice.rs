@@ -1,7 +1,8 @@
 //! The f32 tanh of a slice, fast and exact: a vectorisable float64 approximation decides
 //! every element whose rounding it can prove, and the exact scalar kernel
-//! ([`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) or [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32)) computes the rest. The result is bit for bit the
-//! exact kernel's on every input (tested on every f32 input of the fast range by
+//! ([`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) or
+//! [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32)) computes the rest. The result is bit for
+//! bit the exact kernel's on every input (tested on every f32 input of the fast range by
 //! `fast_path_equals_the_exact_kernels_on_its_whole_range`); only the time differs.
 //!
 //! **Fast approximation** (for `2^-12 <= |x| <= 9`): `a = |x|` in f64;
@@ -22,10 +23,11 @@
 //! midpoint) by at least ceil(0.0145 · 2^29). Then tanh(x) (within 0.0003 ulp of `F`), and
 //! `libm::tanh(x)` (within 2^-29 ulp of tanh(x)), lie more than 0.0142 ulp from every
 //! midpoint: they round to the same `r`, and outside MKL's 0.014-ulp exception window, where
-//! [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) returns `r` as well. Every other element (about 3 % of the fast range,
-//! plus NaN, infinities, |x| < 2^-12 and |x| > 9) goes to the exact kernel. (The window was
-//! 0.03 ulp, over MKL's earlier 0.02-ulp window; the same margins over the narrower one, and
-//! the exhaustive test below checks every input of the fast range either way.)
+//! [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) returns `r` as well. Every other element
+//! (about 3 % of the fast range, plus NaN, infinities, |x| < 2^-12 and |x| > 9) goes to the
+//! exact kernel. (The window was 0.03 ulp, over MKL's earlier 0.02-ulp window; the same
+//! margins over the narrower one, and the exhaustive test below checks every input of the
+//! fast range either way.)
 
 use super::tanh64_slice::tanh64_slice;
 #[cfg(test)]
@@ -145,12 +147,13 @@ fn block_kernel() -> fn(&[f32; BLOCK], &mut [f32; BLOCK], &mut [bool; BLOCK]) {
     block_body
 }
 
-/// `x = tanh(x)` elementwise, bit for bit [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32) (`TanhKernel::Mkl`) or
-/// [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32) (`TanhKernel::CorrectlyRounded`); see the module doc for the order. The
-/// elements the fast path leaves are gathered into batches of up to [`PENDING`], whose
-/// `libm::tanh` (the exact kernels' first step) [`tanh64_slice`] computes eight lanes at a
-/// time with the same bits; each then takes its kernel's last step
-/// ([`tanh_mkl_f32_given`], [`tanh_cr_f32_given`]).
+/// `x = tanh(x)` elementwise, bit for bit [`tanh_mkl_f32`](super::torch_ops::tanh_mkl_f32)
+/// (`TanhKernel::Mkl`) or [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32)
+/// (`TanhKernel::CorrectlyRounded`); see the module doc for the order. The elements the fast
+/// path leaves are gathered into batches of up to 64 (`PENDING`), whose `libm::tanh` (the
+/// exact kernels' first step) [`tanh64_slice`] computes eight lanes at a time with the same
+/// bits; each then takes its kernel's last step ([`tanh_mkl_f32_given`],
+/// [`tanh_cr_f32_given`]).
 pub fn tanh_slice(x: &mut [f32], kernel: TanhKernel) {
     let finish: fn(f32, f64) -> f32 = match kernel {
         TanhKernel::Mkl => tanh_mkl_f32_given,

@@ -162,9 +162,10 @@ unsafe fn staircase_avx512(pts: &mut Vec<(f64, f64)>) {
 }
 
 /// The insertion of [`staircase_in_place`]. A point is first tested against every staircase
-/// point at once, without a branch per point (dominated: e ≤ e_q and d ≥ d_q, which for a
-/// staircase holds for some point exactly when it holds for the point of largest e ≤ e_q):
-/// about seven points in eight of a T1 check are dropped there.
+/// point at once, one test per block of eight of them and no branch per staircase point
+/// (dominated: e ≤ e_q and d ≥ d_q, which for a staircase holds for some point exactly when
+/// it holds for the point of largest e ≤ e_q): about seven points in eight of a T1 check
+/// are dropped there.
 #[inline(always)]
 fn staircase_body(pts: &mut Vec<(f64, f64)>) {
     // The staircase as two arrays, e and d, with e = +∞ past its end (never ≤ a finite e),
