@@ -1365,19 +1365,27 @@ impl Scenario for GraphScenario {
             traces.f64.clear();
             traces.reference.clear();
             traces.sharded.clear();
-            plan.step(
+            // The float64 step on one side of a join, the two fp32 steps (which share `be`
+            // and the unrecorded gradients) on the other: the three touch disjoint buffers,
+            // and each computes what it computes alone, so the values do not depend on which
+            // thread runs which side. A sweep of one big seed gets two cores; with every
+            // worker busy on its own seed, the join runs both sides on this thread.
+            let (f64_backend, b64, b32, b32s) = (
                 &mut bufs.f64_backend,
-                &c64,
-                s,
                 &mut bufs.b64,
-                &mut traces.f64,
+                &mut bufs.b32,
+                &mut bufs.b32s,
             );
-            plan.step(&mut be, &cref, s, &mut bufs.b32, &mut traces.reference);
-            bufs.b32
-                .swap_unrecorded_grads(&mut bufs.b32s, &shared_grads);
-            plan.step(&mut be, &csh, s, &mut bufs.b32s, &mut traces.sharded);
-            bufs.b32
-                .swap_unrecorded_grads(&mut bufs.b32s, &shared_grads);
+            let (t64, tref, tsh) = (&mut traces.f64, &mut traces.reference, &mut traces.sharded);
+            rayon::join(
+                || plan.step(f64_backend, &c64, s, b64, t64),
+                || {
+                    plan.step(&mut be, &cref, s, b32, tref);
+                    b32.swap_unrecorded_grads(b32s, &shared_grads);
+                    plan.step(&mut be, &csh, s, b32s, tsh);
+                    b32.swap_unrecorded_grads(b32s, &shared_grads);
+                },
+            );
             each_step(&traces);
         }
         for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
