@@ -168,11 +168,12 @@ unsafe fn staircase_avx512(pts: &mut Vec<(f64, f64)>) {
 /// are dropped there.
 #[inline(always)]
 fn staircase_body(pts: &mut Vec<(f64, f64)>) {
-    // The staircase as two arrays, e and d, with e = +∞ past its end (never ≤ a finite e),
-    // so that the tests run over whole blocks of eight without a bound check per element.
+    // The staircase as two arrays, e and d, with e = +∞ and d = NaN past its end (never
+    // < or ≤ a finite e, never ≤ or ≥ any d), so that the tests and counts run over whole
+    // blocks of eight without a bound check per element.
     const PAD: usize = 8;
     let mut es = [f64::INFINITY; SMALL_STAIRCASE + PAD];
-    let mut ds = [0.0f64; SMALL_STAIRCASE + PAD];
+    let mut ds = [f64::NAN; SMALL_STAIRCASE + PAD];
     let mut h = 0usize;
     for &(qd, qe) in pts.iter() {
         let blocks = h.next_multiple_of(PAD);
@@ -190,9 +191,20 @@ fn staircase_body(pts: &mut Vec<(f64, f64)>) {
         if dominated {
             continue;
         }
-        // The run q dominates: from the first e ≥ e_q (e ascending) while d ≤ d_q.
-        let start = es[..h].partition_point(|&e| e < qe);
-        let end = start + ds[start..h].partition_point(|&d| d <= qd);
+        // The run q dominates: from the first e ≥ e_q while d ≤ d_q. Both coordinates
+        // ascend along the staircase, so the run starts after the points with e < e_q and
+        // holds every point with e ≥ e_q and d ≤ d_q: two counts over the blocks.
+        let (mut start, mut run) = (0usize, 0usize);
+        for (eb, db) in es[..blocks]
+            .chunks_exact(PAD)
+            .zip(ds[..blocks].chunks_exact(PAD))
+        {
+            for l in 0..PAD {
+                start += usize::from(eb[l] < qe);
+                run += usize::from((eb[l] >= qe) & (db[l] <= qd));
+            }
+        }
+        let end = start + run;
         if end == start {
             if h == SMALL_STAIRCASE {
                 staircase_by_sorting(pts);
@@ -206,6 +218,7 @@ fn staircase_body(pts: &mut Vec<(f64, f64)>) {
             es.copy_within(end..h, start + 1);
             ds.copy_within(end..h, start + 1);
             es[h - gone..h].fill(f64::INFINITY);
+            ds[h - gone..h].fill(f64::NAN);
             h -= gone;
         }
         es[start] = qe;
