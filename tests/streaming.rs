@@ -203,12 +203,14 @@ fn folding_the_steps_one_by_one_gives_the_all_at_once_evaluation() {
     }
 }
 
-/// The streamed fold reads big tensors in chunks, all three comparisons per chunk; a chunk
-/// holding NaN or ±∞ sends that comparison's whole tensor down the non-finite path, as the
-/// all-at-once evaluation does. Here non-finite values are written into the traces of a
-/// hidden-2048 run (tensors of 137,216 elements: 17 chunks), in different chunks of
-/// different traces and steps, and the streamed fold must still equal `evaluate` and
-/// `unit_frontiers` of the whole run.
+/// The streamed fold reads big tensors in chunks, all three comparisons per chunk, and a
+/// tensor of 2¹⁸ elements or more in two halves at once (the projection weight of a
+/// hidden-2048 run: 4,194,304 elements), whose statistics and frontiers are merged. First the
+/// run's own traces are folded; then a chunk holding NaN or ±∞ must send that comparison's
+/// whole tensor down the non-finite path, as the all-at-once evaluation does: non-finite
+/// values are written into the traces (tensors of 137,216 elements and more: 17 chunks and
+/// more), in different chunks of different traces and steps. Both times the streamed fold
+/// must equal `evaluate` and `unit_frontiers` of the whole run.
 #[test]
 fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
     let file = t1_at_hidden(2048);
@@ -221,9 +223,11 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
         .unwrap();
     let g = &groups[0];
     let s = &catalog.scenarios[g.scenario];
-    let checks = s.checks(g.param);
     let mut ws = Workspace::default();
     run_group(&catalog, g, 8199, &mut ws);
+    // First as computed: every value finite, the projection weight's 4,194,304 elements
+    // folded in two halves on two threads (`StreamedEval`'s split), its frontier merged.
+    assert_stepwise_fold_equals_whole(s.as_ref(), g, &ws, false);
     // The largest slot of each trace, so that the values land inside a multi-chunk tensor.
     let big = |t: &Trace, nth: usize| {
         let mut slots: Vec<_> = t.slots.iter().filter(|s| s.len > 100_000).collect();
@@ -237,16 +241,29 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
     ws.traces.reference.values[start + len - 1] = f64::INFINITY;
     let (start, _) = big(&ws.traces.f64, 2);
     ws.traces.f64.values[start + 3] = f64::NEG_INFINITY;
+    assert_stepwise_fold_equals_whole(s.as_ref(), g, &ws, true);
+}
+
+/// Folding `ws`'s traces step by step with `StreamedEval` gives `evaluate` and
+/// `unit_frontiers` of the whole run, once with every value copied into the traces, once
+/// with the fp32 values lent as f32 buffers, as a streamed run records parameters and
+/// gradients (`nonfinite`: whether the traces hold injected non-finite mismatches).
+fn assert_stepwise_fold_equals_whole(
+    s: &dyn seedsweep::scenario::Scenario,
+    g: &seedsweep::catalog::Group,
+    ws: &Workspace,
+    nonfinite: bool,
+) {
+    let checks = s.checks(g.param);
     let mut want = Vec::new();
     evaluate(checks, &g.tolerances, &ws.traces, &mut want);
     let mut pts = Vec::new();
-    let want_fr = unit_frontiers(s.as_ref(), g.param, &ws, &mut pts);
-    assert!(
+    let want_fr = unit_frontiers(s, g.param, ws, &mut pts);
+    assert_eq!(
         want.iter().any(|r| r.nonfinite > 0),
-        "the injected values are mismatches"
+        nonfinite,
+        "non-finite mismatches exactly where injected"
     );
-    // Once with every value copied into the traces, once with the fp32 values lent as f32
-    // buffers, as a streamed run records parameters and gradients.
     for lent in [false, true] {
         let (f, r, sh) = (
             by_step(&ws.traces.f64),

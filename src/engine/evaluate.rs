@@ -564,6 +564,78 @@ fn merge_pair_stats(total: &mut PairStats, part: &PairStats) {
     }
 }
 
+/// Elements from which [`StreamedEval`] folds a tensor in two halves on two threads: a
+/// quarter of a million, a few milliseconds of folding per half.
+const SPLIT_FROM: usize = 1 << 18;
+
+/// What the fused fold of one tensor reads ([`StreamedEval`]): the distinct tensors of the
+/// three comparisons, which of them each comparison's (actual, expected) is, the earlier
+/// comparison expecting the same tensor, the two policies' tolerances, the comparison the
+/// frontier is taken in and the condition numbers of the theory columns.
+struct FoldInputs<'a, 'v> {
+    distinct: &'a [Option<View<'v>>; 6],
+    slot: &'a [[usize; 2]; 3],
+    same_e: &'a [Option<usize>; 3],
+    tolerances: [Tolerance; 2],
+    asserted: Option<usize>,
+    cond: Option<&'a [f64]>,
+}
+
+/// Per comparison the statistics of a range of elements ([`pair_stats_finite`] merged
+/// chunk by chunk; None when some value is not finite), and per comparison and policy the
+/// largest theory ratio ([`max_ratio`]; 0 for a comparison that takes an earlier one's).
+type RangeFold = ([Option<PairStats>; 3], [[f64; 2]; 3]);
+
+impl FoldInputs<'_, '_> {
+    /// Folds elements `range` chunk by chunk ([`FUSED_CHUNK`]; one empty chunk for an empty
+    /// range at 0), each chunk of every distinct tensor widened once into `chunks` and read
+    /// by all three comparisons, the asserted one's pairs offered to `front` in order.
+    fn range(
+        &self,
+        range: std::ops::Range<usize>,
+        mut front: Option<&mut FrontierStream>,
+        chunks: &mut [Vec<f64>; 6],
+    ) -> RangeFold {
+        let [t1, t2] = self.tolerances;
+        let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
+        let mut ratios = [[0.0f64; 2]; 3];
+        let end = range.end.max(range.start + 1);
+        for start in (range.start..end).step_by(FUSED_CHUNK) {
+            let r = start..(start + FUSED_CHUNK).min(range.end);
+            let mut widened: [&[f64]; 6] = [&[]; 6];
+            for ((w, buf), v) in widened.iter_mut().zip(chunks.iter_mut()).zip(self.distinct) {
+                if let Some(v) = v {
+                    *w = v.f64s(r.clone(), buf);
+                }
+            }
+            for (k, total) in stats.iter_mut().enumerate() {
+                let (a, e) = (widened[self.slot[k][0]], widened[self.slot[k][1]]);
+                if let Some(acc) = total {
+                    match pair_stats_finite(a, e, t1, t2) {
+                        Some(part) => merge_pair_stats(acc, &part),
+                        None => *total = None,
+                    }
+                }
+                if self.asserted == Some(k) {
+                    if let Some(front) = front.as_deref_mut() {
+                        front.offer(a, e);
+                    }
+                }
+                if let (Some(cond), None) = (self.cond, self.same_e[k]) {
+                    let cond = &cond[r.start.min(cond.len())..r.end.min(cond.len())];
+                    for (acc, tol) in ratios[k].iter_mut().zip([t1, t2]) {
+                        let m = max_ratio(cond, e, tol);
+                        if m > *acc {
+                            *acc = m;
+                        }
+                    }
+                }
+            }
+        }
+        (stats, ratios)
+    }
+}
+
 /// One seed's evaluation folded step by step, for a parametrization that runs in lockstep
 /// ([`Scenario::run_stepwise`]): [`StreamedEval::step`] takes each step's traces in order,
 /// [`StreamedEval::finish`] gives what [`evaluate`] and [`unit_frontiers`] give for the
@@ -578,6 +650,8 @@ pub struct StreamedEval {
     /// Widened chunks of fp32 views ([`View::f64s`]): each distinct tensor of the three
     /// comparisons.
     chunks: [Vec<f64>; 6],
+    /// The same for the second half of a tensor folded in two halves at once.
+    spare: [Vec<f64>; 6],
     /// Whole tensors widened where the fold needs them.
     whole: [Vec<f64>; 2],
 }
@@ -591,6 +665,7 @@ impl StreamedEval {
             first: vec![true; n],
             fronts: vec![FrontierStream::default(); if frontiers { checks.len() } else { 0 }],
             chunks: Default::default(),
+            spare: Default::default(),
             whole: Default::default(),
         }
     }
@@ -686,17 +761,16 @@ impl StreamedEval {
             first,
             fronts,
             chunks,
+            spare,
             whole,
         } = self;
         for (t, lead) in pairs[0].iter().enumerate() {
             let n = lead.1.len();
-            let mut stats: [Option<PairStats>; 3] = [Some(([(0.0, 0, 0); 2], (0.0, 0.0))); 3];
             // The theory columns' [`max_ratio`] per comparison and policy, taken chunk by
             // chunk (a maximum, the same whatever the grouping); a comparison whose expected
             // tensor is an earlier one's (ref-vs-f64 and sharded-vs-f64 both expect the
             // float64 trace) takes that one's.
             let cond = spec.reduction.and_then(|_| condition(traces, c, lead.0));
-            let mut ratios = [[0.0f64; 2]; 3];
             // Each distinct tensor of the three comparisons (the sharded and reference ones
             // appear twice) is widened once per chunk, into its own buffer.
             let mut distinct: [Option<View<'_>>; 6] = [None; 6];
@@ -717,38 +791,50 @@ impl StreamedEval {
             }
             let same_e: [Option<usize>; 3] =
                 std::array::from_fn(|k| (0..k).find(|&j| slot[j][1] == slot[k][1]));
-            for start in (0..n.max(1)).step_by(FUSED_CHUNK) {
-                let r = start..(start + FUSED_CHUNK).min(n);
-                let mut widened: [&[f64]; 6] = [&[]; 6];
-                for ((w, buf), v) in widened.iter_mut().zip(chunks.iter_mut()).zip(&distinct) {
-                    if let Some(v) = v {
-                        *w = v.f64s(r.clone(), buf);
-                    }
+            let fold = FoldInputs {
+                distinct: &distinct,
+                slot: &slot,
+                same_e: &same_e,
+                tolerances: [t1, t2],
+                asserted: ka,
+                cond,
+            };
+            let front = fronts.get_mut(c);
+            let (stats, mut ratios) = if n >= SPLIT_FROM {
+                // Two halves on two threads where the pool has them (a big tensor of a
+                // streamed run; on one thread the join runs one after the other): the first
+                // folded into this check's frontier, the second into a fresh one merged in
+                // after it; the statistics and ratios merged in order (grouping-independent,
+                // see [`merge_pair_stats`]; [`FrontierStream::absorb`]).
+                let mid = (n / 2).next_multiple_of(FUSED_CHUNK);
+                let mut later = front.is_some().then(FrontierStream::default);
+                let ((s1, r1), (s2, r2)) = rayon::join(
+                    || fold.range(0..mid, front, chunks),
+                    || fold.range(mid..n, later.as_mut(), spare),
+                );
+                if let (Some(front), Some(later)) = (fronts.get_mut(c), later) {
+                    front.absorb(later);
                 }
-                for (k, total) in stats.iter_mut().enumerate() {
-                    let (a, e) = (widened[slot[k][0]], widened[slot[k][1]]);
-                    if let Some(acc) = total {
-                        match pair_stats_finite(a, e, t1, t2) {
-                            Some(part) => merge_pair_stats(acc, &part),
-                            None => *total = None,
-                        }
+                let stats = std::array::from_fn(|k| match (s1[k], s2[k]) {
+                    (Some(mut a), Some(b)) => {
+                        merge_pair_stats(&mut a, &b);
+                        Some(a)
                     }
-                    if ka == Some(k) {
-                        if let Some(front) = fronts.get_mut(c) {
-                            front.offer(a, e);
+                    _ => None,
+                });
+                let ratios = std::array::from_fn(|k| {
+                    std::array::from_fn(|p| {
+                        if r2[k][p] > r1[k][p] {
+                            r2[k][p]
+                        } else {
+                            r1[k][p]
                         }
-                    }
-                    if let (Some(cond), None) = (cond, same_e[k]) {
-                        let cond = &cond[r.start.min(cond.len())..r.end.min(cond.len())];
-                        for (acc, tol) in ratios[k].iter_mut().zip([t1, t2]) {
-                            let m = max_ratio(cond, e, tol);
-                            if m > *acc {
-                                *acc = m;
-                            }
-                        }
-                    }
-                }
-            }
+                    })
+                });
+                (stats, ratios)
+            } else {
+                fold.range(0..n, front, chunks)
+            };
             for k in 0..3 {
                 if let Some(j) = same_e[k] {
                     ratios[k] = ratios[j];

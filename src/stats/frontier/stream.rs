@@ -80,6 +80,22 @@ impl FrontierStream {
         }
     }
 
+    /// Takes in the stream of the pairs that come after every pair offered so far, as if
+    /// its chunks had been offered here: the anchor scans merged in that order
+    /// ([`AnchorScan::merge`]) and the two staircases merged (the staircase of a set does not
+    /// depend on how the set is split; see the module doc).
+    pub fn absorb(&mut self, mut later: FrontierStream) {
+        self.scan.merge(&later.scan);
+        if later.stairs.is_empty() {
+            return;
+        }
+        self.before.clone_from(&self.stairs);
+        staircase_merge(&mut self.stairs, &mut later.stairs);
+        if self.stairs != self.before {
+            rebuild_below(&mut self.below[..], &self.stairs);
+        }
+    }
+
     /// The frontier of every point offered: the prefilter's test with the anchors of all
     /// points, applied to the staircase, then [`frontier`].
     pub fn finish(self) -> Vec<(f64, f64)> {
