@@ -41,11 +41,14 @@ pub fn available() -> bool {
 }
 
 /// The screen's bound on ratios for the current best ratio (module doc), exclusive: a
-/// screened ratio passes when it is below fl(r₀·(1 − 2⁻¹²)); −1 when there is no best or it
-/// is below 2⁻¹⁰⁰⁰ (no ratio ≥ 0 passes).
+/// screened ratio passes when it is below fl(r₀·(1 − 2⁻¹²)); −1 when there is no best, when
+/// it is below 2⁻¹⁰⁰⁰, or when it is +∞ (a d/e that overflowed): then no ratio ≥ 0 passes.
+/// (A bound of +∞ would make the screen's difference +∞ − +∞ = NaN for a lane whose e is
+/// out of range, e = 0 included, and let that lane pass as quiet before its e = 0 flag was
+/// taken.)
 fn ratio_limit(scan: &AnchorScan) -> f64 {
     match scan.best {
-        Some((_, r)) if r >= TINY => r * SHRINK,
+        Some((_, r)) if r >= TINY && r < f64::INFINITY => r * SHRINK,
         _ => -1.0,
     }
 }

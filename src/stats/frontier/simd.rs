@@ -685,4 +685,30 @@ mod tests {
             assert_eq!(bits(&p1[1..]), bits(&p3), "filtered, seed {seed}");
         }
     }
+
+    /// A best ratio d/e that overflows to +∞ (d = 1 over a subnormal e) and later points
+    /// with e = 0 (below p*, so only the e = 0 flag records them) or a subnormal e: the
+    /// vector scan must still see them. (Its screen once compared ratios with the bound
+    /// +∞ − +∞ = NaN and let such a block through as quiet, leaving the flag unset.)
+    #[test]
+    fn an_infinite_best_ratio_leaves_later_points_seen() {
+        let tiny = 1e-320;
+        for later in [(0.5, 0.0), (0.25, 0.0), (0.75, 3e-321), (2.0, 5e-324)] {
+            for at in [8, 9, 15, 16, 40] {
+                let mut a = vec![0.5; at + 3];
+                let mut e = a.clone();
+                (a[1], e[1]) = (1.0 + tiny, tiny);
+                (a[at], e[at]) = (later.0 + later.1, later.1);
+                let (mut fast, mut slow) = (AnchorScan::default(), AnchorScan::default());
+                scan_anchors(&a, &e, &mut fast);
+                scan_anchors_portable(&a, &e, &mut slow);
+                assert!(slow.best.is_some_and(|(_, r)| r == f64::INFINITY));
+                assert_eq!(
+                    format!("{fast:?}"),
+                    format!("{slow:?}"),
+                    "{later:?} at {at}"
+                );
+            }
+        }
+    }
 }
