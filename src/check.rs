@@ -367,6 +367,47 @@ pub fn pair_stats_finite(
     pair_stats_impl(actual, expected, t1, t2)
 }
 
+/// [`pair_stats_finite`] of `actual` against `expected`, and
+/// [`scan_anchors`](crate::stats::frontier::scan_anchors) of the same pairs into `scan`, with
+/// the same results as the two calls: in one pass where the AVX-512 kernels apply to both (the
+/// scan redone alone when some difference is not finite), else one after the other. The
+/// asserted comparison's statistics and its frontier's anchors read the same pairs.
+pub fn pair_stats_finite_scan(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+    scan: &mut crate::stats::frontier::AnchorScan,
+) -> Option<PairStats> {
+    use crate::stats::frontier::{scan_anchors, two_pass_is_vectorized};
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fusable(t1, t2)
+            && two_pass_is_vectorized()
+            && !scan.is_infinite()
+            && pair_avx512::applies(actual, expected, t1, t2)
+        {
+            let start = *scan;
+            // SAFETY: the CPU supports AVX-512F (two_pass_is_vectorized), and the scan is
+            // not infinite (BlockScan::new's condition).
+            let (stats, d_finite) = unsafe {
+                let mut blocks = crate::stats::frontier::BlockScan::new(scan);
+                let r = pair_avx512::pair_stats_scan(actual, expected, t1, t2, &mut blocks);
+                blocks.finish();
+                r
+            };
+            if !d_finite {
+                *scan = start;
+                scan_anchors(actual, expected, scan);
+            }
+            return stats;
+        }
+    }
+    let stats = pair_stats_finite(actual, expected, t1, t2);
+    scan_anchors(actual, expected, scan);
+    stats
+}
+
 /// Whether [`pair_stats_finite`] takes the two tolerances: both atols positive, both rtols
 /// non-negative.
 fn fusable(t1: Tolerance, t2: Tolerance) -> bool {

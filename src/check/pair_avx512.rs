@@ -38,6 +38,7 @@
 
 use super::{all_finite, PairStats, Tolerance};
 use crate::fp::avx512::{lanes, load_pair};
+use crate::stats::frontier::BlockScan;
 use std::arch::x86_64::*;
 
 /// Whether the screened kernel applies: equal lengths (the portable path checks finiteness
@@ -60,8 +61,29 @@ pub(super) unsafe fn pair_stats(
     t1: Tolerance,
     t2: Tolerance,
 ) -> Option<PairStats> {
-    let [r] = pair_stats_n([actual], expected, t1, t2);
+    let ([r], _) = pair_stats_n([actual], expected, t1, t2, None);
     r
+}
+
+/// [`pair_stats`], with the anchor scan of the same pairs taken in the same pass (their
+/// points (|a − e|, |e|), block by block in order, into `scan`). Also returns whether every
+/// difference was finite: only then does the scan hold what [`scan_anchors`] would give
+/// (otherwise the caller redoes it).
+///
+/// [`scan_anchors`]: crate::stats::frontier::scan_anchors
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pair_stats_scan(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+    scan: &mut BlockScan<'_>,
+) -> (Option<PairStats>, bool) {
+    let ([r], d_finite) = pair_stats_n([actual], expected, t1, t2, Some(scan));
+    (r, d_finite)
 }
 
 /// [`pair_stats`] of two actual tensors against one expected tensor, in one pass that
@@ -78,17 +100,20 @@ pub(super) unsafe fn pair_stats2(
     t1: Tolerance,
     t2: Tolerance,
 ) -> [Option<PairStats>; 2] {
-    pair_stats_n([a1, a2], expected, t1, t2)
+    pair_stats_n([a1, a2], expected, t1, t2, None).0
 }
 
-/// [`pair_stats`] of each of the `N` actual tensors against `expected` (module doc).
+/// [`pair_stats`] of each of the `N` actual tensors against `expected` (module doc), and
+/// whether the first one's differences are all finite. With `scan`, every block's points of
+/// the first pair, (d, |e|), are offered to it in order in the screening pass.
 #[inline(always)]
 unsafe fn pair_stats_n<const N: usize>(
     actuals: [&[f64]; N],
     expected: &[f64],
     t1: Tolerance,
     t2: Tolerance,
-) -> [Option<PairStats>; N] {
+    mut scan: Option<&mut BlockScan<'_>>,
+) -> ([Option<PairStats>; N], bool) {
     const { assert!(N >= 1, "at least one actual tensor") };
     for a in actuals {
         debug_assert!(applies(a, expected, t1, t2));
@@ -156,6 +181,9 @@ unsafe fn pair_stats_n<const N: usize>(
             // which adds nothing to any maximum or count.
             let (d, m, w1, w2) = load!(i);
             me = _mm512_max_epi64(me, _mm512_castpd_si512(m));
+            if let Some(scan) = scan.as_deref_mut() {
+                scan.block(d[0], m);
+            }
             for k in 0..N {
                 md[k] = _mm512_max_epi64(md[k], _mm512_castpd_si512(d[k]));
                 // d ≤ u₀·w under both tolerances: the sign bits of fl(u₀·w − d) clear.
@@ -180,7 +208,8 @@ unsafe fn pair_stats_n<const N: usize>(
     }
     let max_bits = f64::MAX.to_bits() as i64;
     let me = _mm512_reduce_max_epi64(me);
-    std::array::from_fn(|k| {
+    let d_finite = _mm512_reduce_max_epi64(md[0]) <= max_bits;
+    let stats = std::array::from_fn(|k| {
         let (u1, u2) = (hmax(s1[k]), hmax(s2[k]));
         let md = _mm512_reduce_max_epi64(md[k]);
         if me > max_bits || md > max_bits && !all_finite(actuals[k]) {
@@ -205,7 +234,8 @@ unsafe fn pair_stats_n<const N: usize>(
             [(u1, count(c1), 0), (u2, count(c2), 0)],
             (f64::from_bits(md as u64), f64::from_bits(me as u64)),
         ))
-    })
+    });
+    (stats, d_finite)
 }
 
 /// Where the sampled blocks of a tensor of `n` elements start: [`SAMPLES`] blocks spread
@@ -455,6 +485,66 @@ mod tests {
         }
         // The generator is meant to give mostly finite slices, where the screen works.
         assert!(finite > 3000, "{finite} finite cases");
+    }
+
+    /// The asserted comparison's statistics with its frontier's anchor scan in the same pass
+    /// ([`crate::check::pair_stats_finite_scan`]) against the two definitions one after the
+    /// other: [`pair_stats_impl`] and `scan_anchors_portable`, continuing a scan of earlier
+    /// pairs as a check's later steps do, over the same generated slices as above (exact
+    /// zeros, usages on the screen's edges, non-finite values, differences that overflow), and
+    /// from a scan that an infinite d already ended.
+    #[test]
+    fn statistics_with_the_anchor_scan_equal_both_definitions() {
+        use crate::check::pair_stats_finite_scan;
+        use crate::stats::frontier::{scan_anchors_portable, AnchorScan};
+        let tols = [OLD, Tolerance::TORCH_FP32];
+        let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+        let mut scanned_finite = 0;
+        for case in 0..3000 {
+            let mut start = AnchorScan::default();
+            // A scan already under way on an earlier slice (every fifth case: none; one in
+            // fifty: an earlier infinite d).
+            if case % 5 != 0 {
+                let len = (rng.next() % 40) as usize;
+                let (a0, e0) = pairs(&mut rng, len, tols);
+                scan_anchors_portable(&a0, &e0, &mut start);
+            }
+            if case % 50 == 7 {
+                scan_anchors_portable(&[f64::MAX], &[-f64::MAX], &mut start);
+                assert!(start.is_infinite());
+            }
+            let n = if case % 3 == 0 {
+                SAMPLE_FROM + (rng.next() % 1200) as usize
+            } else {
+                (rng.next() % 70) as usize
+            };
+            let (mut a, mut e) = pairs(&mut rng, n, tols);
+            if case % 2 == 0 {
+                for (x, &y) in a.iter_mut().zip(&e) {
+                    if !x.is_finite() {
+                        *x = y;
+                    }
+                }
+            }
+            if case % 97 == 3 && n > 0 {
+                // A finite pair whose difference overflows.
+                let k = (rng.next() % n as u64) as usize;
+                (a[k], e[k]) = (f64::MAX, -f64::MAX);
+            }
+            let want = pair_stats_impl(&a, &e, tols[0], tols[1]);
+            let mut want_scan = start;
+            scan_anchors_portable(&a, &e, &mut want_scan);
+            let mut got_scan = start;
+            let got = pair_stats_finite_scan(&a, &e, tols[0], tols[1], &mut got_scan);
+            assert_eq!(bits(got), bits(want), "case {case}");
+            assert_eq!(
+                format!("{got_scan:?}"),
+                format!("{want_scan:?}"),
+                "case {case}: {a:?} {e:?}"
+            );
+            scanned_finite += usize::from(want.is_some() && !want_scan.is_infinite());
+        }
+        assert!(scanned_finite > 1000, "{scanned_finite} finite cases");
     }
 
     /// The count without division at its edge: d on every float within 6 ulps of w and of 2w,

@@ -12,8 +12,8 @@
 //! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
 use crate::check::{
-    magnitude_stats, pair_stats_finite, pair_stats_finite2, usage_stats, PairStats, StepLabel,
-    Tolerance,
+    magnitude_stats, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan, usage_stats,
+    PairStats, StepLabel, Tolerance,
 };
 use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::stats::frontier::{
@@ -299,7 +299,33 @@ pub fn evaluate_reusing(
     reuse: Option<&[SeedCheck]>,
     out: &mut Vec<SeedCheck>,
 ) {
+    evaluate_scanning(checks, tolerances, traces, reuse, out, None)
+}
+
+/// [`evaluate_reusing`], and with `scans = Some((asserted, v))` the frontiers' anchor scans
+/// too: `v[c]` the [`AnchorScan`] of check c's pairs in the `asserted` comparison, in
+/// order, as [`unit_frontiers`] takes it, where that comparison's statistics are taken
+/// ([`pair_stats_finite_scan`]: in the same pass). `v` is left empty when the comparison is
+/// not folded here (its entries reused, or other than two policies); [`unit_frontiers_scanned`]
+/// then scans itself.
+pub fn evaluate_scanning(
+    checks: &[CheckSpec],
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    reuse: Option<&[SeedCheck]>,
+    out: &mut Vec<SeedCheck>,
+    mut scans: Option<(Comparison, &mut Vec<AnchorScan>)>,
+) {
     out.clear();
+    let asserted = scans.as_ref().map(|(k, _)| *k);
+    let scanned =
+        tolerances.len() == 2 && !(reuse.is_some() && asserted == Some(Comparison::RefVsF64));
+    if let Some((_, v)) = &mut scans {
+        v.clear();
+        if scanned {
+            v.resize(checks.len(), AnchorScan::default());
+        }
+    }
     for (c, spec) in checks.iter().enumerate() {
         let mut memo = RatioMemo::default();
         // `ref-vs-f64` and `sharded-vs-f64` expect the same float64 tensors (unless a check
@@ -326,23 +352,33 @@ pub fn evaluate_reusing(
             }
             out.extend(std::iter::repeat_n(SeedCheck::default(), tolerances.len()));
             let mut first = true;
+            // This check's anchor scan, where this is the comparison it is taken in.
+            let mut scan = match &mut scans {
+                Some((k, v)) if *k == comparison && scanned => Some(&mut v[c]),
+                _ => None,
+            };
             let mut stats =
                 |k: usize, step: StepLabel, a: &[f64], e: &[f64], [t1, t2]: [Tolerance; 2]| {
-                    match comparison {
+                    let fused = match comparison {
                         Comparison::RefVsF64 if fuse => match sharded.get(k).copied().flatten() {
                             Some((s, a2, e2)) if s == step && std::ptr::eq(e, e2) => {
                                 let [r, sh] = pair_stats_finite2(a, a2, e, t1, t2);
                                 sharded_stats[k] = Some(sh);
-                                r
+                                Some(r)
                             }
-                            _ => pair_stats_finite(a, e, t1, t2),
+                            _ => None,
                         },
-                        Comparison::ShardedVsF64 if fuse => sharded_stats
-                            .get(k)
-                            .copied()
-                            .flatten()
-                            .unwrap_or_else(|| pair_stats_finite(a, e, t1, t2)),
-                        _ => pair_stats_finite(a, e, t1, t2),
+                        Comparison::ShardedVsF64 if fuse => sharded_stats.get(k).copied().flatten(),
+                        _ => None,
+                    };
+                    match (fused, scan.as_deref_mut()) {
+                        (Some(r), None) => r,
+                        (Some(r), Some(scan)) => {
+                            scan_anchors(a, e, scan);
+                            r
+                        }
+                        (None, Some(scan)) => pair_stats_finite_scan(a, e, t1, t2, scan),
+                        (None, None) => pair_stats_finite(a, e, t1, t2),
                     }
                 };
             fold_comparison(
@@ -945,8 +981,23 @@ pub fn unit_frontiers(
     ws: &Workspace,
     pts: &mut Vec<(f64, f64)>,
 ) -> Vec<Vec<(f64, f64)>> {
+    unit_frontiers_scanned(s, param, ws, pts, &[])
+}
+
+/// [`unit_frontiers`], with the anchor scans of the checks' pairs already taken when `scans`
+/// holds one per check ([`evaluate_scanning`]; the first of the two passes then is not run):
+/// the same frontiers.
+pub fn unit_frontiers_scanned(
+    s: &dyn Scenario,
+    param: usize,
+    ws: &Workspace,
+    pts: &mut Vec<(f64, f64)>,
+    scans: &[AnchorScan],
+) -> Vec<Vec<(f64, f64)>> {
     let asserted = s.asserted_comparison();
-    s.checks(param)
+    let checks = s.checks(param);
+    let given = scans.len() == checks.len();
+    checks
         .iter()
         .enumerate()
         .map(|(c, spec)| {
@@ -960,7 +1011,13 @@ pub fn unit_frontiers(
                 .map(|sl| sl.len)
                 .sum();
             let mut scan = AnchorScan::default();
-            if n <= FRONTIER_BUFFER_POINTS && !two_pass_is_vectorized() {
+            if given {
+                // The anchors as the first pass below would find them, then its second pass.
+                let anchors = scans[c].finish();
+                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                    keep_pairs(a, e, anchors.as_ref(), pts);
+                });
+            } else if n <= FRONTIER_BUFFER_POINTS && !two_pass_is_vectorized() {
                 // One pass: every point buffered while the anchors are found, then the
                 // points [`prefilter`] keeps kept in place (d = 0 points never are): the same
                 // points in the same order as the two-pass stream below.

@@ -26,8 +26,9 @@ use crate::catalog::{Catalog, Group};
 use crate::export::frontiers::SeedFrontiers;
 use crate::export::seeds_file::{format_unit, SeedsFormat};
 use crate::scenario::Workspace;
+use crate::stats::frontier::AnchorScan;
 use aggregate::GroupAgg;
-use evaluate::{unit_frontiers, SeedCheck, SeedValues};
+use evaluate::{unit_frontiers_scanned, SeedCheck, SeedValues};
 use plan::{Family, GroupMeta};
 
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
@@ -144,8 +145,17 @@ pub fn drive(
         plan::in_chunks_of(
             plan::CHUNK / f.runs.len(),
             f.seeds.clone(),
-            || (Workspace::default(), Vec::new(), Vec::new(), Vec::new()),
-            |(ws, pts, out, prev), &seed| -> anyhow::Result<SeedResult> {
+            || {
+                let scans: Vec<AnchorScan> = Vec::new();
+                (
+                    Workspace::default(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    scans,
+                )
+            },
+            |(ws, pts, out, prev, scans), &seed| -> anyhow::Result<SeedResult> {
                 let mut values = Vec::with_capacity(f.runs.len());
                 let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
                 let first = &groups[f.groups.start];
@@ -162,10 +172,21 @@ pub fn drive(
                         // groups have equal checks and tolerances): its ref-vs-f64 entries.
                         let reuse = (!parts.reference).then_some(&prev[..]);
                         let checks = s.checks(g.param);
-                        evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                        // With frontiers, their anchor scans in the asserted comparison's
+                        // statistics pass.
+                        let scan_in =
+                            want_frontiers.then(|| (s.asserted_comparison(), &mut *scans));
+                        evaluate::evaluate_scanning(
+                            checks,
+                            &g.tolerances,
+                            &ws.traces,
+                            reuse,
+                            out,
+                            scan_in,
+                        );
                         values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
                         if want_frontiers {
-                            frontiers.push(unit_frontiers(s, g.param, ws, pts));
+                            frontiers.push(unit_frontiers_scanned(s, g.param, ws, pts, scans));
                         }
                         std::mem::swap(out, prev);
                     });

@@ -41,6 +41,8 @@ use std::cmp::Ordering;
 mod avx512;
 mod simd;
 mod stream;
+#[cfg(target_arch = "x86_64")]
+pub use avx512::BlockScan;
 pub use simd::{
     keep_pairs, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_portable, scan_pairs,
     two_pass_is_vectorized,
@@ -302,6 +304,12 @@ pub struct AnchorScan {
 }
 
 impl AnchorScan {
+    /// Whether some point offered had an infinite d (no anchors then; every later point is
+    /// ignored).
+    pub fn is_infinite(&self) -> bool {
+        self.infinite
+    }
+
     /// Offers a point.
     #[inline]
     pub fn add(&mut self, q: (f64, f64)) {

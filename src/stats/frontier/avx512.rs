@@ -48,7 +48,7 @@ pub fn available() -> bool {
 /// taken.)
 fn ratio_limit(scan: &AnchorScan) -> f64 {
     match scan.best {
-        Some((_, r)) if r >= TINY && r < f64::INFINITY => r * SHRINK,
+        Some((_, r)) if (TINY..f64::INFINITY).contains(&r) => r * SHRINK,
         _ => -1.0,
     }
 }
@@ -101,21 +101,64 @@ pub unsafe fn scan_anchors(actual: &[f64], expected: &[f64], scan: &mut AnchorSc
 #[target_feature(enable = "avx512f")]
 unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -> bool {
     let n = actual.len().min(expected.len());
-    let zero = _mm512_setzero_pd();
-    let tiny_bits = _mm512_set1_epi64(TINY.to_bits() as i64);
-    let span = _mm512_set1_epi64((HUGE.to_bits() - TINY.to_bits()) as i64);
     let mut big = _mm512_setzero_si512();
-    let mut psd = _mm512_set1_pd(scan.ps.map_or(0.0, |p| p.0));
-    let mut lim = _mm512_set1_pd(ratio_limit(scan));
-    let tau = _mm512_set1_pd(f64::from_bits(1));
-    let inf = _mm512_set1_pd(f64::INFINITY);
-    let sign = _mm512_set1_epi64(i64::MIN);
-    let mut ze: __mmask8 = 0;
+    let mut blocks = BlockScan::new(scan);
     let mut i = 0;
     while i < n {
         // SAFETY: i < n, within both slices. A partial last block has zeros in its missing
         // lanes: points with d = 0, which change nothing.
         let (d, e) = block_points::<false>(actual, expected, i, n, &mut big);
+        blocks.block(d, e);
+        i += 8;
+    }
+    blocks.finish();
+    _mm512_reduce_max_epi64(big) <= f64::MAX.to_bits() as i64
+}
+
+/// The anchor scan of [`scan_anchors`] one block of eight points at a time, in order, for a
+/// caller that computes the points of finite pairs itself (d = |x − y|, e = |y|, zeros in the
+/// missing lanes of a partial block) for a pass of its own: the usage statistics of the
+/// asserted comparison take the scan in the same pass (`check::pair_stats_scan`). The
+/// caller keeps the scan only when every difference was finite (its largest bit pattern at
+/// most f64::MAX's), and otherwise redoes it with [`scan_anchors`] from the state it began
+/// with; `scan` must not be infinite at the start.
+pub struct BlockScan<'s> {
+    scan: &'s mut AnchorScan,
+    psd: __m512d,
+    lim: __m512d,
+    ze: __mmask8,
+}
+
+impl<'s> BlockScan<'s> {
+    /// Starts on `scan` (its bounds as they are).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn new(scan: &'s mut AnchorScan) -> Self {
+        debug_assert!(!scan.infinite);
+        Self {
+            psd: _mm512_set1_pd(scan.ps.map_or(0.0, |p| p.0)),
+            lim: _mm512_set1_pd(ratio_limit(scan)),
+            ze: 0,
+            scan,
+        }
+    }
+
+    /// Offers the block of points (d, e) (module doc).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn block(&mut self, d: __m512d, e: __m512d) {
+        let zero = _mm512_setzero_pd();
+        let tiny_bits = _mm512_set1_epi64(TINY.to_bits() as i64);
+        let span = _mm512_set1_epi64((HUGE.to_bits() - TINY.to_bits()) as i64);
+        let tau = _mm512_set1_pd(f64::from_bits(1));
+        let inf = _mm512_set1_pd(f64::INFINITY);
+        let sign = _mm512_set1_epi64(i64::MIN);
         let in_range =
             _mm512_cmplt_epu64_mask(_mm512_sub_epi64(_mm512_castpd_si512(e), tiny_bits), span);
         // The screened ratio where e is in range, +∞ elsewhere (never screened).
@@ -127,37 +170,39 @@ unsafe fn scan_finite(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) -
         // +∞), so the block changes nothing.
         let fast = _mm512_min_pd(
             _mm512_sub_pd(d, tau),
-            _mm512_max_pd(_mm512_sub_pd(r, lim), _mm512_sub_pd(d, psd)),
+            _mm512_max_pd(_mm512_sub_pd(r, self.lim), _mm512_sub_pd(d, self.psd)),
         );
         if _mm512_test_epi64_mask(_mm512_castpd_si512(fast), sign) == 0xff {
-            i += 8;
-            continue;
+            return;
         }
         let valid = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, zero);
         let e_zero = _mm512_mask_cmp_pd_mask::<_CMP_EQ_OQ>(valid, e, zero);
-        ze |= e_zero;
-        let below_ps = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(valid, d, psd);
-        let ratio_ok = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(in_range, r, lim);
+        self.ze |= e_zero;
+        let below_ps = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(valid, d, self.psd);
+        let ratio_ok = _mm512_mask_cmp_pd_mask::<_CMP_LT_OQ>(in_range, r, self.lim);
         let quiet = !valid | (below_ps & (e_zero | ratio_ok));
         // Only the lanes that are not quiet are offered, in lane order: a quiet lane leaves
         // the scan as it is (its only effect, the e = 0 flag, is in `ze`), and stays quiet
         // after a lane before it raised p* or the best ratio (both bounds only grow). Before
         // the first point with d > 0, p* is unset (d* = 0), so every such lane is offered.
         if quiet != 0xff {
-            let (ds, es) = (lanes(d), lanes(e));
+            // SAFETY: AVX-512F, as this function's own.
+            let (ds, es) = unsafe { (lanes(d), lanes(e)) };
             let mut todo = !quiet;
             while todo != 0 {
                 let l = todo.trailing_zeros() as usize;
-                scan.add((ds[l], es[l]));
+                self.scan.add((ds[l], es[l]));
                 todo &= todo - 1;
             }
-            psd = _mm512_set1_pd(scan.ps.map_or(0.0, |p| p.0));
-            lim = _mm512_set1_pd(ratio_limit(scan));
+            self.psd = _mm512_set1_pd(self.scan.ps.map_or(0.0, |p| p.0));
+            self.lim = _mm512_set1_pd(ratio_limit(self.scan));
         }
-        i += 8;
     }
-    scan.zero_e |= ze != 0;
-    _mm512_reduce_max_epi64(big) <= f64::MAX.to_bits() as i64
+
+    /// Ends the pass: the e = 0 flag of the quiet lanes into the scan.
+    pub fn finish(self) {
+        self.scan.zero_e |= self.ze != 0;
+    }
 }
 
 /// [`keep_pairs_portable`], vectorized: the keep test of [`Anchors::keep`] eight lanes at a
