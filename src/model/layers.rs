@@ -39,13 +39,13 @@ pub fn embedding_backward<R: Real>(
 }
 
 /// `grad[i] = grad[i] + e[i]` for every element, where `e` is what [`embedding_backward`]
-/// writes for these ids: the same IEEE operations, without a table-sized buffer for `e`.
-/// Rows no id names get `grad + 0.0` (which turns −0.0 into +0.0, as adding the zero row
-/// does); a named row's contribution is summed from +0.0 over its tokens in token order
-/// into `row` (`dim` long), then added. `named` is scratch for the distinct ids (reused: a
-/// seed-run allocates nothing here once it has grown). Row by row the result is the same because a
-/// contribution summed from +0.0 is never −0.0, so adding it after the `+ 0.0` of the rows
-/// in between changes nothing.
+/// writes for these ids: the same values, without a table-sized buffer for `e`. Every row
+/// gets `grad + 0.0` in one pass over the table (which turns −0.0 into +0.0, as adding the
+/// zero row does, and changes nothing else); then a named row's contribution is summed from
+/// +0.0 over its tokens in token order into `row` (`dim` long), and added. That is
+/// `grad + e` bit for bit: a sum from +0.0 is never −0.0, so for it (g + 0.0) + e = g + e,
+/// NaN operands giving the same quieted NaN. `named` is scratch for the distinct ids
+/// (reused: a seed-run allocates nothing here once it has grown).
 pub fn embedding_backward_add<R: Real>(
     dx: &[R],
     dim: usize,
@@ -102,26 +102,27 @@ fn embedding_backward_add_body<R: Real>(
     );
     named.sort_unstable();
     named.dedup();
-    let mut next = named.iter().peekable();
-    for (r, g_row) in grad.chunks_exact_mut(dim.max(1)).enumerate() {
-        if next.peek() == Some(&&r) {
-            next.next();
-            row.clear();
-            row.resize(dim, R::ZERO);
-            for (t, &id) in ids.iter().enumerate() {
-                if id as usize == r && Some(id) != padding_idx {
-                    for (e, &d) in row.iter_mut().zip(&dx[t * dim..(t + 1) * dim]) {
-                        *e = *e + d;
-                    }
+    // Every row's `+ 0.0` first, in one pass over the table, then the named rows' sums
+    // added: for a named row (g + 0.0) + e is g + e bit for bit (g + 0.0 is g except that
+    // −0.0 becomes +0.0, and −0.0 + e = +0.0 + e for the e ≠ −0.0 a sum from +0.0 gives; NaN
+    // operands give the same quieted NaN either way).
+    let width = dim.max(1);
+    let rows = grad.len() / width;
+    for g in &mut grad[..rows * width] {
+        *g = *g + R::ZERO;
+    }
+    for &r in named.iter().take_while(|&&r| r < rows) {
+        row.clear();
+        row.resize(dim, R::ZERO);
+        for (t, &id) in ids.iter().enumerate() {
+            if id as usize == r && Some(id) != padding_idx {
+                for (e, &d) in row.iter_mut().zip(&dx[t * dim..(t + 1) * dim]) {
+                    *e = *e + d;
                 }
             }
-            for (g, &e) in g_row.iter_mut().zip(row.iter()) {
-                *g = *g + e;
-            }
-        } else {
-            for g in g_row {
-                *g = *g + R::ZERO;
-            }
+        }
+        for (g, &e) in grad[r * width..(r + 1) * width].iter_mut().zip(row.iter()) {
+            *g = *g + e;
         }
     }
 }
