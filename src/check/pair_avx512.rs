@@ -209,11 +209,14 @@ unsafe fn pair_stats_n<const N: usize>(
     let max_bits = f64::MAX.to_bits() as i64;
     let me = _mm512_reduce_max_epi64(me);
     let d_finite = _mm512_reduce_max_epi64(md[0]) <= max_bits;
-    let stats = std::array::from_fn(|k| {
+    // A loop, not `array::from_fn`: a closure there was left out of line by the inliner,
+    // and the intrinsics in it with it (a call per operation in the count pass).
+    let mut stats: [Option<PairStats>; N] = [None; N];
+    for (k, out) in stats.iter_mut().enumerate() {
         let (u1, u2) = (hmax(s1[k]), hmax(s2[k]));
         let md = _mm512_reduce_max_epi64(md[k]);
         if me > max_bits || md > max_bits && !all_finite(actuals[k]) {
-            return None;
+            continue;
         }
         // The counts of x > 1, that is d > w (module doc): none unless some usage is above
         // 1, so a second pass only then.
@@ -222,19 +225,27 @@ unsafe fn pair_stats_n<const N: usize>(
             let inc = _mm512_set1_epi64(1);
             let mut i = 0;
             while i < n {
-                // The zero lanes of a partial block have d = 0, never > w.
-                let (d, _, w1, w2) = load!(i);
-                c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d[k], w1), c1, inc);
-                c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d[k], w2), c2, inc);
+                // SAFETY: i < n, the length of both slices; the zero lanes of a partial
+                // block have d = 0, never > w. The same terms as `load!`, for this tensor.
+                let (a, e) = load_pair(actuals[k], expected, i, n);
+                let m = _mm512_abs_pd(e);
+                let w1 = _mm512_add_pd(at1, _mm512_mul_pd(rt1, m));
+                let w2 = _mm512_add_pd(at2, _mm512_mul_pd(rt2, m));
+                let d = _mm512_abs_pd(_mm512_sub_pd(a, e));
+                c1 = _mm512_mask_add_epi64(c1, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, w1), c1, inc);
+                c2 = _mm512_mask_add_epi64(c2, _mm512_cmp_pd_mask::<_CMP_GT_OQ>(d, w2), c2, inc);
                 i += 8;
             }
         }
-        let count = |c: __m512i| _mm512_reduce_add_epi64(c) as usize;
-        Some((
-            [(u1, count(c1), 0), (u2, count(c2), 0)],
+        let (n1, n2) = (
+            _mm512_reduce_add_epi64(c1) as usize,
+            _mm512_reduce_add_epi64(c2) as usize,
+        );
+        *out = Some((
+            [(u1, n1, 0), (u2, n2, 0)],
             (f64::from_bits(md as u64), f64::from_bits(me as u64)),
-        ))
-    });
+        ));
+    }
     (stats, d_finite)
 }
 
