@@ -646,11 +646,8 @@ impl FoldInputs<'_, '_> {
             }
             for (k, total) in stats.iter_mut().enumerate() {
                 let (a, e) = (widened[self.slot[k][0]], widened[self.slot[k][1]]);
-                if let Some(acc) = total {
-                    match pair_stats_finite(a, e, t1, t2) {
-                        Some(part) => merge_pair_stats(acc, &part),
-                        None => *total = None,
-                    }
+                if total.is_some() {
+                    merge_part(total, pair_stats_finite(a, e, t1, t2));
                 }
                 if self.asserted == Some(k) {
                     if let Some(front) = front.as_deref_mut() {
@@ -669,6 +666,15 @@ impl FoldInputs<'_, '_> {
             }
         }
         (stats, ratios)
+    }
+}
+
+/// `total` merged with the statistics of the elements after it ([`merge_pair_stats`]):
+/// None when either is None (some value not finite).
+fn merge_part(total: &mut Option<PairStats>, part: Option<PairStats>) {
+    match (total.as_mut(), part) {
+        (Some(acc), Some(part)) => merge_pair_stats(acc, &part),
+        _ => *total = None,
     }
 }
 
@@ -844,29 +850,21 @@ impl StreamedEval {
                 // see [`merge_pair_stats`]; [`FrontierStream::absorb`]).
                 let mid = (n / 2).next_multiple_of(FUSED_CHUNK);
                 let mut later = front.is_some().then(FrontierStream::default);
-                let ((s1, r1), (s2, r2)) = rayon::join(
+                let ((mut stats, mut ratios), (s2, r2)) = rayon::join(
                     || fold.range(0..mid, front, chunks),
                     || fold.range(mid..n, later.as_mut(), spare),
                 );
                 if let (Some(front), Some(later)) = (fronts.get_mut(c), later) {
                     front.absorb(later);
                 }
-                let stats = std::array::from_fn(|k| match (s1[k], s2[k]) {
-                    (Some(mut a), Some(b)) => {
-                        merge_pair_stats(&mut a, &b);
-                        Some(a)
-                    }
-                    _ => None,
-                });
-                let ratios = std::array::from_fn(|k| {
-                    std::array::from_fn(|p| {
-                        if r2[k][p] > r1[k][p] {
-                            r2[k][p]
-                        } else {
-                            r1[k][p]
+                for k in 0..3 {
+                    merge_part(&mut stats[k], s2[k]);
+                    for (acc, &m) in ratios[k].iter_mut().zip(&r2[k]) {
+                        if m > *acc {
+                            *acc = m;
                         }
-                    })
-                });
+                    }
+                }
                 (stats, ratios)
             } else {
                 fold.range(0..n, front, chunks)
@@ -1010,29 +1008,29 @@ pub fn unit_frontiers_scanned(
                 .filter(|sl| sl.check == c && sl.role == SlotRole::Value)
                 .map(|sl| sl.len)
                 .sum();
-            let mut scan = AnchorScan::default();
-            if given {
-                // The anchors as the first pass below would find them, then its second pass.
-                let anchors = scans[c].finish();
-                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                    keep_pairs(a, e, anchors.as_ref(), pts);
-                });
-            } else if n <= FRONTIER_BUFFER_POINTS && !two_pass_is_vectorized() {
+            if !given && n <= FRONTIER_BUFFER_POINTS && !two_pass_is_vectorized() {
                 // One pass: every point buffered while the anchors are found, then the
                 // points [`prefilter`] keeps kept in place (d = 0 points never are): the same
                 // points in the same order as the two-pass stream below.
+                let mut scan = AnchorScan::default();
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     scan_pairs(a, e, &mut scan, pts);
                 });
                 scan.filter(pts);
             } else {
-                // [`prefilter`] streamed: the anchors in a first pass, then only the points
-                // it keeps, in the same order (the same points as collecting all and
-                // filtering): memory stays bounded for big tensors, and where the passes are
-                // vectorized they are faster than buffering at any size.
-                for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
-                    scan_anchors(a, e, &mut scan);
-                });
+                // [`prefilter`] streamed: the anchors in a first pass (or as `scans` holds
+                // them), then only the points it keeps, in the same order (the same points as
+                // collecting all and filtering): memory stays bounded for big tensors, and
+                // where the passes are vectorized they are faster than buffering at any size.
+                let scan = if given {
+                    scans[c]
+                } else {
+                    let mut scan = AnchorScan::default();
+                    for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
+                        scan_anchors(a, e, &mut scan);
+                    });
+                    scan
+                };
                 let anchors = scan.finish();
                 for_each_pair(&ws.traces, c, spec, asserted, |_, a, e| {
                     keep_pairs(a, e, anchors.as_ref(), pts);

@@ -73,11 +73,7 @@ impl FrontierStream {
         if pending.is_empty() {
             return;
         }
-        self.before.clone_from(&self.stairs);
-        staircase_merge(&mut self.stairs, pending);
-        if self.stairs != self.before {
-            rebuild_below(&mut self.below[..], &self.stairs);
-        }
+        merge_into(&mut self.stairs, pending, &mut self.before, &mut self.below);
     }
 
     /// Takes in the stream of the pairs that come after every pair offered so far, as if
@@ -89,11 +85,12 @@ impl FrontierStream {
         if later.stairs.is_empty() {
             return;
         }
-        self.before.clone_from(&self.stairs);
-        staircase_merge(&mut self.stairs, &mut later.stairs);
-        if self.stairs != self.before {
-            rebuild_below(&mut self.below[..], &self.stairs);
-        }
+        merge_into(
+            &mut self.stairs,
+            &mut later.stairs,
+            &mut self.before,
+            &mut self.below,
+        );
     }
 
     /// The frontier of every point offered: the prefilter's test with the anchors of all
@@ -104,6 +101,21 @@ impl FrontierStream {
         let mut f = Vec::new();
         frontier(pts.iter().copied(), &mut f);
         f
+    }
+}
+
+/// `stairs` replaced by the staircase of `stairs` ∪ `more` ([`staircase_merge`]; `more` left
+/// empty), and the screen's table `below` rebuilt if that changed it (`before`: scratch).
+fn merge_into(
+    stairs: &mut Vec<(f64, f64)>,
+    more: &mut Vec<(f64, f64)>,
+    before: &mut Vec<(f64, f64)>,
+    below: &mut [f64; BELOW_LEN],
+) {
+    before.clone_from(stairs);
+    staircase_merge(stairs, more);
+    if stairs != before {
+        rebuild_below(&mut below[..], stairs);
     }
 }
 
