@@ -140,6 +140,34 @@ pub trait Backend {
         let _ = (a, b, c_rows, m, k, n, rows);
         false
     }
+    /// [`Backend::matmul_nt`] with `b` the columns `cols` of `w` (n × `width`: a rank's shard
+    /// of a row-parallel weight) read in place, and true; or false, with nothing written,
+    /// when this backend takes the shard only as its own matrix (then the caller gathers
+    /// the columns and calls `matmul_nt`). Either way the product of the gathered columns,
+    /// bit for bit. The default is false.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_nt_cols(
+        &mut self,
+        a: &[Self::R],
+        w: &[Self::R],
+        width: usize,
+        cols: std::ops::Range<usize>,
+        c: &mut [Self::R],
+        m: usize,
+        n: usize,
+    ) -> bool {
+        let _ = (a, w, width, cols, c, m, n);
+        false
+    }
+    /// Whether every element of [`Backend::matmul`] and [`Backend::matmul_tn`] is computed
+    /// from its own row of `a` and column of `b` alone, in an order that depends on the
+    /// reduction length but not on the number of columns: then columns `cols` of a product
+    /// equal, bit for bit, the product with only `b`'s columns `cols`, and a row-parallel
+    /// layer's backward computes its ranks' column shards as one product. The default is
+    /// false.
+    fn columns_independent(&self) -> bool {
+        false
+    }
     /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
     /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
     /// one-thread order); a profile with revealed orders may place the bias elsewhere.
@@ -212,6 +240,11 @@ impl Backend for F64Backend {
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_tn_f64(a, b, c, m, k, n);
+    }
+    /// Every element of `matmul_f64` and `matmul_tn_f64` is the chain over the reduction
+    /// from +0, whatever the width.
+    fn columns_independent(&self) -> bool {
+        true
     }
     fn matmul_tn_rows(
         &mut self,
@@ -439,6 +472,32 @@ impl Backend for F32Backend<'_> {
         self.matmul
             .matmul_tn_rows(a, b, c_rows, m, k, n, rows, self.scratch);
         true
+    }
+    /// Only by the profile's own fast kernels, and only where the few-rows kernel runs
+    /// ([`MatmulModel::matmul_nt_cols`]): revealed orders are per shape of the product, and
+    /// the scalar reference takes the shard as a matrix.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_nt_cols(
+        &mut self,
+        a: &[f32],
+        w: &[f32],
+        width: usize,
+        cols: std::ops::Range<usize>,
+        c: &mut [f32],
+        m: usize,
+        n: usize,
+    ) -> bool {
+        if self.orders.is_some() || self.kernels != Kernels::Fast {
+            return false;
+        }
+        self.matmul
+            .matmul_nt_cols(a, w, width, cols, c, m, n, self.scratch)
+    }
+    /// The model's kernels and the scalar reference compute each element as its own chain
+    /// (or pairwise tree) over the reduction, and the input roundings are per element;
+    /// revealed orders are per shape of the whole product, so not with them.
+    fn columns_independent(&self) -> bool {
+        self.orders.is_none()
     }
     /// By the revealed `forward-bias` programs when the profile has them for this shape, else
     /// the default (matmul, then the bias added).

@@ -396,9 +396,9 @@ impl MatmulModel {
             // SAFETY: avx512f was detected (few_rows_nt_runs); the lengths were checked.
             unsafe {
                 if self.accum == Accum::Fma {
-                    nt_few_rows_avx512::<true>(a, b, c, m, k, n, self.split, at, ct)
+                    nt_few_rows_avx512::<true>(a, b, k, c, m, k, n, self.split, at, ct)
                 } else {
-                    nt_few_rows_avx512::<false>(a, b, c, m, k, n, self.split, at, ct)
+                    nt_few_rows_avx512::<false>(a, b, k, c, m, k, n, self.split, at, ct)
                 }
             }
             return;
@@ -424,6 +424,52 @@ impl MatmulModel {
             }
         }
         s.bt = bt;
+    }
+
+    /// [`MatmulModel::matmul_nt`] with `b` the columns `cols` of `w` (n × `width`, row-major:
+    /// a rank's shard of a row-parallel weight), read in place, and true, where the few-rows
+    /// kernel runs for this shape ([`nt_few_rows_avx512`], which reads every row of `b`
+    /// once anyway); false, with nothing written, elsewhere (the caller then gathers the
+    /// columns and calls `matmul_nt`). The same kernel on the same values: the product of
+    /// the gathered columns, bit for bit.
+    ///
+    /// Panics unless `a.len() == m·cols.len()`, `w.len() == n·width`, `c.len() == m·n` and
+    /// `cols.end ≤ width`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_nt_cols(
+        &self,
+        a: &[f32],
+        w: &[f32],
+        width: usize,
+        cols: std::ops::Range<usize>,
+        c: &mut [f32],
+        m: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) -> bool {
+        let k = cols.len();
+        assert!(
+            cols.end <= width && a.len() == m * k && w.len() == n * width && c.len() == m * n,
+            "matmul_nt_cols: shapes"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if k > 0 && few_rows_nt_runs(self, m, k, n) {
+            let (at, ct) = (&mut s.bt, &mut s.panel);
+            let b = &w[cols.start..];
+            // SAFETY: avx512f was detected (few_rows_nt_runs); row j of the shard is
+            // w[j·width + cols.start..][..k], inside `b` for every j < n (checked by the
+            // kernel).
+            unsafe {
+                if self.accum == Accum::Fma {
+                    nt_few_rows_avx512::<true>(a, b, width, c, m, k, n, self.split, at, ct)
+                } else {
+                    nt_few_rows_avx512::<false>(a, b, width, c, m, k, n, self.split, at, ct)
+                }
+            }
+            return true;
+        }
+        let _ = s;
+        false
     }
 
     fn tn(
@@ -623,15 +669,20 @@ fn lanes_as_rows<T: Copy>(ct: &[T], c: &mut [T], n: usize) {
 /// `b` once instead of transposing it (a pass that reads and writes all of it) and then
 /// reading the transposed copy.
 ///
+/// Row j of `b` starts at `b[j·ldb]` (ldb ≥ k): `ldb = k` for a whole n × k matrix, or the
+/// width of a wider matrix whose columns from `b`'s start are taken in place
+/// ([`MatmulModel::matmul_nt_cols`]).
+///
 /// # Safety
-/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`, `c.len() == m·n`,
-/// 1 ≤ m ≤ 16.
+/// The CPU must support AVX-512F; `a.len() == m·k`, `c.len() == m·n`, 1 ≤ m ≤ 16, and
+/// `b` holds the n rows: `(n − 1)·ldb + k ≤ b.len()` (checked).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn nt_few_rows_avx512<const FMA: bool>(
     a: &[f32],
     b: &[f32],
+    ldb: usize,
     c: &mut [f32],
     m: usize,
     k: usize,
@@ -642,7 +693,11 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
 ) {
     use std::arch::x86_64::*;
     assert!(
-        (1..=FEW_ROWS).contains(&m) && a.len() == m * k && b.len() == n * k && c.len() == m * n,
+        (1..=FEW_ROWS).contains(&m)
+            && a.len() == m * k
+            && ldb >= k
+            && (n == 0 || (n - 1) * ldb + k <= b.len())
+            && c.len() == m * n,
         "nt_few_rows: shapes"
     );
     let at = grown(at, k * FEW_ROWS);
@@ -670,14 +725,14 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
                     // SAFETY: kk < k and j + 7 < n: every index is inside `at` and `b`.
                     let av = _mm512_loadu_ps(ap.add(kk * FEW_ROWS));
                     for (g, tg) in t.iter_mut().enumerate() {
-                        *tg = step::<FMA>(*tg, av, *bp.add((j + g) * k + kk));
+                        *tg = step::<FMA>(*tg, av, *bp.add((j + g) * ldb + kk));
                     }
                 }
             } else {
                 for kk in r {
                     // SAFETY: as above, for the one column j < n.
                     let av = _mm512_loadu_ps(ap.add(kk * FEW_ROWS));
-                    t[0] = step::<FMA>(t[0], av, *bp.add(j * k + kk));
+                    t[0] = step::<FMA>(t[0], av, *bp.add(j * ldb + kk));
                 }
             }
             for (cg, &tg) in cv.iter_mut().zip(&t).take(w) {
@@ -1562,7 +1617,8 @@ fn f64_cols<const R: usize, const W: usize>(
 }
 
 /// Every row of `c` (m × n) by [`f64_rows`], `G` rows at a time ([`F64_GROUP_ROWS`], or
-/// [`F64_GROUP_ROWS_AVX512`]; at most 8) and the last m mod G rows as one smaller group;
+/// [`F64_GROUP_ROWS_AVX512`]; at most 8) and the last m mod G rows as one smaller group (in
+/// the AVX-512 compilation, 9 to 12 rows with a big `b` as one group of all of them);
 /// `a_at(i, kk)` is a[i][kk] in either layout, called only with i < m and kk < k. A `G`
 /// above [`F64_GROUP_ROWS`] is used only for a `b` of [`F64_WIDE_GROUPS_FROM`] bytes or
 /// more (the same elements either way).
@@ -1577,6 +1633,18 @@ fn f64_grouped<const G: usize>(
 ) {
     if G > F64_GROUP_ROWS && b.len() * 8 < F64_WIDE_GROUPS_FROM {
         return f64_grouped::<F64_GROUP_ROWS>(a_at, b, c, m, k, n);
+    }
+    if G > F64_GROUP_ROWS {
+        // A big `b` and 9 to 12 rows: one group, so `b` is read from memory once (a group
+        // of 8 and one of the rest read it twice; 32 % less time for the float64 side of a
+        // V = 32,000 head's step). 12 × 16 columns: 24 of the 32 registers.
+        match m {
+            9 => return f64_rows::<9>(a_at, b, c, k, n),
+            10 => return f64_rows::<10>(a_at, b, c, k, n),
+            11 => return f64_rows::<11>(a_at, b, c, k, n),
+            12 => return f64_rows::<12>(a_at, b, c, k, n),
+            _ => {}
+        }
     }
     let full = m - m % G;
     for i0 in (0..full).step_by(G) {
@@ -2767,9 +2835,10 @@ mod tests {
     #[test]
     fn f64_forms_for_big_b_match_naive_triple_loop() {
         // b of F64_WIDE_GROUPS_FROM bytes and more (big heads: groups of 8 rows in the
-        // AVX-512 compilations; once a tiled path of its own): m leaves every remainder
-        // 0..=7 of a group of 8, and odd k and n leave partial register blocks on every
-        // side. Naive: per element, c = 0; c = c + a*b over k ascending.
+        // AVX-512 compilations, and 9 to 12 rows as one group; once a tiled path of its
+        // own): m leaves every remainder 0..=7 of a group of 8, and odd k and n leave
+        // partial register blocks on every side. Naive: per element, c = 0; c = c + a*b
+        // over k ascending.
         let mut rng = Rng(7);
         for (m, k, n) in [
             (10, 300, 451),
@@ -2777,6 +2846,7 @@ mod tests {
             (1, 512, 257),
             (9, 2, 66_000),
             (8, 290, 457),
+            (11, 290, 457),
             (12, 290, 457),
             (13, 290, 457),
             (14, 290, 457),

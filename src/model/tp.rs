@@ -135,9 +135,23 @@ fn weight_cols(cols: &Range<usize>, r: usize, faults: TpFaults) -> Range<usize> 
     }
 }
 
+/// Whether `shards` are consecutive ranges from 0 to `k` (empty ones allowed): every column
+/// belongs to exactly one rank.
+fn tiles(shards: &[Range<usize>], k: usize) -> bool {
+    let mut end = 0;
+    for s in shards {
+        if s.start != end || s.end < s.start {
+            return false;
+        }
+        end = s.end;
+    }
+    end == k
+}
+
 /// Row-parallel linear forward, `y = x · Wᵀ` with the input dimension `k` split over ranks
 /// (`shards`): rank r computes the partial `x[:, s_r] · W[:, s_r]ᵀ` with the backend's matmul
-/// (a reduction of length |s_r|), then the partials are summed by the backend's all-reduce
+/// (a reduction of length |s_r|; the weight's columns read in place where the backend can,
+/// [`Backend::matmul_nt_cols`]), then the partials are summed by the backend's all-reduce
 /// in its order. An empty shard contributes a zero partial. With one shard this is exactly
 /// the unsharded `x · Wᵀ`. `x` is `m × k`, `w` is `n × k`, `y` is `m × n`. Bias, if any, is
 /// added by the caller after the all-reduce. `faults` injects a mutant's bug (see
@@ -169,15 +183,14 @@ pub fn row_parallel_forward<B: Backend>(
             continue;
         }
         grow(&mut buf.x_shard, m * ks);
-        grow(&mut buf.w_shard, n * ks);
         gather_columns(x, m, k, cols.clone(), &mut buf.x_shard[..m * ks]);
-        gather_columns(
-            w,
-            n,
-            k,
-            weight_cols(cols, r, faults),
-            &mut buf.w_shard[..n * ks],
-        );
+        let wc = weight_cols(cols, r, faults);
+        // The weight's columns in place where the backend reads them so (the same product).
+        if be.matmul_nt_cols(&buf.x_shard[..m * ks], w, k, wc.clone(), part, m, n) {
+            continue;
+        }
+        grow(&mut buf.w_shard, n * ks);
+        gather_columns(w, n, k, wc, &mut buf.w_shard[..n * ks]);
         be.matmul_nt(
             &buf.x_shard[..m * ks],
             &buf.w_shard[..n * ks],
@@ -205,8 +218,12 @@ pub fn row_parallel_forward<B: Backend>(
 /// - `dx` (`m × k`): rank r computes `dy · W[:, s_r]` (a reduction over the n outputs), and
 ///   the shards are all-gathered (copied) into `dx`.
 ///
-/// The input gradient needs no all-reduce: each rank's slice is complete. Either output may
-/// be skipped with `None`. With the `shifted_weights` fault, each rank's gradient lands on
+/// The input gradient needs no all-reduce: each rank's slice is complete. When the shards
+/// tile 0..k, no fault moves or drops a shard and the backend's products are column by
+/// column ([`Backend::columns_independent`]), the ranks' shards are computed as the two
+/// whole products `dyᵀ · x` and `dy · W`: the same elements, bit for bit, without copying
+/// the weight's columns out and the results back. Either output may be skipped with
+/// `None`. With the `shifted_weights` fault, each rank's gradient lands on
 /// (and its input gradient reads) its shifted columns; with `no_input_grad_gather`, only
 /// rank 0's slice of `dx` is filled and the rest is zero.
 #[allow(clippy::too_many_arguments)]
@@ -224,7 +241,16 @@ pub fn row_parallel_backward<B: Backend>(
     faults: TpFaults,
     buf: &mut RowParallelBuffers<B::R>,
 ) {
-    if shards.len() == 1 {
+    // One shard; or shards that tile 0..k in order, unshifted, every one gathered, on a
+    // backend whose products are column by column (`columns_independent`): each rank's
+    // `dyᵀ · x[:, s_r]` and `dy · W[:, s_r]` are then columns s_r of the whole products,
+    // bit for bit, and the gathers and scatters only move them into place.
+    let whole = shards.len() == 1
+        || (!faults.shifted_weights
+            && !faults.no_input_grad_gather
+            && tiles(shards, k)
+            && be.columns_independent());
+    if whole {
         if let Some(dw) = dw {
             be.matmul_tn(dy, x, dw, n, m, k);
         }
@@ -493,6 +519,124 @@ mod tests {
         let mut db1 = vec![0.0; n];
         crate::model::layers::column_sums(&dy, n, &mut db1);
         assert_eq!(db1, db2);
+    }
+
+    /// Rank by rank, as the ranks compute it (each its own column shard, gathered into its
+    /// own matrices, then scattered): the definition the whole-product path of
+    /// `row_parallel_backward` and the in-place path of `row_parallel_forward` must equal.
+    fn rank_by_rank<B: Backend>(
+        be: &mut B,
+        (x, w, dy): (&[B::R], &[B::R], &[B::R]),
+        (m, k, n): (usize, usize, usize),
+        shards: &[Range<usize>],
+    ) -> (Vec<B::R>, Vec<B::R>, Vec<B::R>) {
+        let zero = B::R::from_f64(0.0);
+        let (mut parts, mut dw, mut dx) = (
+            vec![zero; shards.len() * m * n],
+            vec![zero; n * k],
+            vec![zero; m * k],
+        );
+        for (r, cols) in shards.iter().enumerate() {
+            let ks = cols.len();
+            let (mut xs, mut ws) = (vec![zero; m * ks], vec![zero; n * ks]);
+            gather_columns(x, m, k, cols.clone(), &mut xs);
+            gather_columns(w, n, k, cols.clone(), &mut ws);
+            if ks > 0 {
+                be.matmul_nt(&xs, &ws, &mut parts[r * m * n..(r + 1) * m * n], m, ks, n);
+            }
+            let mut g = vec![zero; n * ks];
+            be.matmul_tn(dy, &xs, &mut g, n, m, ks);
+            scatter_columns(&g, n, k, cols.clone(), &mut dw);
+            let mut g = vec![zero; m * ks];
+            be.matmul(dy, &ws, &mut g, m, n, ks);
+            scatter_columns(&g, m, k, cols.clone(), &mut dx);
+        }
+        let mut y = vec![zero; m * n];
+        be.all_reduce(&parts, shards.len(), &mut y);
+        (y, dw, dx)
+    }
+
+    /// `row_parallel_forward` (the weight's columns read in place where the backend can) and
+    /// `row_parallel_backward` (whole products on a backend whose products are column by
+    /// column) give, bit for bit, what the ranks compute with their own gathered shards:
+    /// fp32 under chain, split-K, pairwise and bf16x3 profiles, on shapes that take the
+    /// few-rows kernel and shapes that do not, even, uneven and partly empty shards; and
+    /// float64.
+    #[test]
+    fn row_parallel_equals_the_ranks_computing_their_own_shards() {
+        use crate::backend::{F32Backend, F64Backend};
+        use crate::fp::matmul::MatmulScratch;
+        use crate::profile::ProfileRegistry;
+        let registry = ProfileRegistry::builtin().unwrap();
+        let value = |i: usize, s: f64| ((i as f64 * s).sin() * 1.7) as f32;
+        // (m, k, n, ranks): 10 rows and a 64 KiB shard take the few-rows kernel.
+        for (m, k, n, tp) in [
+            (10, 64, 600, 2),
+            (10, 35, 67, 2),
+            (3, 19, 40, 3),
+            (4, 3, 9, 5),
+        ] {
+            let x: Vec<f32> = (0..m * k).map(|i| value(i, 0.37)).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| value(i, 0.113)).collect();
+            let dy: Vec<f32> = (0..m * n).map(|i| value(i, 0.71)).collect();
+            let shards = shard_ranges(k, tp, 1);
+            for name in ["cpu-fma", "cpu-nofma", "splitk-4", "pairwise", "tpu-bf16x3"] {
+                let profile = registry.resolve(name, "--profile").unwrap();
+                let mut scratch = MatmulScratch::default();
+                let mut be = F32Backend::new(&profile, &mut scratch);
+                assert!(be.columns_independent(), "{name}");
+                let (y0, dw0, dx0) = rank_by_rank(&mut be, (&x, &w, &dy), (m, k, n), &shards);
+                let mut buf = RowParallelBuffers::default();
+                let mut y = vec![0.0f32; m * n];
+                let f = TpFaults::default();
+                row_parallel_forward(&mut be, &x, &w, &mut y, m, k, n, &shards, f, &mut buf);
+                let (mut dw, mut dx) = (vec![0.0f32; n * k], vec![0.0f32; m * k]);
+                let (dwm, dxm) = (Some(&mut dw[..]), Some(&mut dx[..]));
+                row_parallel_backward(
+                    &mut be, &x, &w, &dy, dwm, dxm, m, k, n, &shards, f, &mut buf,
+                );
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let shape = format!("{name} {m}x{k}x{n} tp {tp}");
+                assert_eq!(bits(&y), bits(&y0), "forward {shape}");
+                assert_eq!(bits(&dw), bits(&dw0), "weight gradient {shape}");
+                assert_eq!(bits(&dx), bits(&dx0), "input gradient {shape}");
+            }
+            let wide = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+            let (x, w, dy) = (wide(&x), wide(&w), wide(&dy));
+            let mut be = F64Backend::default();
+            let (y0, dw0, dx0) = rank_by_rank(&mut be, (&x, &w, &dy), (m, k, n), &shards);
+            let mut buf = RowParallelBuffers::default();
+            let mut y = vec![0.0; m * n];
+            let f = TpFaults::default();
+            row_parallel_forward(&mut be, &x, &w, &mut y, m, k, n, &shards, f, &mut buf);
+            let (mut dw, mut dx) = (vec![0.0; n * k], vec![0.0; m * k]);
+            let (dwm, dxm) = (Some(&mut dw[..]), Some(&mut dx[..]));
+            row_parallel_backward(
+                &mut be, &x, &w, &dy, dwm, dxm, m, k, n, &shards, f, &mut buf,
+            );
+            assert_eq!((y, dw, dx), (y0, dw0, dx0), "f64 {m}x{k}x{n} tp {tp}");
+        }
+    }
+
+    /// A profile with revealed orders (per shape of a whole product) keeps the ranks' own
+    /// products, and `tiles` accepts exactly the consecutive ranges from 0 to k.
+    #[test]
+    fn revealed_orders_keep_the_ranks_products_and_tiles_checks_coverage() {
+        use crate::backend::F32Backend;
+        use crate::fp::matmul::MatmulScratch;
+        use crate::profile::ProfileRegistry;
+        let registry = ProfileRegistry::builtin().unwrap();
+        let profile = registry
+            .resolve("cpu-fma+mkl-threads-2", "--profile")
+            .unwrap();
+        let mut scratch = MatmulScratch::default();
+        let be = F32Backend::new(&profile, &mut scratch);
+        assert!(!be.columns_independent());
+        assert!(tiles(&[0..3, 3..3, 3..7], 7));
+        assert!(tiles(&[0..7], 7));
+        assert!(!tiles(&[0..3, 4..7], 7));
+        assert!(!tiles(&[0..3, 3..6], 7));
+        assert!(!tiles(&[1..3, 3..7], 7));
     }
 
     #[test]
