@@ -855,7 +855,10 @@ fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], r0: 
     }
 }
 
-/// 8×8 tiles with AVX shuffles; the ragged right and bottom edges scalar.
+/// 8×8 tiles with AVX shuffles. A ragged right or bottom edge is the last tile moved back
+/// to end at the edge ([`tile_starts`]), overlapping the tile before it (those elements are
+/// written again with the same values); only a matrix with fewer than 8 rows or columns is
+/// copied by [`transpose_scalar`].
 ///
 /// # Safety
 /// The CPU must support avx2, and `src.len() == dst.len() == rows * cols`.
@@ -863,11 +866,13 @@ fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], r0: 
 #[target_feature(enable = "avx2")]
 unsafe fn transpose_avx2(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
+    if rows < 8 || cols < 8 {
+        return transpose_scalar(src, rows, cols, dst, 0, 0);
+    }
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-    for r0 in (0..r8).step_by(8) {
-        for c0 in (0..c8).step_by(8) {
-            // SAFETY: rows r0..r0+8 < rows and columns c0..c0+8 <= cols, so
+    for r0 in tile_starts(rows) {
+        for c0 in tile_starts(cols) {
+            // SAFETY: rows r0..r0+8 <= rows and columns c0..c0+8 <= cols, so
             // every load is inside src and every store inside dst.
             unsafe {
                 let ld = |i: usize| _mm256_loadu_ps(sp.add((r0 + i) * cols + c0));
@@ -900,15 +905,7 @@ unsafe fn transpose_avx2(src: &[f32], rows: usize, cols: usize, dst: &mut [f32])
                 st(7, _mm256_permute2f128_ps::<0x31>(s3, s7));
             }
         }
-        // Right edge of this band of 8 rows.
-        for c in c8..cols {
-            for r in r0..r0 + 8 {
-                dst[c * rows + r] = src[r * cols + c];
-            }
-        }
     }
-    // Bottom rows.
-    transpose_scalar(src, rows, cols, dst, r8, 0);
 }
 
 fn check_lens(a: &[f32], b: &[f32], c: &[f32], m: usize, k: usize, n: usize) {
@@ -1831,8 +1828,11 @@ fn transpose_f64_scalar<const ABS: bool>(
     }
 }
 
-/// [`transpose_f64_map`] with every full 8 × 8 block transposed in registers (three rounds
-/// of two-source permutes: pairs, quads, halves), the ragged right and bottom edges by
+/// [`transpose_f64_map`] with every 8 × 8 block transposed in registers (three rounds of
+/// two-source permutes: pairs, quads, halves). A ragged right or bottom edge is the last
+/// block moved back to end at the edge ([`tile_starts`]): it overlaps the block before it
+/// and writes those elements again with the same values, so every element is moved by a
+/// vector block. Only a matrix with fewer than 8 rows or columns is copied by
 /// [`transpose_f64_scalar`]. A copy (and a cleared sign bit for `ABS`): the same values.
 ///
 /// # Safety
@@ -1846,7 +1846,9 @@ unsafe fn transpose_f64_avx512<const ABS: bool>(
     cols: usize,
 ) {
     use std::arch::x86_64::*;
-    let (full_r, full_c) = (rows - rows % 8, cols - cols % 8);
+    if rows < 8 || cols < 8 {
+        return transpose_f64_scalar::<ABS>(src, dst, rows, cols, 0..rows, 0..cols);
+    }
     let idx = |v: [i64; 8]| _mm512_loadu_si512(v.as_ptr().cast());
     let pair_lo = idx([0, 8, 2, 10, 4, 12, 6, 14]);
     let pair_hi = idx([1, 9, 3, 11, 5, 13, 7, 15]);
@@ -1857,9 +1859,9 @@ unsafe fn transpose_f64_avx512<const ABS: bool>(
     let sign = _mm512_set1_epi64(i64::MIN);
     let s = src.as_ptr();
     let d = dst.as_mut_ptr();
-    for r0 in (0..full_r).step_by(8) {
-        for c0 in (0..full_c).step_by(8) {
-            // SAFETY: rows r0..r0 + 8 and columns c0..c0 + 8 are inside src.
+    for r0 in tile_starts(rows) {
+        for c0 in tile_starts(cols) {
+            // SAFETY: rows r0..r0 + 8 ≤ rows and columns c0..c0 + 8 ≤ cols are inside src.
             let x: [__m512d; 8] = std::array::from_fn(|q| {
                 let v = _mm512_loadu_pd(s.add((r0 + q) * cols + c0));
                 if ABS {
@@ -1899,8 +1901,15 @@ unsafe fn transpose_f64_avx512<const ABS: bool>(
             }
         }
     }
-    transpose_f64_scalar::<ABS>(src, dst, rows, cols, 0..full_r, full_c..cols);
-    transpose_f64_scalar::<ABS>(src, dst, rows, cols, full_r..rows, 0..cols);
+}
+
+/// Where the 8-wide tiles of a dimension of `len` ≥ 8 start: 0, 8, 16, … while a whole tile
+/// fits, then `len − 8` when `len` is not a multiple of 8 (the last tile overlapping the one
+/// before it). Every index is in some tile, and every tile inside 0..len.
+fn tile_starts(len: usize) -> impl Iterator<Item = usize> {
+    debug_assert!(len >= 8);
+    let full = len / 8 * 8;
+    (0..full).step_by(8).chain((full < len).then_some(len - 8))
 }
 
 /// c (m×n) = aᵀ · b, a (k×m) row-major, f64, same order as [`matmul_f64`]: all its rows
@@ -2499,25 +2508,30 @@ mod tests {
         }
     }
 
+    /// The f32 transpose, portable and AVX2 (8 × 8 tiles, a ragged edge by a tile moved
+    /// back over the one before it, scalar below 8 rows or columns), against the naive copy
+    /// on every shape up to 19 × 19 and on T1's shapes, bit for bit; the destination starts
+    /// as NaN, so an element no tile writes shows.
     #[test]
     fn transposes_agree_with_naive() {
         let mut rng = Rng(8);
-        for rows in 0..20 {
-            for cols in 0..20 {
-                let src = rng.vec(rows * cols);
-                let want = transpose(&src, rows, cols);
-                for fast in [false, true] {
-                    let mut dst = vec![f32::NAN; rows * cols];
-                    transpose_into(&src, rows, cols, &mut dst, fast);
-                    assert_same_bits(&dst, &want, &format!("{rows}x{cols} fast={fast}"));
-                }
+        let shapes = (0..20).flat_map(|r| (0..20).map(move |c| (r, c)));
+        for (rows, cols) in shapes.chain([(67, 35), (35, 67), (10, 35), (35, 10), (10, 67)]) {
+            let src = rng.vec(rows * cols);
+            let want = transpose(&src, rows, cols);
+            for fast in [false, true] {
+                let mut dst = vec![f32::NAN; rows * cols];
+                transpose_into(&src, rows, cols, &mut dst, fast);
+                assert_same_bits(&dst, &want, &format!("{rows}x{cols} fast={fast}"));
             }
         }
     }
 
-    /// The f64 transpose (8 × 8 register blocks where the CPU has AVX-512F, edges scalar),
-    /// plain and of the absolute values, against the naive copy on every shape up to 19 × 19
-    /// and on T1's 67 × 35 and 35 × 67, bit for bit.
+    /// The f64 transpose (8 × 8 register blocks where the CPU has AVX-512F, a ragged edge
+    /// by a block moved back over the one before it, scalar below 8 rows or columns), plain
+    /// and of the absolute values, against the naive copy on every shape up to 19 × 19 and
+    /// on T1's 67 × 35 and 35 × 67, bit for bit; the destination starts as NaN, so an
+    /// element no block writes shows.
     #[test]
     fn f64_transposes_agree_with_naive() {
         let mut rng = Rng(9);
