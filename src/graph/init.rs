@@ -75,10 +75,15 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
 }
 
 /// Draws the initial parameters of `seed` into `out` (indexed by parameter; a tied parameter's
-/// entry holds its own discarded draws), reusing `out`'s buffers.
+/// entry is left empty: the computations use its table's storage and never read it), reusing
+/// `out`'s buffers.
 ///
 /// Torch: `manual_seed(seed)` on `gen` (created on first use), then each parameter in table
-/// order by its [`TorchInit`] (tied ones too: their draws are consumed), zero rows last.
+/// order by its [`TorchInit`], zero rows last. A tied parameter's draws are consumed without
+/// being transformed ([`TorchGenerator::discard_fill`]) when a parameter drawn after it is
+/// read, and skipped after the last one: nothing draws from `gen` again before the next
+/// `manual_seed` (the inputs have generators of their own), so the words they would take
+/// are never seen.
 /// ChaCha: each untied drawn parameter from the stream named after it ([`TorchInit::chacha`]);
 /// tied parameters draw nothing. [`ParamInit::Zeros`] / [`ParamInit::Ones`] draw nothing.
 pub fn draw_params(
@@ -97,8 +102,31 @@ pub fn draw_params(
         RngKind::ChaCha => None,
     };
     let mut torch = torch;
-    for (p, buf) in g.params.iter().zip(out.iter_mut()) {
+    // After the last drawn parameter that is read, no draw is seen.
+    let read_until = g
+        .params
+        .iter()
+        .rposition(|p| matches!(p.init, ParamInit::Draw(_)) && p.tie.is_none())
+        .map_or(0, |i| i + 1);
+    for (i, (p, buf)) in g.params.iter().zip(out.iter_mut()).enumerate() {
         let n: usize = p.shape.iter().product();
+        if p.tie.is_some() {
+            buf.clear();
+            if let (ParamInit::Draw(rule), Some(t), true) =
+                (p.init, torch.as_deref_mut(), i < read_until)
+            {
+                let normal = matches!(rule, TorchInit::Normal { .. });
+                if !t.discard_fill(n, normal) {
+                    // `normal_` of under 16 elements: drawn for its count of draws.
+                    buf.resize(n, 0.0);
+                    if let TorchInit::Normal { mean, std, .. } = rule {
+                        t.normal_(buf, mean, std);
+                    }
+                    buf.clear();
+                }
+            }
+            continue;
+        }
         if buf.len() != n {
             buf.clear();
             buf.resize(n, 0.0);
@@ -130,6 +158,9 @@ pub fn draw_params(
         }
     }
     for (p, buf) in g.params.iter().zip(out.iter_mut()) {
+        if p.tie.is_some() {
+            continue;
+        }
         if let ParamInit::Draw(TorchInit::Normal {
             zero_row: Some(row),
             ..
@@ -222,6 +253,75 @@ pub fn draw_teacher(
                 }
                 let eps = noise.normal_f32(0.0, 1.0) as f64;
                 yr[e * no + o] = (acc + tb[o] as f64 + noise_std * eps) as f32;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every parameter drawn in table order, tied ones in full too, zero rows last: what
+    /// `draw_params` drew before it skipped the values nobody reads.
+    fn drawn_in_full(g: &ResolvedGraph, seed: u64) -> Vec<Vec<f32>> {
+        let mut t = TorchGenerator::new(seed);
+        let mut out: Vec<Vec<f32>> = Vec::new();
+        for p in &g.params {
+            let mut v = vec![0.0f32; p.shape.iter().product()];
+            if let ParamInit::Draw(rule) = p.init {
+                match rule {
+                    TorchInit::KaimingUniform { fan_in } => {
+                        t.kaiming_uniform_linear(&mut v, fan_in)
+                    }
+                    TorchInit::BiasUniform { fan_in } => t.linear_bias_uniform(&mut v, fan_in),
+                    TorchInit::Normal {
+                        mean,
+                        std,
+                        zero_row,
+                    } => {
+                        t.normal_(&mut v, mean, std);
+                        if let Some(row) = zero_row {
+                            let dim = *p.shape.last().unwrap_or(&1);
+                            v[row * dim..(row + 1) * dim].fill(0.0);
+                        }
+                    }
+                }
+            }
+            out.push(v);
+        }
+        out
+    }
+
+    /// T1 as written (the tied head drawn last: its draws skipped) and with the head
+    /// constructed before the projection (its draws consumed untransformed between read
+    /// ones): every untied parameter bit for bit as drawn in full, every tied entry empty.
+    #[test]
+    fn tied_parameters_are_skipped_and_every_read_draw_is_unchanged() {
+        let t1 = include_str!("../../configs/deepspeed_tied_row_parallel.toml");
+        let reordered =
+            format!("{t1}\n[init]\norder = [\"embedding\", \"head\", \"projection\"]\n");
+        for (text, tied_last) in [(t1.to_string(), true), (reordered, false)] {
+            let file = crate::lang::file::parse_file("t1.toml", &text).expect("T1 parses");
+            for g in &file.lowered {
+                let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+                let tied = g.params.iter().position(|p| p.tie.is_some());
+                let last_read = g.params.iter().rposition(|p| p.tie.is_none());
+                assert_eq!(tied > last_read, tied_last, "{names:?}");
+                for seed in [8173, 8199] {
+                    let (mut gen, mut out) = (None, Vec::new());
+                    draw_params(g, seed, &mut gen, &mut out);
+                    let full = drawn_in_full(g, seed);
+                    for ((p, got), want) in g.params.iter().zip(&out).zip(&full) {
+                        if p.tie.is_some() {
+                            assert!(got.is_empty(), "{} {names:?}", p.name);
+                        } else {
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(got), bits(want), "{} {names:?} seed {seed}", p.name);
+                        }
+                    }
+                }
             }
         }
     }

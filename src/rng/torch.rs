@@ -145,6 +145,28 @@ impl TorchGenerator {
         }
     }
 
+    /// Advances the generator by `n` draws, as `n` calls of [`TorchGenerator::next_u32`]
+    /// would, without tempering or transforming any: the state twists where theirs would.
+    pub fn discard(&mut self, n: usize) {
+        self.draw_runs(n, |_| {});
+    }
+
+    /// Advances the generator as filling `len` f32 elements by [`TorchGenerator::uniform_`]
+    /// (`normal: false`: one draw each) or by [`TorchGenerator::normal_`] (`normal: true`)
+    /// would, and true; or false, with the generator untouched, where the count of draws
+    /// depends on more than `len` (`normal_` of fewer than 16 elements draws pairs and keeps
+    /// one sample cached). `normal_` of 16 or more draws `len`, then 16 more for the last
+    /// block when `len` is not a multiple of 16.
+    pub fn discard_fill(&mut self, len: usize, normal: bool) -> bool {
+        let draws = match (normal, len) {
+            (false, _) => len,
+            (true, 16..) => len + if len.is_multiple_of(16) { 0 } else { 16 },
+            (true, _) => return false,
+        };
+        self.discard(draws);
+        true
+    }
+
     /// `CPUGeneratorImpl::random()`: one MT19937 output.
     ///
     /// Order: twist if all 624 words are used, take the next state word `y`, then temper:
@@ -639,6 +661,45 @@ fn sincos256(x_in: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `discard` and `discard_fill` leave the generator where the draws they stand for
+    /// leave it: the next draws are the same words (counts across twists, uniform and
+    /// normal fills of every remainder mod 16); `discard_fill` declines `normal_` below 16
+    /// elements and then draws nothing.
+    #[test]
+    fn discarding_advances_as_drawing_does() {
+        for n in [0usize, 1, 623, 624, 625, 1_300] {
+            let (mut a, mut b) = (TorchGenerator::new(7), TorchGenerator::new(7));
+            for _ in 0..n {
+                a.next_u32();
+            }
+            b.discard(n);
+            let next = |g: &mut TorchGenerator| (0..700).map(|_| g.next_u32()).collect::<Vec<_>>();
+            assert_eq!(next(&mut a), next(&mut b), "{n} draws");
+        }
+        for (len, normal) in [
+            (16, true),
+            (17, true),
+            (31, true),
+            (2_345, true),
+            (5, false),
+            (2_345, false),
+        ] {
+            let (mut a, mut b) = (TorchGenerator::new(11), TorchGenerator::new(11));
+            let mut buf = vec![0.0f32; len];
+            if normal {
+                a.normal_(&mut buf, 0.0, 1.0);
+            } else {
+                a.uniform_(&mut buf, -0.5, 0.5);
+            }
+            assert!(b.discard_fill(len, normal));
+            let next = |g: &mut TorchGenerator| (0..700).map(|_| g.next_u32()).collect::<Vec<_>>();
+            assert_eq!(next(&mut a), next(&mut b), "len {len} normal {normal}");
+        }
+        let (mut a, mut b) = (TorchGenerator::new(3), TorchGenerator::new(3));
+        assert!(!b.discard_fill(15, true));
+        assert_eq!(a.next_u32(), b.next_u32());
+    }
 
     /// The C++ standard's reference values for `std::mt19937` with its default seed 5489
     /// (`[rand.predef]` pins the 10000th output; 3499211612 is the well-known first output).
