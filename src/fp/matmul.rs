@@ -1547,8 +1547,9 @@ const F64_WIDE_GROUPS_FROM: usize = 1 << 20;
 /// `c_rows[r][j] = Σ_kk a_at(r, kk)·b[kk][j]` for `R` consecutive rows of `c` (`c_rows`
 /// holds them, R × n; `a_at(r, kk)` is row r's a-value at kk) and every column j, kk
 /// ascending from `c = 0`, product then sum each rounded: [`f64_cols`] over blocks of
-/// [`F64_BLOCK`] columns, then one block of 8 and one of the last n mod 8 columns where
-/// they exist. Every element has that one order whatever R and the blocks are.
+/// [`F64_BLOCK`] columns, then one block of 8 where it fits, then for a ragged end one block
+/// of 8 ending at n (overlapping the block before it) or, below 8 columns, one block of
+/// all n. Every element has that one order whatever R and the blocks are.
 #[inline(always)]
 fn f64_rows<const R: usize>(
     a_at: impl Fn(usize, usize) -> f64 + Copy,
@@ -1565,6 +1566,11 @@ fn f64_rows<const R: usize>(
     if j0 + 8 <= n {
         f64_cols::<R, 8>(a_at, b, c_rows, k, n, j0);
         j0 += 8;
+    }
+    if j0 < n && n >= 8 {
+        // A ragged end: one 8-wide block ending at n, over columns the blocks before it
+        // computed too (each element is its own chain: the same bits again).
+        return f64_cols::<R, 8>(a_at, b, c_rows, k, n, n - 8);
     }
     match n - j0 {
         0 => {}
@@ -2752,8 +2758,9 @@ mod tests {
         assert_f64_forms(&a, &b, m, k, n, &want);
     }
 
-    /// Every row group (4, and the 1–3 rows left over) and every column block (16, 8, and
-    /// each tail width 1–7) of the f64 kernels, for the three forms, against the naive loop
+    /// Every row group (4, and the 1–3 rows left over) and every column block (16, 8, the
+    /// 8-wide block ending at n over a ragged end of every width 1–7, and below 8 columns
+    /// each width 1–7) of the f64 kernels, for the three forms, against the naive loop
     /// (`c = 0; c = c + a·b` for kk ascending) bit for bit: m = 1..=11, n = 1..=40 and 67.
     #[test]
     fn f64_every_row_group_and_column_block_matches_naive_loop() {
