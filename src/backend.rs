@@ -8,8 +8,8 @@
 use crate::fp::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::fp::dot::dot_blocked;
 use crate::fp::matmul::{
-    matmul_f64, matmul_nt_abs_f64, matmul_nt_f64, matmul_tn_f64, matmul_tn_f64_rows, Accum,
-    MatmulModel, MatmulScratch, Passes,
+    matmul_f64, matmul_nt_abs_f64, matmul_nt_and_abs_f64, matmul_nt_f64, matmul_tn_f64,
+    matmul_tn_f64_rows, Accum, MatmulModel, MatmulScratch, Passes,
 };
 use crate::fp::revealed::Role;
 use crate::fp::torch_ops::{
@@ -159,6 +159,24 @@ pub trait Backend {
         let _ = (a, w, width, cols, c, m, n);
         false
     }
+    /// [`Backend::matmul_nt`] into `c` and [`Backend::matmul_nt_abs`] into `cabs` (a linear
+    /// layer's outputs and their condition) from one pass over `b`, each bit for bit what
+    /// its own call gives, and true; or false, with nothing written, where this backend
+    /// computes them only apart. The default is false.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_nt_and_abs(
+        &mut self,
+        a: &[Self::R],
+        b: &[Self::R],
+        c: &mut [Self::R],
+        cabs: &mut [Self::R],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        let _ = (a, b, c, cabs, m, k, n);
+        false
+    }
     /// Whether every element of [`Backend::matmul`] and [`Backend::matmul_tn`] is computed
     /// from its own row of `a` and column of `b` alone, in an order that depends on the
     /// reduction length but not on the number of columns: then columns `cols` of a product
@@ -237,6 +255,20 @@ impl Backend for F64Backend {
     }
     fn matmul_nt_abs(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_nt_abs_f64(a, b, c, m, k, n, &mut self.scratch);
+    }
+    /// Where the few-rows kernel runs ([`matmul_nt_and_abs_f64`]): a V = 32,000 head's
+    /// logits and their condition read the 131 MB weight once instead of twice.
+    fn matmul_nt_and_abs(
+        &mut self,
+        a: &[f64],
+        b: &[f64],
+        c: &mut [f64],
+        cabs: &mut [f64],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        matmul_nt_and_abs_f64(a, b, c, cabs, m, k, n, &mut self.scratch)
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
         matmul_tn_f64(a, b, c, m, k, n);

@@ -823,6 +823,103 @@ unsafe fn nt_few_rows_f64_avx512<const ABS: bool>(
     lanes_as_rows(ct, c, n);
 }
 
+/// [`nt_few_rows_f64_avx512`] plain and `ABS` at once: `c` = a·bᵀ and `cabs` = |a|·|b|ᵀ
+/// from one read of `b`, each element by exactly the operations of its own kernel (its
+/// own accumulator: c = +0, then c = c + fl(a·b) for kk ascending, of the values or of
+/// their absolute values). The absolute lanes of `a` are taken from its transposed copy
+/// per kk, |b| per broadcast element.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`,
+/// `c.len() == cabs.len() == m·n`, 1 ≤ m ≤ 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt_few_rows_f64_both_avx512(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    cabs: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    scratch: &mut Vec<f64>,
+) {
+    use std::arch::x86_64::*;
+    assert!(
+        (1..=FEW_ROWS).contains(&m)
+            && a.len() == m * k
+            && b.len() == n * k
+            && c.len() == m * n
+            && cabs.len() == m * n,
+        "nt_few_rows_f64_both: shapes"
+    );
+    scratch.resize(k * FEW_ROWS + 2 * n * FEW_ROWS, 0.0);
+    let (at, rest) = scratch.split_at_mut(k * FEW_ROWS);
+    let (ct, cta) = rest.split_at_mut(n * FEW_ROWS);
+    rows_as_lanes(a, m, k, at, |x: f64| x);
+    let (ap, bp) = (at.as_ptr(), b.as_ptr());
+    let mut j = 0;
+    while j < n {
+        let w = if n - j >= 4 { 4 } else { 1 };
+        let mut s = [[_mm512_setzero_pd(); 2]; 4];
+        let mut sa = [[_mm512_setzero_pd(); 2]; 4];
+        for kk in 0..k {
+            // SAFETY: kk < k: the 16 values of `at` from kk·16 are inside it; j + g < n
+            // and kk < k: every element of `b` read is inside it.
+            let (a0, a1) = (
+                _mm512_loadu_pd(ap.add(kk * FEW_ROWS)),
+                _mm512_loadu_pd(ap.add(kk * FEW_ROWS + 8)),
+            );
+            let (p0, p1) = (_mm512_abs_pd(a0), _mm512_abs_pd(a1));
+            for g in 0..w {
+                let x = *bp.add((j + g) * k + kk);
+                let (xv, xa) = (_mm512_set1_pd(x), _mm512_set1_pd(x.abs()));
+                s[g][0] = _mm512_add_pd(s[g][0], _mm512_mul_pd(a0, xv));
+                s[g][1] = _mm512_add_pd(s[g][1], _mm512_mul_pd(a1, xv));
+                sa[g][0] = _mm512_add_pd(sa[g][0], _mm512_mul_pd(p0, xa));
+                sa[g][1] = _mm512_add_pd(sa[g][1], _mm512_mul_pd(p1, xa));
+            }
+        }
+        for g in 0..w {
+            // SAFETY: j + g < n, and ct and cta hold n × 16 each.
+            let p = ct.as_mut_ptr().add((j + g) * FEW_ROWS);
+            _mm512_storeu_pd(p, s[g][0]);
+            _mm512_storeu_pd(p.add(8), s[g][1]);
+            let p = cta.as_mut_ptr().add((j + g) * FEW_ROWS);
+            _mm512_storeu_pd(p, sa[g][0]);
+            _mm512_storeu_pd(p.add(8), sa[g][1]);
+        }
+        j += w;
+    }
+    lanes_as_rows(ct, c, n);
+    lanes_as_rows(cta, cabs, n);
+}
+
+/// [`matmul_nt_f64`] into `c` and [`matmul_nt_abs_f64`] into `cabs` from one read of `b`, bit
+/// for bit each, and true, where both take the few-rows kernel (few rows, a big `b`,
+/// AVX-512F); false, with nothing written, elsewhere.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_nt_and_abs_f64(
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    cabs: &mut [f64],
+    m: usize,
+    k: usize,
+    n: usize,
+    scratch: &mut Vec<f64>,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if few_rows_nt_f64_runs(m, k, n) {
+        // SAFETY: avx512f was detected (few_rows_nt_f64_runs); the kernel checks the lengths.
+        unsafe { nt_few_rows_f64_both_avx512(a, b, c, cabs, m, k, n, scratch) };
+        return true;
+    }
+    let _ = (a, b, c, cabs, m, k, n, scratch);
+    false
+}
+
 /// Copies the m × p panel `cp` into columns j0..j0 + p of `c` (m × n).
 fn scatter_columns<T: Copy>(cp: &[T], c: &mut [T], n: usize, j0: usize, p: usize) {
     for (row, src) in c.chunks_exact_mut(n).zip(cp.chunks_exact(p)) {
@@ -2770,6 +2867,41 @@ mod tests {
                 let k = [0, 1, 10, 35][(m + n) % 4];
                 check_f64_shape(&mut rng, m, k, n);
             }
+        }
+    }
+
+    /// Both products from one pass (`matmul_nt_and_abs_f64`) equal `matmul_nt_f64` and
+    /// `matmul_nt_abs_f64` bit for bit where the few-rows kernel runs (1 to 16 rows, a
+    /// remainder beside the groups of four columns, signed inputs), and nothing is written
+    /// where it does not (a small `b`, or more than 16 rows).
+    #[test]
+    fn nt_and_abs_in_one_pass_equal_the_two_products() {
+        let mut rng = Rng(31);
+        for (m, k, n) in [
+            (1, 40, 300),
+            (10, 64, 203),
+            (16, 33, 250),
+            (3, 5, 7),
+            (17, 64, 300),
+        ] {
+            let a: Vec<f64> = (0..m * k).map(|_| rng.val() as f64 - 0.5).collect();
+            let b: Vec<f64> = (0..k * n).map(|_| rng.val() as f64 / 3.0 - 0.2).collect();
+            let (mut c, mut cabs) = (vec![f64::NAN; m * n], vec![f64::NAN; m * n]);
+            let fused = matmul_nt_and_abs_f64(&a, &b, &mut c, &mut cabs, m, k, n, &mut Vec::new());
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(fused, few_rows_nt_f64_runs(m, k, n), "{m}x{k}x{n}");
+            if !fused {
+                assert!(
+                    c.iter().chain(&cabs).all(|x| x.is_nan()),
+                    "{m}x{k}x{n} written"
+                );
+                continue;
+            }
+            let (mut want, mut want_abs) = (vec![0.0; m * n], vec![0.0; m * n]);
+            matmul_nt_f64(&a, &b, &mut want, m, k, n, &mut Vec::new());
+            matmul_nt_abs_f64(&a, &b, &mut want_abs, m, k, n, &mut Vec::new());
+            assert_eq!(bits(&c), bits(&want), "{m}x{k}x{n}");
+            assert_eq!(bits(&cabs), bits(&want_abs), "abs {m}x{k}x{n}");
         }
     }
 

@@ -137,6 +137,12 @@ pub struct Bufs<R> {
     expect: Vec<R>,
     expect64: Vec<f64>,
     cond: Vec<R>,
+    /// The tensors whose condition this micro-step records (the float64 computation's
+    /// checked linear outputs with a reduction).
+    cond_want: Vec<TensorId>,
+    /// The tensor whose condition `cond` holds, computed with its forward product
+    /// ([`Backend::matmul_nt_and_abs`]); None when it holds none.
+    cond_of: Option<TensorId>,
     /// The embedding's own copy of a tied table (tied-weights-drift), its gradient and
     /// accumulated gradient.
     drift: [Vec<R>; 3],
@@ -525,6 +531,20 @@ impl Plan {
                 load(&mut bf.acts[t.0], &v.f);
             }
         }
+        // The conditions this micro-step records, for a forward that can compute them with
+        // its product.
+        bf.cond_of = None;
+        bf.cond_want.clear();
+        if condition {
+            for &c in &self.by_phase[0] {
+                let decl = &g.checks[c];
+                if let (CheckTensor::Activation(t), Some(_)) = (decl.tensor, decl.reduction) {
+                    if decl.at != At::Step || last {
+                        bf.cond_want.push(t);
+                    }
+                }
+            }
+        }
         // Forward.
         for (li, layer) in g.layers.iter().enumerate() {
             self.forward(
@@ -718,6 +738,14 @@ impl Plan {
         B::R: ActReal,
     {
         let g = &self.graph;
+        if bf.cond_of == Some(t) {
+            // Computed with the forward product, from the same operands: neither has changed
+            // since (a tensor has one producer, and an activation runs in place only on a
+            // tensor no other layer reads).
+            trace.record_role(check, label, SlotRole::Condition, &bf.cond);
+            return;
+        }
+        bf.cond_of = None;
         if let Some(Op::Linear { x, weight, .. }) = g.producer(t).map(|l| &l.op) {
             let (m, k, n) = (g.rows(*x), g.width(*x), g.width(t));
             let w = &bf.params[self.storage[weight.0]];
@@ -816,6 +844,18 @@ impl Plan {
                     }
                     LinearParallel::Column | LinearParallel::ColumnGather if shards.len() > 1 => {
                         column_parallel_forward(be, xs, w, b, &mut y, m, k, n, shards, &mut bf.rp);
+                    }
+                    _ if b.is_none() && bf.cond_want.contains(&out) => {
+                        // Its condition is recorded: both products from one pass over the
+                        // weight where the backend can.
+                        let mut cond = std::mem::take(&mut bf.cond);
+                        cond.resize(m * n, B::R::ZERO);
+                        if be.matmul_nt_and_abs(xs, w, &mut y, &mut cond, m, k, n) {
+                            bf.cond_of = Some(out);
+                        } else {
+                            linear(be, xs, w, b, &mut y, m, k, n);
+                        }
+                        bf.cond = cond;
                     }
                     _ => linear(be, xs, w, b, &mut y, m, k, n),
                 }
