@@ -521,15 +521,20 @@ mod tests {
         assert_eq!(db1, db2);
     }
 
+    /// A row-parallel layer's x, W and dy.
+    type Operands<'a, R> = (&'a [R], &'a [R], &'a [R]);
+    /// Its output, weight gradient and input gradient.
+    type Products<R> = (Vec<R>, Vec<R>, Vec<R>);
+
     /// Rank by rank, as the ranks compute it (each its own column shard, gathered into its
     /// own matrices, then scattered): the definition the whole-product path of
     /// `row_parallel_backward` and the in-place path of `row_parallel_forward` must equal.
     fn rank_by_rank<B: Backend>(
         be: &mut B,
-        (x, w, dy): (&[B::R], &[B::R], &[B::R]),
+        (x, w, dy): Operands<'_, B::R>,
         (m, k, n): (usize, usize, usize),
         shards: &[Range<usize>],
-    ) -> (Vec<B::R>, Vec<B::R>, Vec<B::R>) {
+    ) -> Products<B::R> {
         let zero = B::R::from_f64(0.0);
         let (mut parts, mut dw, mut dx) = (
             vec![zero; shards.len() * m * n],
@@ -633,7 +638,7 @@ mod tests {
         let be = F32Backend::new(&profile, &mut scratch);
         assert!(!be.columns_independent());
         assert!(tiles(&[0..3, 3..3, 3..7], 7));
-        assert!(tiles(&[0..7], 7));
+        assert!(tiles(std::slice::from_ref(&(0..7)), 7));
         assert!(!tiles(&[0..3, 4..7], 7));
         assert!(!tiles(&[0..3, 3..6], 7));
         assert!(!tiles(&[1..3, 3..7], 7));
