@@ -17,14 +17,16 @@
 //!   buffers, a transposed panel, or all of W transposed), and for an fp32 profile with
 //!   input-precision passes (bf16, TF32) the pieces an operand is split into, up to 3W;
 //! - the sharded computation's per-rank copies of a tensor-parallel layer's weight and of its
-//!   gradient, twice the largest such weight, and the per-rank partial outputs, tp times the
-//!   largest activation;
+//!   gradient, twice the largest such weight (an upper bound: a row-parallel layer reads its
+//!   ranks' columns in place where it can, `row_parallel_forward` and
+//!   `row_parallel_backward`), and the per-rank partial outputs, tp times the largest
+//!   activation;
 //! - with data parallelism, every rank's own parameters, gradients (accumulated too) and the
 //!   collective's staging, and its activations with their gradients;
 //! - the tied-weights-drift mutant's copy of the table with its two gradients, 3 tables.
 //!
-//! The drawn initial parameters (P, f32) are kept beside them, except in a streamed run,
-//! whose sharded computation takes them. The traces: in a run that keeps every step, each
+//! The drawn initial parameters (P, f32, a bound: a tied parameter's entry stays empty) are
+//! kept beside them, except in a streamed run, whose sharded computation takes them. The traces: in a run that keeps every step, each
 //! check's tensor at every recording, three times in f64, plus as much again for the float64
 //! computation's condition slots; in a streamed run only one step's slots, and of those only
 //! the ones that are copies (parameters and their gradients are lent as views). The
