@@ -753,89 +753,24 @@ unsafe fn nt_few_rows_avx512<const FMA: bool>(
 /// [`nt_few_rows_f64_avx512`] instead of transposing `b`.
 const FEW_ROWS_NT_F64_FROM: usize = 64 << 10;
 
-/// [`matmul_nt_f64`] (of |a| and |b| when `ABS`) for 1 ≤ m ≤ [`FEW_ROWS`], each element the
-/// sum [`matmul_f64`] computes on the transposed `b`: c = +0, then c = c + fl(a[i][kk]·b[j][kk])
-/// for kk ascending (a product, then a sum, never fused). The lanes are the rows of `a`
-/// (two registers of eight): `at` (k × 16) holds `a` transposed, zero beyond row m; each row
-/// of `b` is read once, in order, each element broadcast. Four rows of `b` at a time keep
-/// eight sums in flight. `c` is built transposed in `ct` (n × 16) and copied back. |x| clears
-/// the sign bit (exact), so the `ABS` form is the plain one of the absolute values.
+/// [`matmul_nt_f64`] into `c` (when `PLAIN`) and the same of |a| and |b| into `cabs` (when
+/// `ABS`; [`matmul_nt_abs_f64`]) for 1 ≤ m ≤ [`FEW_ROWS`], from one read of `b`. Each element
+/// is the sum [`matmul_f64`] computes on the transposed `b`, in its own accumulator:
+/// c = +0, then c = c + fl(a[i][kk]·b[j][kk]) for kk ascending (a product, then a sum, never
+/// fused), of the values or of their absolute values (|x| clears the sign bit: exact). The
+/// lanes are the rows of `a` (two registers of eight): `at` (k × 16) holds `a` transposed,
+/// zero beyond row m, and its absolute lanes are taken per kk; each row of `b` is read once,
+/// in order, each element broadcast (and its absolute value). Four rows of `b` at a time
+/// keep eight sums of each kind in flight. The results are built transposed (n × 16 each)
+/// and copied back. An output whose form is off is not touched (it may be empty).
 ///
 /// # Safety
-/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`, `c.len() == m·n`.
+/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`, and `c.len() == m·n`
+/// when `PLAIN`, `cabs.len() == m·n` when `ABS` (checked), 1 ≤ m ≤ 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn nt_few_rows_f64_avx512<const ABS: bool>(
-    a: &[f64],
-    b: &[f64],
-    c: &mut [f64],
-    m: usize,
-    k: usize,
-    n: usize,
-    scratch: &mut Vec<f64>,
-) {
-    use std::arch::x86_64::*;
-    assert!(
-        (1..=FEW_ROWS).contains(&m) && a.len() == m * k && b.len() == n * k && c.len() == m * n,
-        "nt_few_rows_f64: shapes"
-    );
-    scratch.resize(k * FEW_ROWS + n * FEW_ROWS, 0.0);
-    let (at, ct) = scratch.split_at_mut(k * FEW_ROWS);
-    rows_as_lanes(a, m, k, at, |x: f64| if ABS { x.abs() } else { x });
-    let (ap, bp) = (at.as_ptr(), b.as_ptr());
-    let bv = |p: *const f64| {
-        // SAFETY: the callers read inside `b`.
-        let x = unsafe { *p };
-        _mm512_set1_pd(if ABS { x.abs() } else { x })
-    };
-    let mut j = 0;
-    while j < n {
-        let w = if n - j >= 4 { 4 } else { 1 };
-        let mut s = [[_mm512_setzero_pd(); 2]; 4];
-        let step = |sg: &mut [__m512d; 2], a0: __m512d, a1: __m512d, x: __m512d| {
-            sg[0] = _mm512_add_pd(sg[0], _mm512_mul_pd(a0, x));
-            sg[1] = _mm512_add_pd(sg[1], _mm512_mul_pd(a1, x));
-        };
-        for kk in 0..k {
-            // SAFETY: kk < k: the 16 values of `at` from kk·16 are inside it; j + g < n
-            // and kk < k: every element of `b` read is inside it.
-            let (a0, a1) = (
-                _mm512_loadu_pd(ap.add(kk * FEW_ROWS)),
-                _mm512_loadu_pd(ap.add(kk * FEW_ROWS + 8)),
-            );
-            if w == 4 {
-                for (g, sg) in s.iter_mut().enumerate() {
-                    step(sg, a0, a1, bv(bp.add((j + g) * k + kk)));
-                }
-            } else {
-                step(&mut s[0], a0, a1, bv(bp.add(j * k + kk)));
-            }
-        }
-        for (g, sg) in s.iter().enumerate().take(w) {
-            // SAFETY: j + g < n, and ct holds n × 16.
-            let p = ct.as_mut_ptr().add((j + g) * FEW_ROWS);
-            _mm512_storeu_pd(p, sg[0]);
-            _mm512_storeu_pd(p.add(8), sg[1]);
-        }
-        j += w;
-    }
-    lanes_as_rows(ct, c, n);
-}
-
-/// [`nt_few_rows_f64_avx512`] plain and `ABS` at once: `c` = a·bᵀ and `cabs` = |a|·|b|ᵀ
-/// from one read of `b`, each element by exactly the operations of its own kernel (its
-/// own accumulator: c = +0, then c = c + fl(a·b) for kk ascending, of the values or of
-/// their absolute values). The absolute lanes of `a` are taken from its transposed copy
-/// per kk, |b| per broadcast element.
-///
-/// # Safety
-/// The CPU must support AVX-512F; `a.len() == m·k`, `b.len() == n·k`,
-/// `c.len() == cabs.len() == m·n`, 1 ≤ m ≤ 16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn nt_few_rows_f64_both_avx512(
+unsafe fn nt_few_rows_f64_avx512<const PLAIN: bool, const ABS: bool>(
     a: &[f64],
     b: &[f64],
     c: &mut [f64],
@@ -850,13 +785,17 @@ unsafe fn nt_few_rows_f64_both_avx512(
         (1..=FEW_ROWS).contains(&m)
             && a.len() == m * k
             && b.len() == n * k
-            && c.len() == m * n
-            && cabs.len() == m * n,
-        "nt_few_rows_f64_both: shapes"
+            && (!PLAIN || c.len() == m * n)
+            && (!ABS || cabs.len() == m * n),
+        "nt_few_rows_f64: shapes"
     );
-    scratch.resize(k * FEW_ROWS + 2 * n * FEW_ROWS, 0.0);
+    let (nc, na) = (
+        if PLAIN { n * FEW_ROWS } else { 0 },
+        if ABS { n * FEW_ROWS } else { 0 },
+    );
+    scratch.resize(k * FEW_ROWS + nc + na, 0.0);
     let (at, rest) = scratch.split_at_mut(k * FEW_ROWS);
-    let (ct, cta) = rest.split_at_mut(n * FEW_ROWS);
+    let (ct, cta) = rest.split_at_mut(nc);
     rows_as_lanes(a, m, k, at, |x: f64| x);
     let (ap, bp) = (at.as_ptr(), b.as_ptr());
     let mut j = 0;
@@ -865,35 +804,48 @@ unsafe fn nt_few_rows_f64_both_avx512(
         let mut s = [[_mm512_setzero_pd(); 2]; 4];
         let mut sa = [[_mm512_setzero_pd(); 2]; 4];
         for kk in 0..k {
-            // SAFETY: kk < k: the 16 values of `at` from kk·16 are inside it; j + g < n
-            // and kk < k: every element of `b` read is inside it.
+            // SAFETY: kk < k: the 16 values of `at` from kk·16 are inside it.
             let (a0, a1) = (
                 _mm512_loadu_pd(ap.add(kk * FEW_ROWS)),
                 _mm512_loadu_pd(ap.add(kk * FEW_ROWS + 8)),
             );
             let (p0, p1) = (_mm512_abs_pd(a0), _mm512_abs_pd(a1));
             for g in 0..w {
+                // SAFETY: j + g < n and kk < k: inside `b`.
                 let x = *bp.add((j + g) * k + kk);
-                let (xv, xa) = (_mm512_set1_pd(x), _mm512_set1_pd(x.abs()));
-                s[g][0] = _mm512_add_pd(s[g][0], _mm512_mul_pd(a0, xv));
-                s[g][1] = _mm512_add_pd(s[g][1], _mm512_mul_pd(a1, xv));
-                sa[g][0] = _mm512_add_pd(sa[g][0], _mm512_mul_pd(p0, xa));
-                sa[g][1] = _mm512_add_pd(sa[g][1], _mm512_mul_pd(p1, xa));
+                if PLAIN {
+                    let xv = _mm512_set1_pd(x);
+                    s[g][0] = _mm512_add_pd(s[g][0], _mm512_mul_pd(a0, xv));
+                    s[g][1] = _mm512_add_pd(s[g][1], _mm512_mul_pd(a1, xv));
+                }
+                if ABS {
+                    let xa = _mm512_set1_pd(x.abs());
+                    sa[g][0] = _mm512_add_pd(sa[g][0], _mm512_mul_pd(p0, xa));
+                    sa[g][1] = _mm512_add_pd(sa[g][1], _mm512_mul_pd(p1, xa));
+                }
             }
         }
         for g in 0..w {
-            // SAFETY: j + g < n, and ct and cta hold n × 16 each.
-            let p = ct.as_mut_ptr().add((j + g) * FEW_ROWS);
-            _mm512_storeu_pd(p, s[g][0]);
-            _mm512_storeu_pd(p.add(8), s[g][1]);
-            let p = cta.as_mut_ptr().add((j + g) * FEW_ROWS);
-            _mm512_storeu_pd(p, sa[g][0]);
-            _mm512_storeu_pd(p.add(8), sa[g][1]);
+            // SAFETY: j + g < n, and ct (when PLAIN) and cta (when ABS) hold n × 16.
+            if PLAIN {
+                let p = ct.as_mut_ptr().add((j + g) * FEW_ROWS);
+                _mm512_storeu_pd(p, s[g][0]);
+                _mm512_storeu_pd(p.add(8), s[g][1]);
+            }
+            if ABS {
+                let q = cta.as_mut_ptr().add((j + g) * FEW_ROWS);
+                _mm512_storeu_pd(q, sa[g][0]);
+                _mm512_storeu_pd(q.add(8), sa[g][1]);
+            }
         }
         j += w;
     }
-    lanes_as_rows(ct, c, n);
-    lanes_as_rows(cta, cabs, n);
+    if PLAIN {
+        lanes_as_rows(ct, c, n);
+    }
+    if ABS {
+        lanes_as_rows(cta, cabs, n);
+    }
 }
 
 /// [`matmul_nt_f64`] into `c` and [`matmul_nt_abs_f64`] into `cabs` from one read of `b`, bit
@@ -913,7 +865,7 @@ pub fn matmul_nt_and_abs_f64(
     #[cfg(target_arch = "x86_64")]
     if few_rows_nt_f64_runs(m, k, n) {
         // SAFETY: avx512f was detected (few_rows_nt_f64_runs); the kernel checks the lengths.
-        unsafe { nt_few_rows_f64_both_avx512(a, b, c, cabs, m, k, n, scratch) };
+        unsafe { nt_few_rows_f64_avx512::<true, true>(a, b, c, cabs, m, k, n, scratch) };
         return true;
     }
     let _ = (a, b, c, cabs, m, k, n, scratch);
@@ -1801,12 +1753,13 @@ pub fn matmul_nt_f64(
     nt_f64::<false>(a, b, c, m, k, n, scratch)
 }
 
-/// Scratch elements [`matmul_nt_f64`] or [`matmul_nt_abs_f64`] of this shape takes on this CPU
-/// (the few-rows kernel's two buffers, or |a| and one transposed panel with its block of `c`,
-/// or all of `b` transposed): what a memory bound counts.
+/// Scratch elements [`matmul_nt_f64`], [`matmul_nt_abs_f64`] or [`matmul_nt_and_abs_f64`] of
+/// this shape takes on this CPU (the few-rows kernel's buffers, two of `c`'s for both
+/// products, or |a| and one transposed panel with its block of `c`, or all of `b`
+/// transposed): what a memory bound counts.
 pub fn nt_f64_scratch_elems(m: usize, k: usize, n: usize) -> usize {
     if few_rows_nt_f64_runs(m, k, n) {
-        return (k + n) * FEW_ROWS;
+        return (k + 2 * n) * FEW_ROWS;
     }
     m * k + nt_panel_width(m, k, n, 8).map_or(k * n, |w| k * w + m * w)
 }
@@ -1845,7 +1798,13 @@ fn nt_f64<const ABS: bool>(
     #[cfg(target_arch = "x86_64")]
     if few_rows_nt_f64_runs(m, k, n) {
         // SAFETY: avx512f was detected (few_rows_nt_f64_runs); the lengths were checked above.
-        return unsafe { nt_few_rows_f64_avx512::<ABS>(a, b, c, m, k, n, scratch) };
+        return unsafe {
+            if ABS {
+                nt_few_rows_f64_avx512::<false, true>(a, b, &mut [], c, m, k, n, scratch)
+            } else {
+                nt_few_rows_f64_avx512::<true, false>(a, b, c, &mut [], m, k, n, scratch)
+            }
+        };
     }
     let na = if ABS { m * k } else { 0 };
     let width = nt_panel_width(m, k, n, 8);
