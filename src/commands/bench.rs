@@ -75,7 +75,14 @@ pub fn measure(
                 run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
                     let checks = catalog.scenarios[g.scenario].checks(g.param);
                     let reuse = (!parts.reference).then_some(&prev[..]);
-                    evaluate::evaluate_reusing(checks, &g.tolerances, &ws.traces, reuse, out);
+                    evaluate::evaluate_scanning(
+                        checks,
+                        &g.tolerances,
+                        &ws.traces,
+                        reuse,
+                        out,
+                        None,
+                    );
                     sum += out.first().map_or(0.0, |r| r.usage);
                     std::mem::swap(out, prev);
                 });

@@ -286,23 +286,13 @@ pub fn evaluate(
     traces: &Traces,
     out: &mut Vec<SeedCheck>,
 ) {
-    evaluate_reusing(checks, tolerances, traces, None, out)
+    evaluate_scanning(checks, tolerances, traces, None, out, None)
 }
 
-/// [`evaluate`], with the `ref-vs-f64` entries copied from `reuse` when given: the output
-/// of [`evaluate`] for the same checks and tolerances on traces with the same reference and
-/// float64 traces (that comparison reads nothing else).
-pub fn evaluate_reusing(
-    checks: &[CheckSpec],
-    tolerances: &[Vec<Tolerance>],
-    traces: &Traces,
-    reuse: Option<&[SeedCheck]>,
-    out: &mut Vec<SeedCheck>,
-) {
-    evaluate_scanning(checks, tolerances, traces, reuse, out, None)
-}
-
-/// [`evaluate_reusing`], and with `scans = Some((asserted, v))` the frontiers' anchor scans
+/// [`evaluate`], with the `ref-vs-f64` entries copied from `reuse` when given (the output of
+/// [`evaluate`] for the same checks and tolerances on traces with the same reference and
+/// float64 traces: that comparison reads nothing else), and with
+/// `scans = Some((asserted, v))` the frontiers' anchor scans
 /// too: `v[c]` the [`AnchorScan`] of check c's pairs in the `asserted` comparison, in
 /// order, as [`unit_frontiers`] takes it, where that comparison's statistics are taken
 /// ([`pair_stats_finite_scan`]: in the same pass). `v` is left empty when the comparison is

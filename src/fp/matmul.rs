@@ -392,16 +392,8 @@ impl MatmulModel {
         };
         #[cfg(target_arch = "x86_64")]
         if fast && few_rows_nt_runs(self, m, k, n) {
-            let (at, ct) = (&mut s.bt, &mut s.panel);
             // SAFETY: avx512f was detected (few_rows_nt_runs); the lengths were checked.
-            unsafe {
-                if self.accum == Accum::Fma {
-                    nt_few_rows_avx512::<true>(a, b, k, c, m, k, n, self.split, at, ct)
-                } else {
-                    nt_few_rows_avx512::<false>(a, b, k, c, m, k, n, self.split, at, ct)
-                }
-            }
-            return;
+            return unsafe { self.few_rows(a, b, k, c, m, k, n, s) };
         }
         let mut bt = std::mem::take(&mut s.bt);
         match nt_panel_width(m, k, n, 4) {
@@ -454,22 +446,40 @@ impl MatmulModel {
         );
         #[cfg(target_arch = "x86_64")]
         if k > 0 && few_rows_nt_runs(self, m, k, n) {
-            let (at, ct) = (&mut s.bt, &mut s.panel);
-            let b = &w[cols.start..];
             // SAFETY: avx512f was detected (few_rows_nt_runs); row j of the shard is
-            // w[j·width + cols.start..][..k], inside `b` for every j < n (checked by the
-            // kernel).
-            unsafe {
-                if self.accum == Accum::Fma {
-                    nt_few_rows_avx512::<true>(a, b, width, c, m, k, n, self.split, at, ct)
-                } else {
-                    nt_few_rows_avx512::<false>(a, b, width, c, m, k, n, self.split, at, ct)
-                }
-            }
+            // w[j·width + cols.start..][..k], inside the slice from cols.start for every j < n
+            // (checked by the kernel).
+            unsafe { self.few_rows(a, &w[cols.start..], width, c, m, k, n, s) };
             return true;
         }
         let _ = s;
         false
+    }
+
+    /// [`nt_few_rows_avx512`] in this model's accumulation (FMA chains or multiply-add),
+    /// with `b`'s rows `ldb` apart, its buffers from `s`.
+    ///
+    /// # Safety
+    /// As [`nt_few_rows_avx512`]'s.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn few_rows(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        s: &mut MatmulScratch,
+    ) {
+        let (at, ct) = (&mut s.bt, &mut s.panel);
+        if self.accum == Accum::Fma {
+            nt_few_rows_avx512::<true>(a, b, ldb, c, m, k, n, self.split, at, ct)
+        } else {
+            nt_few_rows_avx512::<false>(a, b, ldb, c, m, k, n, self.split, at, ct)
+        }
     }
 
     fn tn(
@@ -892,13 +902,13 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], fast: 
         }
     }
     let _ = fast;
-    transpose_scalar(src, rows, cols, dst, 0, 0);
+    transpose_scalar(src, rows, cols, dst);
 }
 
-/// Scalar transpose of `src[r0.., c0..]` (contiguous writes, strided reads).
-fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], r0: usize, c0: usize) {
-    for c in c0..cols {
-        for r in r0..rows {
+/// Scalar transpose (contiguous writes, strided reads).
+fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    for c in 0..cols {
+        for r in 0..rows {
             dst[c * rows + r] = src[r * cols + c];
         }
     }
@@ -916,7 +926,7 @@ fn transpose_scalar(src: &[f32], rows: usize, cols: usize, dst: &mut [f32], r0: 
 unsafe fn transpose_avx2(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     use std::arch::x86_64::*;
     if rows < 8 || cols < 8 {
-        return transpose_scalar(src, rows, cols, dst, 0, 0);
+        return transpose_scalar(src, rows, cols, dst);
     }
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
     for r0 in tile_starts(rows) {
@@ -1862,24 +1872,17 @@ fn transpose_f64_map<const ABS: bool>(src: &[f64], dst: &mut [f64], rows: usize,
             return unsafe { transpose_f64_avx512::<ABS>(src, dst, rows, cols) };
         }
     }
-    transpose_f64_scalar::<ABS>(src, dst, rows, cols, 0..rows, 0..cols);
+    transpose_f64_scalar::<ABS>(src, dst, rows, cols);
 }
 
-/// The portable [`transpose_f64_map`] of the block `rs × cs` of `src` (rows × cols) into
-/// `dst` (cols × rows), in 32 × 32 tiles so that both sides are walked a cache line at a time.
-fn transpose_f64_scalar<const ABS: bool>(
-    src: &[f64],
-    dst: &mut [f64],
-    rows: usize,
-    cols: usize,
-    rs: Range<usize>,
-    cs: Range<usize>,
-) {
+/// The portable [`transpose_f64_map`] of `src` (rows × cols) into `dst` (cols × rows), in
+/// 32 × 32 tiles so that both sides are walked a cache line at a time.
+fn transpose_f64_scalar<const ABS: bool>(src: &[f64], dst: &mut [f64], rows: usize, cols: usize) {
     const T: usize = 32;
-    for r0 in rs.clone().step_by(T) {
-        let r1 = (r0 + T).min(rs.end);
-        for c0 in cs.clone().step_by(T) {
-            let c1 = (c0 + T).min(cs.end);
+    for r0 in (0..rows).step_by(T) {
+        let r1 = (r0 + T).min(rows);
+        for c0 in (0..cols).step_by(T) {
+            let c1 = (c0 + T).min(cols);
             for r in r0..r1 {
                 let row = &src[r * cols + c0..r * cols + c1];
                 for (cc, &v) in (c0..c1).zip(row) {
@@ -1909,7 +1912,7 @@ unsafe fn transpose_f64_avx512<const ABS: bool>(
 ) {
     use std::arch::x86_64::*;
     if rows < 8 || cols < 8 {
-        return transpose_f64_scalar::<ABS>(src, dst, rows, cols, 0..rows, 0..cols);
+        return transpose_f64_scalar::<ABS>(src, dst, rows, cols);
     }
     let idx = |v: [i64; 8]| _mm512_loadu_si512(v.as_ptr().cast());
     let pair_lo = idx([0, 8, 2, 10, 4, 12, 6, 14]);

@@ -115,15 +115,7 @@ pub fn draw_params(
             if let (ParamInit::Draw(rule), Some(t), true) =
                 (p.init, torch.as_deref_mut(), i < read_until)
             {
-                let normal = matches!(rule, TorchInit::Normal { .. });
-                if !t.discard_fill(n, normal) {
-                    // `normal_` of under 16 elements: drawn for its count of draws.
-                    buf.resize(n, 0.0);
-                    if let TorchInit::Normal { mean, std, .. } = rule {
-                        t.normal_(buf, mean, std);
-                    }
-                    buf.clear();
-                }
+                t.discard_fill(n, matches!(rule, TorchInit::Normal { .. }));
             }
             continue;
         }

@@ -561,12 +561,31 @@ mod tests {
         (y, dw, dx)
     }
 
+    /// The layer as the computations run it: `row_parallel_forward` and
+    /// `row_parallel_backward`, no fault.
+    fn as_layer<B: Backend>(
+        be: &mut B,
+        (x, w, dy): Operands<'_, B::R>,
+        (m, k, n): (usize, usize, usize),
+        shards: &[Range<usize>],
+    ) -> Products<B::R> {
+        let zero = B::R::from_f64(0.0);
+        let mut buf = RowParallelBuffers::default();
+        let (mut y, mut dw, mut dx) = (vec![zero; m * n], vec![zero; n * k], vec![zero; m * k]);
+        let f = TpFaults::default();
+        row_parallel_forward(be, x, w, &mut y, m, k, n, shards, f, &mut buf);
+        let (dwm, dxm) = (Some(&mut dw[..]), Some(&mut dx[..]));
+        row_parallel_backward(be, x, w, dy, dwm, dxm, m, k, n, shards, f, &mut buf);
+        (y, dw, dx)
+    }
+
     /// `row_parallel_forward` (the weight's columns read in place where the backend can) and
     /// `row_parallel_backward` (whole products on a backend whose products are column by
     /// column) give, bit for bit, what the ranks compute with their own gathered shards:
     /// fp32 under chain, split-K, pairwise and bf16x3 profiles, on shapes that take the
     /// few-rows kernel and shapes that do not, even, uneven and partly empty shards; and
-    /// float64.
+    /// float64. A profile with revealed orders (per shape of a whole product) is not column
+    /// by column and takes the ranks' own products.
     #[test]
     fn row_parallel_equals_the_ranks_computing_their_own_shards() {
         use crate::backend::{F32Backend, F64Backend};
@@ -585,58 +604,39 @@ mod tests {
             let w: Vec<f32> = (0..n * k).map(|i| value(i, 0.113)).collect();
             let dy: Vec<f32> = (0..m * n).map(|i| value(i, 0.71)).collect();
             let shards = shard_ranges(k, tp, 1);
-            for name in ["cpu-fma", "cpu-nofma", "splitk-4", "pairwise", "tpu-bf16x3"] {
+            let shape = (m, k, n);
+            for name in [
+                "cpu-fma",
+                "cpu-nofma",
+                "splitk-4",
+                "pairwise",
+                "tpu-bf16x3",
+                "cpu-fma+mkl-threads-2",
+            ] {
                 let profile = registry.resolve(name, "--profile").unwrap();
                 let mut scratch = MatmulScratch::default();
                 let mut be = F32Backend::new(&profile, &mut scratch);
-                assert!(be.columns_independent(), "{name}");
-                let (y0, dw0, dx0) = rank_by_rank(&mut be, (&x, &w, &dy), (m, k, n), &shards);
-                let mut buf = RowParallelBuffers::default();
-                let mut y = vec![0.0f32; m * n];
-                let f = TpFaults::default();
-                row_parallel_forward(&mut be, &x, &w, &mut y, m, k, n, &shards, f, &mut buf);
-                let (mut dw, mut dx) = (vec![0.0f32; n * k], vec![0.0f32; m * k]);
-                let (dwm, dxm) = (Some(&mut dw[..]), Some(&mut dx[..]));
-                row_parallel_backward(
-                    &mut be, &x, &w, &dy, dwm, dxm, m, k, n, &shards, f, &mut buf,
-                );
+                assert_eq!(be.columns_independent(), !name.contains("mkl"), "{name}");
+                let want = rank_by_rank(&mut be, (&x, &w, &dy), shape, &shards);
+                let got = as_layer(&mut be, (&x, &w, &dy), shape, &shards);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                let shape = format!("{name} {m}x{k}x{n} tp {tp}");
-                assert_eq!(bits(&y), bits(&y0), "forward {shape}");
-                assert_eq!(bits(&dw), bits(&dw0), "weight gradient {shape}");
-                assert_eq!(bits(&dx), bits(&dx0), "input gradient {shape}");
+                let what = format!("{name} {m}x{k}x{n} tp {tp}");
+                assert_eq!(bits(&got.0), bits(&want.0), "forward {what}");
+                assert_eq!(bits(&got.1), bits(&want.1), "weight gradient {what}");
+                assert_eq!(bits(&got.2), bits(&want.2), "input gradient {what}");
             }
             let wide = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
             let (x, w, dy) = (wide(&x), wide(&w), wide(&dy));
             let mut be = F64Backend::default();
-            let (y0, dw0, dx0) = rank_by_rank(&mut be, (&x, &w, &dy), (m, k, n), &shards);
-            let mut buf = RowParallelBuffers::default();
-            let mut y = vec![0.0; m * n];
-            let f = TpFaults::default();
-            row_parallel_forward(&mut be, &x, &w, &mut y, m, k, n, &shards, f, &mut buf);
-            let (mut dw, mut dx) = (vec![0.0; n * k], vec![0.0; m * k]);
-            let (dwm, dxm) = (Some(&mut dw[..]), Some(&mut dx[..]));
-            row_parallel_backward(
-                &mut be, &x, &w, &dy, dwm, dxm, m, k, n, &shards, f, &mut buf,
-            );
-            assert_eq!((y, dw, dx), (y0, dw0, dx0), "f64 {m}x{k}x{n} tp {tp}");
+            let want = rank_by_rank(&mut be, (&x, &w, &dy), shape, &shards);
+            let got = as_layer(&mut be, (&x, &w, &dy), shape, &shards);
+            assert_eq!(got, want, "f64 {m}x{k}x{n} tp {tp}");
         }
     }
 
-    /// A profile with revealed orders (per shape of a whole product) keeps the ranks' own
-    /// products, and `tiles` accepts exactly the consecutive ranges from 0 to k.
+    /// `tiles` accepts exactly the consecutive ranges from 0 to k.
     #[test]
-    fn revealed_orders_keep_the_ranks_products_and_tiles_checks_coverage() {
-        use crate::backend::F32Backend;
-        use crate::fp::matmul::MatmulScratch;
-        use crate::profile::ProfileRegistry;
-        let registry = ProfileRegistry::builtin().unwrap();
-        let profile = registry
-            .resolve("cpu-fma+mkl-threads-2", "--profile")
-            .unwrap();
-        let mut scratch = MatmulScratch::default();
-        let be = F32Backend::new(&profile, &mut scratch);
-        assert!(!be.columns_independent());
+    fn tiles_checks_coverage() {
         assert!(tiles(&[0..3, 3..3, 3..7], 7));
         assert!(tiles(std::slice::from_ref(&(0..7)), 7));
         assert!(!tiles(&[0..3, 4..7], 7));
