@@ -100,8 +100,6 @@ pub fn phi_sum(values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::ln1p_div;
-    use super::ln1p_phi_z;
     use std::arch::x86_64::*;
 
     // fdlibm's constants (s_log1p.c / e_log.c), by their bit patterns.
@@ -249,14 +247,22 @@ mod avx512 {
         let c_ = |v: f64| _mm512_set1_pd(v);
         let mut s = 0.0;
         let mut terms = [0.0f64; 8];
-        let full = values.len() - values.len() % 8;
+        let n = values.len();
         let mut i = 0;
-        while i < full {
-            // SAFETY: i + 8 <= values.len().
-            let v = _mm512_loadu_pd(values.as_ptr().add(i));
+        while i < n {
+            // A short last block is loaded into its `live` lanes only; the others hold 0 and
+            // whatever they compute is never looked at (every test and sum below is masked
+            // to `live`).
+            let live: __mmask8 = if n - i >= 8 {
+                0xff
+            } else {
+                (1u8 << (n - i)) - 1
+            };
+            // SAFETY: the `live` lanes are elements i .. min(i + 8, n).
+            let v = _mm512_maskz_loadu_pd(live, values.as_ptr().add(i));
             let w = _mm512_div_pd(_mm512_sub_pd(v, vshift), vsigma);
             let x = _mm512_mul_pd(vxi, w);
-            if _mm512_cmp_pd_mask::<_CMP_LE_OQ>(x, c_(-1.0)) != 0 {
+            if _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(live, x, c_(-1.0)) != 0 {
                 // The scalar loop stops at the first such term, whatever came before.
                 return Some(None);
             }
@@ -284,24 +290,16 @@ mod avx512 {
             let ratio = _mm512_div_pd(log1p(x), x);
             let t = _mm512_mul_pd(w, _mm512_mask_blend_pd(small, ratio, series));
             // Any NaN or infinity (in a value, a w, or a term) fails this comparison.
-            if _mm512_cmp_pd_mask::<_CMP_LE_OQ>(_mm512_abs_pd(t), max) != 0xff
-                || _mm512_cmp_pd_mask::<_CMP_LE_OQ>(_mm512_abs_pd(w), max) != 0xff
+            if _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(live, _mm512_abs_pd(t), max) != live
+                || _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(live, _mm512_abs_pd(w), max) != live
             {
                 return None;
             }
             _mm512_storeu_pd(terms.as_mut_ptr(), t);
-            for &t in &terms {
+            for &t in &terms[..live.count_ones() as usize] {
                 s += t;
             }
             i += 8;
-        }
-        for &v in &values[full..] {
-            let w = (v - shift) / sigma;
-            let x = xi * w;
-            if x <= -1.0 {
-                return Some(None);
-            }
-            s += w * ln1p_div(x);
         }
         Some(Some(s))
     }
@@ -334,11 +332,18 @@ mod avx512 {
         let normal_span = _mm512_set1_epi64(0x7ff0_0000_0000_0000 - 0x0010_0000_0000_0000);
         let mut acc = -0.0f64;
         let mut terms = [0.0f64; 8];
-        let full = values.len() - values.len() % 8;
+        let n = values.len();
         let mut i = 0;
-        while i < full {
-            // SAFETY: i + 8 <= values.len().
-            let v = _mm512_loadu_pd(values.as_ptr().add(i));
+        while i < n {
+            // A short last block is loaded into its `live` lanes only; the others are never
+            // looked at (the test and the sum below are masked to `live`).
+            let live: __mmask8 = if n - i >= 8 {
+                0xff
+            } else {
+                (1u8 << (n - i)) - 1
+            };
+            // SAFETY: the `live` lanes are elements i .. min(i + 8, n).
+            let v = _mm512_maskz_loadu_pd(live, values.as_ptr().add(i));
             let z = _mm512_div_pd(_mm512_sub_pd(v, vshift), vymax);
             let z0 = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(z, zero);
             let z1 = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(z, one);
@@ -368,19 +373,16 @@ mod avx512 {
                 let l = log(arg);
                 (if branch == 0 { _mm512_add_pd(vs, l) } else { l }, ok)
             };
-            if general & !ok != 0 {
+            if general & !ok & live != 0 {
                 return None;
             }
             let t = _mm512_mask_blend_pd(z1, t, vs);
             let t = _mm512_mask_blend_pd(z0, t, zero);
             _mm512_storeu_pd(terms.as_mut_ptr(), t);
-            for &t in &terms {
+            for &t in &terms[..live.count_ones() as usize] {
                 acc += t;
             }
             i += 8;
-        }
-        for &v in &values[full..] {
-            acc += ln1p_phi_z(s, (v - shift) / ymax);
         }
         Some(acc)
     }
