@@ -282,6 +282,62 @@ pub fn staircase_merge(stairs: &mut Vec<(f64, f64)>, more: &mut Vec<(f64, f64)>)
     more.clear();
 }
 
+/// Whether `pts` is a staircase already: e and d both strictly ascending, every d > 0 (then
+/// [`staircase_in_place`] would leave it as it is).
+pub fn is_staircase(pts: &[(f64, f64)]) -> bool {
+    pts.first().is_none_or(|p| p.0 > 0.0)
+        && pts.windows(2).all(|w| w[0].1 < w[1].1 && w[0].0 < w[1].0)
+}
+
+/// Replaces `a` by the staircase of `a` ∪ `b`, two staircases (each sorted by e ascending,
+/// d ascending), in place with no other buffer: the points of both in (e ascending, d
+/// descending) order, each kept when its d exceeds every d before it. That is
+/// [`staircase_by_sorting`]'s pass over the union in its sorted order (equal points can
+/// come in either order; one of them is kept), so the same points. O(|a| + |b|): `a` grows
+/// by |b|, the two are merged into it from the back (the merge never overtakes the part of
+/// `a` not yet read), then one forward pass keeps the staircase. Returns how many points of
+/// `b` it kept: none means the result is `a` (a point of `a` is dropped only for a point of
+/// `b` that dominates it, which no point of `a` can dominate in turn, so some point of `b`
+/// would be kept).
+pub fn merge_staircases(a: &mut Vec<(f64, f64)>, b: &[(f64, f64)]) -> usize {
+    // Whether x comes after y: e descending, then d ascending (`total_cmp`, as the sort),
+    // the merge order read from the back.
+    let after = |x: (f64, f64), y: (f64, f64)| match x.1.total_cmp(&y.1) {
+        Ordering::Equal => x.0.total_cmp(&y.0) == Ordering::Less,
+        o => o == Ordering::Greater,
+    };
+    let (na, nb) = (a.len(), b.len());
+    a.resize(na + nb, (0.0, 0.0));
+    // Which slot holds a point of b, as a bit per slot.
+    let mut from_b = vec![0u64; (na + nb).div_ceil(64)];
+    let (mut i, mut j) = (na, nb);
+    for w in (0..na + nb).rev() {
+        // w ≥ i always (w + 1 = i + j before the step), so a[i - 1] is still unread.
+        if j > 0 && (i == 0 || !after(a[i - 1], b[j - 1])) {
+            j -= 1;
+            a[w] = b[j];
+            from_b[w / 64] |= 1 << (w % 64);
+        } else {
+            i -= 1;
+            a[w] = a[i];
+        }
+    }
+    let mut max_d = 0.0;
+    let mut kept = 0;
+    let mut kept_b = 0;
+    for r in 0..na + nb {
+        let p = a[r];
+        if p.0 > max_d {
+            max_d = p.0;
+            a[kept] = p;
+            kept += 1;
+            kept_b += (from_b[r / 64] >> (r % 64) & 1) as usize;
+        }
+    }
+    a.truncate(kept);
+    kept_b
+}
+
 /// [`Anchors::of`] one point at a time, or a run of points at a time ([`AnchorScan::merge`]
 /// of the scan of a later run). What it keeps decides the anchors exactly as offering the
 /// points one by one in order does:
@@ -772,6 +828,32 @@ mod tests {
         #[test]
         fn staircase_by_insertion_equals_the_definition(seed: u64, n in 1usize..600) {
             check_staircase(&cloud(seed, n))?;
+        }
+
+        /// Two staircases merged in place give the sorted definition's staircase of their
+        /// union, point for point, and say whether the second added a point: clouds with
+        /// duplicates across the two, equal e, equal d and long rising lines (staircases of
+        /// hundreds of points), split at random.
+        #[test]
+        fn merged_staircases_equal_the_definition(seed: u64, n in 0usize..900, cut in 0usize..900) {
+            let mut pts: Vec<(f64, f64)> = cloud(seed, n).into_iter().filter(|p| p.0 > 0.0).collect();
+            if seed % 3 == 0 {
+                pts.extend((1..=300).map(|i| (i as f64 * 0.25, i as f64)));
+            }
+            let cut = cut.min(pts.len());
+            let (mut a, mut b) = (pts[..cut].to_vec(), pts[cut..].to_vec());
+            staircase_by_sorting(&mut a);
+            staircase_by_sorting(&mut b);
+            prop_assert!(is_staircase(&a) && is_staircase(&b));
+            let before = a.clone();
+            let mut want = pts;
+            staircase_by_sorting(&mut want);
+            let kept_b = merge_staircases(&mut a, &b);
+            let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+                v.iter().map(|p| (p.0.to_bits(), p.1.to_bits())).collect()
+            };
+            prop_assert_eq!(bits(&a), bits(&want));
+            prop_assert_eq!(kept_b == 0, bits(&a) == bits(&before));
         }
 
         /// The maximum usage over the frontier equals the maximum over all points, bit for

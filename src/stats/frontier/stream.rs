@@ -19,8 +19,25 @@
 //! bit; e ≥ 0, so k is monotone in e) and `below`[k] is the largest d of a staircase point
 //! with k(e) < k. Such a point has e < e_q, so when its d ≥ d_q it dominates q. The table is
 //! rebuilt when a merge changes the staircase.
+//!
+//! **Large staircases.** A merge sorts the staircase with the new points once the staircase
+//! has more than [`super::SMALL_STAIRCASE`] points, so merging every chunk into a staircase
+//! of h points would cost O(h log h) per chunk: quadratic in the pairs when most points are
+//! on the staircase (a mutant that zeroes a gradient gives d = e on every zeroed element, a
+//! staircase as long as the tensor). From [`DEFER_FROM`] points on, the points that pass the
+//! screen wait in a pool, and the pool is merged once it holds as many points as the
+//! staircase: every merge at least doubles what has been merged since the one before, so
+//! each point takes part in O(log) merges. The screen meanwhile uses the table of the last
+//! merge: the points of an older staircase are still points offered, so what it drops is
+//! still dominated; it only lets more through.
 
-use super::{frontier, pair_point, scan_anchors, staircase_merge, AnchorScan};
+use super::{
+    frontier, is_staircase, merge_staircases, pair_point, scan_anchors, staircase_in_place,
+    staircase_merge, AnchorScan, SMALL_STAIRCASE,
+};
+
+/// Staircase length from which screened points are pooled between merges (module doc).
+pub(super) const DEFER_FROM: usize = 4096;
 
 /// e's bits from this one up index the screen's table: 11 exponent bits and 2 mantissa
 /// bits, four table entries per binade.
@@ -48,6 +65,9 @@ pub struct FrontierStream {
     pending: Vec<(f64, f64)>,
     /// The staircase before a merge (scratch), to tell whether the merge changed it.
     before: Vec<(f64, f64)>,
+    /// Points that passed the screen and wait for the next merge (a staircase of at least
+    /// [`DEFER_FROM`] points only; module doc).
+    pool: Vec<(f64, f64)>,
 }
 
 impl Default for FrontierStream {
@@ -58,6 +78,7 @@ impl Default for FrontierStream {
             below: Box::new([0.0; BELOW_LEN]),
             pending: Vec::new(),
             before: Vec::new(),
+            pool: Vec::new(),
         }
     }
 }
@@ -73,7 +94,26 @@ impl FrontierStream {
         if pending.is_empty() {
             return;
         }
-        merge_into(&mut self.stairs, pending, &mut self.before, &mut self.below);
+        if self.stairs.len() < DEFER_FROM && self.pool.is_empty() {
+            merge_into(&mut self.stairs, pending, &mut self.before, &mut self.below);
+            return;
+        }
+        self.pool.append(pending);
+        if self.pool.len() >= self.stairs.len() {
+            self.merge_pool();
+        }
+    }
+
+    /// Merges the pooled points into the staircase.
+    fn merge_pool(&mut self) {
+        if !self.pool.is_empty() {
+            merge_into(
+                &mut self.stairs,
+                &mut self.pool,
+                &mut self.before,
+                &mut self.below,
+            );
+        }
     }
 
     /// Takes in the stream of the pairs that come after every pair offered so far, as if
@@ -82,9 +122,11 @@ impl FrontierStream {
     /// depend on how the set is split; see the module doc).
     pub fn absorb(&mut self, mut later: FrontierStream) {
         self.scan.merge(&later.scan);
+        later.merge_pool();
         if later.stairs.is_empty() {
             return;
         }
+        self.merge_pool();
         merge_into(
             &mut self.stairs,
             &mut later.stairs,
@@ -95,7 +137,8 @@ impl FrontierStream {
 
     /// The frontier of every point offered: the prefilter's test with the anchors of all
     /// points, applied to the staircase, then [`frontier`].
-    pub fn finish(self) -> Vec<(f64, f64)> {
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.merge_pool();
         let mut pts = self.stairs;
         self.scan.filter(&mut pts);
         let mut f = Vec::new();
@@ -104,17 +147,31 @@ impl FrontierStream {
     }
 }
 
-/// `stairs` replaced by the staircase of `stairs` ∪ `more` ([`staircase_merge`]; `more` left
-/// empty), and the screen's table `below` rebuilt if that changed it (`before`: scratch).
+/// `stairs` replaced by the staircase of `stairs` ∪ `more` (`more` left empty), and the
+/// screen's table `below` rebuilt if that changed it. A short staircase is merged by
+/// [`staircase_merge`] and compared with its copy in `scratch`; a long one is merged with
+/// the staircase of `more` in one pass, in place ([`merge_staircases`], which says whether
+/// it changed), instead of being sorted again.
 fn merge_into(
     stairs: &mut Vec<(f64, f64)>,
     more: &mut Vec<(f64, f64)>,
-    before: &mut Vec<(f64, f64)>,
+    scratch: &mut Vec<(f64, f64)>,
     below: &mut [f64; BELOW_LEN],
 ) {
-    before.clone_from(stairs);
-    staircase_merge(stairs, more);
-    if stairs != before {
+    let changed = if stairs.len() <= SMALL_STAIRCASE {
+        scratch.clone_from(stairs);
+        staircase_merge(stairs, more);
+        stairs != scratch
+    } else {
+        more.retain(|q| q.0 > 0.0);
+        if !is_staircase(more) {
+            staircase_in_place(more);
+        }
+        let kept = merge_staircases(stairs, more);
+        more.clear();
+        kept > 0
+    };
+    if changed {
         rebuild_below(&mut below[..], stairs);
     }
 }
@@ -184,6 +241,7 @@ mod tests {
         for (ca, ce) in a.chunks(chunk).zip(e.chunks(chunk)) {
             s.offer(ca, ce);
         }
+        s.merge_pool();
         // The staircase kept is the staircase of every point with d > 0 (the frontier
         // below drops most of it, so this is the sharper check of the screen).
         let mut all: Vec<_> = a.iter().zip(e).map(|(&x, &y)| pair_point(x, y)).collect();
@@ -281,6 +339,54 @@ mod tests {
                 at_once(&ra, &re),
                 "falling, chunk {chunk}"
             );
+        }
+    }
+
+    /// A check whose every point is on the staircase (a zeroed actual tensor: d = e), long
+    /// enough that screened points are pooled between merges ([`DEFER_FROM`]) and that the
+    /// two halves of a split fold are merged by `absorb`: the same staircase and frontier
+    /// as all at once, with and without a point that makes the hull drop the line, and with
+    /// the pool still holding points when the halves are joined.
+    #[test]
+    fn long_staircases_pool_and_absorb_to_the_all_at_once_frontier() {
+        let n = 5 * DEFER_FROM + 123;
+        let mut rng = crate::stats::gpd::SplitMix64(11);
+        let e: Vec<f64> = (0..n).map(|_| rng.uniform() * 4.0 + 0.25).collect();
+        let zero = vec![0.0; n];
+        for steep in [false, true] {
+            let mut a = zero.clone();
+            if steep {
+                a[n / 3] = 3.0 * e[n / 3];
+            }
+            let want = at_once(&a, &e);
+            let mut all: Vec<_> = a.iter().zip(&e).map(|(&x, &y)| pair_point(x, y)).collect();
+            staircase_by_sorting(&mut all);
+            assert!(all.len() > 4 * DEFER_FROM, "{} staircase points", all.len());
+            for chunk in [1000, 4096] {
+                assert_eq!(
+                    streamed(&a, &e, chunk),
+                    want,
+                    "steep {steep}, chunk {chunk}"
+                );
+                // Two halves, as a split fold takes them.
+                let mid = n / 2 + 17;
+                let (mut first, mut later) = (FrontierStream::default(), FrontierStream::default());
+                for (ca, ce) in a[..mid].chunks(chunk).zip(e[..mid].chunks(chunk)) {
+                    first.offer(ca, ce);
+                }
+                for (ca, ce) in a[mid..].chunks(chunk).zip(e[mid..].chunks(chunk)) {
+                    later.offer(ca, ce);
+                }
+                assert!(!first.pool.is_empty() || !later.pool.is_empty() || chunk == 4096);
+                first.absorb(later);
+                first.merge_pool();
+                assert_eq!(first.stairs, all, "steep {steep}, chunk {chunk}: staircase");
+                assert_eq!(
+                    first.finish(),
+                    want,
+                    "steep {steep}, chunk {chunk}: frontier"
+                );
+            }
         }
     }
 
