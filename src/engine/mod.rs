@@ -23,6 +23,7 @@ pub mod run;
 use std::ops::Range;
 
 use crate::catalog::{Catalog, Group};
+use crate::export::csv::FloatMemo;
 use crate::export::frontiers::SeedFrontiers;
 use crate::export::seeds_file::{format_unit, SeedsFormat};
 use crate::scenario::Workspace;
@@ -153,9 +154,10 @@ pub fn drive(
                     Vec::new(),
                     Vec::new(),
                     scans,
+                    FloatMemo::default(),
                 )
             },
-            |(ws, pts, out, prev, scans), &seed| -> anyhow::Result<SeedResult> {
+            |(ws, pts, out, prev, scans, memo), &seed| -> anyhow::Result<SeedResult> {
                 let mut values = Vec::with_capacity(f.runs.len());
                 let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
                 let first = &groups[f.groups.start];
@@ -207,7 +209,8 @@ pub fn drive(
                             seed,
                             &values[f.source[j]],
                             &mut rows,
-                        )?;
+                            memo,
+                        );
                     }
                     if want_frontiers {
                         crate::export::frontiers::record(

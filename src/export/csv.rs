@@ -196,15 +196,36 @@ pub fn seed_rows(
     res: &[SeedValues],
     out: &mut Vec<u8>,
 ) -> anyhow::Result<()> {
-    use std::io::Write;
+    seed_rows_memo(meta, seed, res, out, &mut FloatMemo::default());
+    Ok(())
+}
+
+/// [`seed_rows`], taking float fields from `memo` where the value is one it formatted
+/// before. A worker keeps one memo for all its units: the groups of a family (a clean run
+/// and its mutants) share their `ref-vs-f64` entries, their |expected| and their
+/// theory bounds, and a check's two policies share its |diff| and |expected|, so most of a
+/// mutant's floats are copies. An entry is used only when its value's bits are equal, and
+/// [`py_repr`] is a function of the bits, so the bytes are the same whatever the memo
+/// holds.
+pub fn seed_rows_memo(
+    meta: &GroupMeta,
+    seed: u64,
+    res: &[SeedValues],
+    out: &mut Vec<u8>,
+    memo: &mut FloatMemo,
+) {
     // The fields every row starts with, written once in `out` and copied from there.
     let mut prefix: Option<std::ops::Range<usize>> = None;
+    let np = meta.policies.len();
+    memo.fit(res.len());
     let mut k = 0;
     for check in &meta.checks {
         for comparison in Comparison::ALL {
+            // The slot of this check and comparison's first policy: the policy-free
+            // fields are memoized there.
+            let k0 = k;
             for policy in &meta.policies {
                 let sc = &res[k];
-                k += 1;
                 match &prefix {
                     Some(r) => out.extend_from_within(r.clone()),
                     None => {
@@ -213,7 +234,8 @@ pub fn seed_rows(
                             field(out, f);
                             out.push(b',');
                         }
-                        write!(out, "{seed},")?;
+                        decimal(out, seed);
+                        out.push(b',');
                         prefix = Some(start..out.len());
                     }
                 }
@@ -223,26 +245,97 @@ pub fn seed_rows(
                 out.push(b',');
                 field(out, policy);
                 out.push(b',');
-                crate::check::py_repr_into(sc.usage_pct, out);
+                memo.write(k, USAGE, sc.usage_pct, out);
                 out.push(b',');
-                crate::check::py_repr_into(sc.max_abs_diff, out);
-                write!(
-                    out,
-                    ",{},{},{},{},",
-                    sc.worst_step, sc.mismatched, sc.elements, sc.nonfinite
-                )?;
-                crate::check::py_repr_into(sc.max_abs_expected, out);
+                memo.write(k0, DIFF, sc.max_abs_diff, out);
+                out.push(b',');
+                decimal(out, u64::from(sc.worst_step.step));
+                if let Some(m) = sc.worst_step.micro {
+                    out.push(b'.');
+                    decimal(out, u64::from(m));
+                }
+                for n in [sc.mismatched, sc.elements, sc.nonfinite] {
+                    out.push(b',');
+                    decimal(out, u64::from(n));
+                }
+                out.push(b',');
+                memo.write(k0, EXPECTED, sc.max_abs_expected, out);
                 out.push(b',');
                 field(out, &meta.mutant);
                 out.push(b',');
-                crate::check::py_repr_into(sc.theory_det_pct, out);
+                memo.write(k, DET, sc.theory_det_pct, out);
                 out.push(b',');
-                crate::check::py_repr_into(sc.theory_prob_pct, out);
+                memo.write(k, PROB, sc.theory_prob_pct, out);
                 out.push(b'\n');
+                k += 1;
             }
+            debug_assert_eq!(k - k0, np);
         }
     }
-    Ok(())
+}
+
+/// The float fields of a row that [`FloatMemo`] keeps, by index.
+const USAGE: usize = 0;
+const DIFF: usize = 1;
+const EXPECTED: usize = 2;
+const DET: usize = 3;
+const PROB: usize = 4;
+
+/// The last value [`seed_rows_memo`] formatted per result slot and float field, with its
+/// bytes (a [`py_repr`] is at most 24 bytes).
+#[derive(Debug, Default)]
+pub struct FloatMemo {
+    entries: Vec<[MemoEntry; 5]>,
+}
+
+/// len 0 (the default): never a formatted value, so never taken.
+#[derive(Debug, Clone, Copy, Default)]
+struct MemoEntry {
+    bits: u64,
+    len: u8,
+    bytes: [u8; 24],
+}
+
+impl FloatMemo {
+    /// Room for `slots` result slots.
+    fn fit(&mut self, slots: usize) {
+        if self.entries.len() < slots {
+            self.entries.resize(slots, Default::default());
+        }
+    }
+
+    /// Appends [`py_repr`]`(x)` to `out`, copied from slot `k`'s entry for `field` when it
+    /// holds the same bits, formatted (and kept there) otherwise.
+    #[inline]
+    fn write(&mut self, k: usize, field: usize, x: f64, out: &mut Vec<u8>) {
+        let e = &mut self.entries[k][field];
+        if e.len > 0 && e.bits == x.to_bits() {
+            return out.extend_from_slice(&e.bytes[..e.len as usize]);
+        }
+        let start = out.len();
+        crate::check::py_repr_into(x, out);
+        let s = &out[start..];
+        if s.len() <= e.bytes.len() {
+            e.bits = x.to_bits();
+            e.len = s.len() as u8;
+            e.bytes[..s.len()].copy_from_slice(s);
+        }
+    }
+}
+
+/// `n` in decimal, as `Display` writes it.
+fn decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// One CSV field as the csv writer's default (`QuoteStyle::Necessary`) writes it: as is,
@@ -949,6 +1042,10 @@ mod tests {
             ]),
             meta(["a\"b", "x,y", "p\nq", "missing-allreduce", "c\r"]),
         ];
+        // One memo for every round, as a worker keeps one: rounds that repeat some of the
+        // round before's values take those from it.
+        let mut memo = FloatMemo::default();
+        let mut prev: Vec<SeedValues> = Vec::new();
         for round in 0..300 {
             let m = &metas[round % 2];
             let mut float = || {
@@ -968,22 +1065,43 @@ mod tests {
                         micro: (i % 3 == 0).then_some(i as u32 % 2),
                     },
                     mismatched: i as u32 * 7,
-                    elements: 670,
+                    elements: [670, 0, u32::MAX][i % 3],
                     nonfinite: i as u32 % 2,
                     max_abs_expected: float(),
                     theory_det_pct: float(),
                     theory_prob_pct: float(),
                 })
                 .collect();
-            let seed = next();
-            let (mut fast, mut serde) = (Vec::new(), Vec::new());
+            let mut res = res;
+            if round % 3 == 1 {
+                for (i, (r, p)) in res.iter_mut().zip(&prev).enumerate() {
+                    match i % 4 {
+                        0 => *r = *p,
+                        1 => {
+                            (r.max_abs_expected, r.theory_det_pct) =
+                                (p.max_abs_expected, p.theory_det_pct)
+                        }
+                        2 => r.max_abs_diff = p.max_abs_diff,
+                        _ => {}
+                    }
+                }
+            }
+            let seed = if round == 5 { u64::MAX } else { next() };
+            let (mut fast, mut serde, mut memoized) = (Vec::new(), Vec::new(), Vec::new());
             seed_rows(m, seed, &res, &mut fast).unwrap();
             seed_rows_serde(m, seed, &res, &mut serde).unwrap();
+            seed_rows_memo(m, seed, &res, &mut memoized, &mut memo);
             assert_eq!(
                 String::from_utf8_lossy(&fast),
                 String::from_utf8_lossy(&serde),
                 "round {round}"
             );
+            assert_eq!(
+                String::from_utf8_lossy(&memoized),
+                String::from_utf8_lossy(&serde),
+                "round {round}, memoized"
+            );
+            prev = res;
         }
     }
 }

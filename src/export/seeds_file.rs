@@ -184,7 +184,8 @@ impl SeedsOut {
 }
 
 /// Appends one unit's rows in `format` to `out` (CSV rows, or a row-log record): the bytes
-/// [`SeedsOut::write`] writes.
+/// [`SeedsOut::write`] writes. `memo`: the worker's formatted floats (CSV only; see
+/// [`crate::export::csv::seed_rows_memo`]).
 pub fn format_unit(
     format: SeedsFormat,
     meta: &GroupMeta,
@@ -192,13 +193,11 @@ pub fn format_unit(
     seed: u64,
     values: &[SeedValues],
     out: &mut Vec<u8>,
-) -> anyhow::Result<()> {
+    memo: &mut crate::export::csv::FloatMemo,
+) {
     match format {
-        SeedsFormat::Csv => crate::export::csv::seed_rows(meta, seed, values, out),
-        SeedsFormat::Parquet => {
-            rowlog::record(group, seed, values, out);
-            Ok(())
-        }
+        SeedsFormat::Csv => crate::export::csv::seed_rows_memo(meta, seed, values, out, memo),
+        SeedsFormat::Parquet => rowlog::record(group, seed, values, out),
     }
 }
 
