@@ -128,6 +128,11 @@ pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f6
     out.truncate(h);
 }
 
+/// Staircase length from which [`staircase_in_place`]'s insertion finds a point's place by
+/// binary search instead of testing every block of eight (a zeroed gradient puts every
+/// element of a check on one line, and its distinct values on the staircase).
+const SEARCH_FROM: usize = 32;
+
 /// Most points of a staircase [`staircase_in_place`] builds by insertion (a T1 check's has
 /// about 10, and at most 126 over 100 seeds with every mutant); a larger one is sorted.
 pub const SMALL_STAIRCASE: usize = 128;
@@ -167,7 +172,8 @@ unsafe fn staircase_avx512(pts: &mut Vec<(f64, f64)>) {
 /// point at once, one test per block of eight of them and no branch per staircase point
 /// (dominated: e ≤ e_q and d ≥ d_q, which for a staircase holds for some point exactly when
 /// it holds for the point of largest e ≤ e_q): about seven points in eight of a T1 check
-/// are dropped there.
+/// are dropped there. From [`SEARCH_FROM`] staircase points on, that point and the run a
+/// new point replaces are found by binary search instead.
 #[inline(always)]
 fn staircase_body(pts: &mut Vec<(f64, f64)>) {
     // The staircase as two arrays, e and d, with e = +∞ and d = NaN past its end (never
@@ -178,35 +184,47 @@ fn staircase_body(pts: &mut Vec<(f64, f64)>) {
     let mut ds = [f64::NAN; SMALL_STAIRCASE + PAD];
     let mut h = 0usize;
     for &(qd, qe) in pts.iter() {
-        let blocks = h.next_multiple_of(PAD);
-        let mut dominated = false;
-        for (eb, db) in es[..blocks]
-            .chunks_exact(PAD)
-            .zip(ds[..blocks].chunks_exact(PAD))
-        {
-            let mut any = false;
-            for l in 0..PAD {
-                any |= (eb[l] <= qe) & (db[l] >= qd);
+        let (start, end) = if h < SEARCH_FROM {
+            let blocks = h.next_multiple_of(PAD);
+            let mut dominated = false;
+            for (eb, db) in es[..blocks]
+                .chunks_exact(PAD)
+                .zip(ds[..blocks].chunks_exact(PAD))
+            {
+                let mut any = false;
+                for l in 0..PAD {
+                    any |= (eb[l] <= qe) & (db[l] >= qd);
+                }
+                dominated |= any;
             }
-            dominated |= any;
-        }
-        if dominated {
-            continue;
-        }
-        // The run q dominates: from the first e ≥ e_q while d ≤ d_q. Both coordinates
-        // ascend along the staircase, so the run starts after the points with e < e_q and
-        // holds every point with e ≥ e_q and d ≤ d_q: two counts over the blocks.
-        let (mut start, mut run) = (0usize, 0usize);
-        for (eb, db) in es[..blocks]
-            .chunks_exact(PAD)
-            .zip(ds[..blocks].chunks_exact(PAD))
-        {
-            for l in 0..PAD {
-                start += usize::from(eb[l] < qe);
-                run += usize::from((eb[l] >= qe) & (db[l] <= qd));
+            if dominated {
+                continue;
             }
-        }
-        let end = start + run;
+            // The run q dominates: from the first e ≥ e_q while d ≤ d_q. Both coordinates
+            // ascend along the staircase, so the run starts after the points with e < e_q
+            // and holds every point with e ≥ e_q and d ≤ d_q: two counts over the blocks.
+            let (mut start, mut run) = (0usize, 0usize);
+            for (eb, db) in es[..blocks]
+                .chunks_exact(PAD)
+                .zip(ds[..blocks].chunks_exact(PAD))
+            {
+                for l in 0..PAD {
+                    start += usize::from(eb[l] < qe);
+                    run += usize::from((eb[l] >= qe) & (db[l] <= qd));
+                }
+            }
+            (start, start + run)
+        } else {
+            // The same three answers by binary search, for a long staircase: q is dominated
+            // exactly when the point of largest e ≤ e_q has d ≥ d_q; the run starts after
+            // the points with e < e_q and ends at the first d > d_q after that.
+            let le = es[..h].partition_point(|&e| e <= qe);
+            if le > 0 && ds[le - 1] >= qd {
+                continue;
+            }
+            let start = es[..h].partition_point(|&e| e < qe);
+            (start, start + ds[start..h].partition_point(|&d| d <= qd))
+        };
         if end == start {
             if h == SMALL_STAIRCASE {
                 staircase_by_sorting(pts);
@@ -828,6 +846,31 @@ mod tests {
         #[test]
         fn staircase_by_insertion_equals_the_definition(seed: u64, n in 1usize..600) {
             check_staircase(&cloud(seed, n))?;
+        }
+
+        /// Long staircases with ties, built by insertion's binary search: a diagonal of
+        /// integer points (every one on the staircase, past [`SEARCH_FROM`]) mixed with
+        /// integer points near it, so that new points share a d or an e with staircase
+        /// points, repeat them, or replace runs of them; at most 120 distinct values, so
+        /// the staircase stays under [`SMALL_STAIRCASE`] and insertion builds it all.
+        #[test]
+        fn long_staircases_with_ties_equal_the_definition(
+            seed: u64,
+            diagonal in 40usize..120,
+            extra in 0usize..400,
+        ) {
+            let mut rng = SplitMix64(seed);
+            let mut pts: Vec<(f64, f64)> = (1..=diagonal).map(|i| (i as f64, i as f64)).collect();
+            for _ in 0..extra {
+                let e = 1 + rng.next_u64() % diagonal as u64;
+                let off = rng.next_u64() % 5;
+                let d = (e + off).saturating_sub(2).clamp(1, diagonal as u64);
+                pts.push((d as f64, e as f64));
+            }
+            for i in (1..pts.len()).rev() {
+                pts.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+            check_staircase(&pts)?;
         }
 
         /// Two staircases merged in place give the sorted definition's staircase of their
