@@ -228,6 +228,31 @@ mod avx512 {
         _mm512_add_pd(acc, _mm512_mul_pd(dk, c_(LN2_HI)))
     }
 
+    /// The block of `values` from i < len: its `live` lanes (all eight, or those of a short
+    /// last block) and their values, 0 in the other lanes, whose results the callers never
+    /// look at.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn block(values: &[f64], i: usize) -> (__mmask8, __m512d) {
+        let left = values.len() - i;
+        let live: __mmask8 = if left >= 8 { 0xff } else { (1u8 << left) - 1 };
+        // SAFETY: the `live` lanes are elements i .. min(i + 8, len).
+        (live, _mm512_maskz_loadu_pd(live, values.as_ptr().add(i)))
+    }
+
+    /// `acc` plus the `live` lanes of `t` (the first ones), one at a time in lane order. The
+    /// other lanes are not added at all: adding +0 would turn an accumulated −0 into +0.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn add_live(mut acc: f64, t: __m512d, live: __mmask8) -> f64 {
+        let mut terms = [0.0f64; 8];
+        _mm512_storeu_pd(terms.as_mut_ptr(), t);
+        for &x in &terms[..live.count_ones() as usize] {
+            acc += x;
+        }
+        acc
+    }
+
     /// The vector form of `excess_sum_portable`: Some(its result), or None when some value
     /// or term is not finite (the caller then runs the portable loop).
     #[target_feature(enable = "avx512f,avx512dq")]
@@ -246,20 +271,10 @@ mod avx512 {
         let max = _mm512_set1_pd(f64::MAX);
         let c_ = |v: f64| _mm512_set1_pd(v);
         let mut s = 0.0;
-        let mut terms = [0.0f64; 8];
-        let n = values.len();
         let mut i = 0;
-        while i < n {
-            // A short last block is loaded into its `live` lanes only; the others hold 0 and
-            // whatever they compute is never looked at (every test and sum below is masked
-            // to `live`).
-            let live: __mmask8 = if n - i >= 8 {
-                0xff
-            } else {
-                (1u8 << (n - i)) - 1
-            };
-            // SAFETY: the `live` lanes are elements i .. min(i + 8, n).
-            let v = _mm512_maskz_loadu_pd(live, values.as_ptr().add(i));
+        while i < values.len() {
+            // Every test and the sum below are masked to `live` (see `block`).
+            let (live, v) = block(values, i);
             let w = _mm512_div_pd(_mm512_sub_pd(v, vshift), vsigma);
             let x = _mm512_mul_pd(vxi, w);
             if _mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(live, x, c_(-1.0)) != 0 {
@@ -295,10 +310,7 @@ mod avx512 {
             {
                 return None;
             }
-            _mm512_storeu_pd(terms.as_mut_ptr(), t);
-            for &t in &terms[..live.count_ones() as usize] {
-                s += t;
-            }
+            s = add_live(s, t, live);
             i += 8;
         }
         Some(Some(s))
@@ -331,19 +343,10 @@ mod avx512 {
         let min_normal = _mm512_set1_epi64(0x0010_0000_0000_0000);
         let normal_span = _mm512_set1_epi64(0x7ff0_0000_0000_0000 - 0x0010_0000_0000_0000);
         let mut acc = -0.0f64;
-        let mut terms = [0.0f64; 8];
-        let n = values.len();
         let mut i = 0;
-        while i < n {
-            // A short last block is loaded into its `live` lanes only; the others are never
-            // looked at (the test and the sum below are masked to `live`).
-            let live: __mmask8 = if n - i >= 8 {
-                0xff
-            } else {
-                (1u8 << (n - i)) - 1
-            };
-            // SAFETY: the `live` lanes are elements i .. min(i + 8, n).
-            let v = _mm512_maskz_loadu_pd(live, values.as_ptr().add(i));
+        while i < values.len() {
+            // The test and the sum below are masked to `live` (see `block`).
+            let (live, v) = block(values, i);
             let z = _mm512_div_pd(_mm512_sub_pd(v, vshift), vymax);
             let z0 = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(z, zero);
             let z1 = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(z, one);
@@ -378,10 +381,7 @@ mod avx512 {
             }
             let t = _mm512_mask_blend_pd(z1, t, vs);
             let t = _mm512_mask_blend_pd(z0, t, zero);
-            _mm512_storeu_pd(terms.as_mut_ptr(), t);
-            for &t in &terms[..live.count_ones() as usize] {
-                acc += t;
-            }
+            acc = add_live(acc, t, live);
             i += 8;
         }
         Some(acc)
