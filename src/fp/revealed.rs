@@ -324,6 +324,65 @@ impl Program {
         }
         stack.pop().unwrap_or(0.0)
     }
+
+    /// [`Program::eval`] in sixteen lanes at once: each lane takes the same IEEE operations
+    /// in the same order (fused multiply-adds where `eval` uses `mul_add`, products then
+    /// sums where it rounds them), so each lane is `eval` of its own operands, bit for bit.
+    /// `a(t)` and `b(t)` give term t's operands of every lane; `stack` holds at least
+    /// [`Program::depth`] registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn eval_lanes(
+        &self,
+        a: impl Fn(usize) -> std::arch::x86_64::__m512,
+        b: impl Fn(usize) -> std::arch::x86_64::__m512,
+        stack: &mut [std::arch::x86_64::__m512],
+    ) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let zero = _mm512_setzero_ps();
+        let mut sp = 0;
+        // `eval`'s pop: the top, or +0 on an empty stack.
+        let pop = |stack: &[__m512], sp: &mut usize| {
+            if *sp == 0 {
+                zero
+            } else {
+                *sp -= 1;
+                stack[*sp]
+            }
+        };
+        for op in &self.ops {
+            let v = match *op {
+                Op::Chain { start, end, fused } => {
+                    let mut c = zero;
+                    for t in start as usize..end as usize {
+                        c = if fused {
+                            _mm512_fmadd_ps(a(t), b(t), c)
+                        } else {
+                            _mm512_add_ps(c, _mm512_mul_ps(a(t), b(t)))
+                        };
+                    }
+                    c
+                }
+                Op::Term(t) => _mm512_mul_ps(a(t as usize), b(t as usize)),
+                Op::FmaTop(t) => {
+                    let y = pop(stack, &mut sp);
+                    _mm512_fmadd_ps(a(t as usize), b(t as usize), y)
+                }
+                Op::Add => {
+                    let y = pop(stack, &mut sp);
+                    let x = pop(stack, &mut sp);
+                    _mm512_add_ps(x, y)
+                }
+            };
+            stack[sp] = v;
+            sp += 1;
+        }
+        pop(stack, &mut sp)
+    }
 }
 
 /// The programs of one (role, rows, red, cols) matmul: which program each output element runs.
@@ -369,6 +428,9 @@ impl RevealedMatmul {
 
     /// Like [`RevealedMatmul::run`] (or [`RevealedMatmul::run_bias`] with `bias`), but only for
     /// the [`RevealedMatmul::exceptions`]: `c` must already hold the plain order's values.
+    /// Where the CPU has AVX-512F, exceptions of one row that run the same program are
+    /// evaluated sixteen at a time, one per lane ([`Program::eval_lanes`]: every lane takes
+    /// the same IEEE operations as [`Program::eval`], so the same bits).
     #[allow(clippy::too_many_arguments)]
     pub fn run_exceptions(
         &self,
@@ -379,29 +441,100 @@ impl RevealedMatmul {
         c: &mut [f32],
         stack: &mut Vec<f32>,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.exceptions.len() >= LANES && std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                return unsafe { self.run_exceptions_avx512(role, a, b, bias, c, stack) };
+            }
+        }
+        self.run_exceptions_portable(role, a, b, bias, c, stack, &self.exceptions);
+    }
+
+    /// The definition of [`RevealedMatmul::run_exceptions`], for the exceptions `which`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_exceptions_portable(
+        &self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        stack: &mut Vec<f32>,
+        which: &[u32],
+    ) {
         let (m, n) = (self.rows, self.cols);
-        for &e in &self.exceptions {
+        for &e in which {
             let (i, j) = (e as usize / n, e as usize % n);
             let p = &self.programs[self.grid[e as usize] as usize];
-            c[e as usize] = match (role, bias) {
-                (Role::ForwardBias, Some(bb)) => {
-                    let k = self.red - 1;
-                    p.eval(
-                        |t| if t < k { a[i * k + t] } else { 1.0 },
-                        |t| if t < k { b[j * k + t] } else { bb[j] },
-                        stack,
-                    )
+            c[e as usize] = p.eval(
+                |t| operand_a(role, bias, self.red, m, a, i, t),
+                |t| operand_b(role, bias, self.red, n, b, j, t),
+                stack,
+            );
+        }
+    }
+
+    /// [`RevealedMatmul::run_exceptions`] sixteen lanes at a time: runs of up to 16
+    /// consecutive exceptions in one row with one program, their `b` operands laid out term
+    /// by term in `stack` (16 floats per term, a missing lane 0), `a`'s broadcast (one row).
+    /// Lanes past a short run compute on zeros and are not stored. A program deeper than
+    /// [`MAX_LANE_DEPTH`] runs the portable way.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_exceptions_avx512(
+        &self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        stack: &mut Vec<f32>,
+    ) {
+        use std::arch::x86_64::*;
+        let (m, n, red) = (self.rows, self.cols, self.red);
+        let ex = &self.exceptions;
+        let mut lanes = [_mm512_setzero_ps(); MAX_LANE_DEPTH];
+        let mut s = 0;
+        while s < ex.len() {
+            let e0 = ex[s] as usize;
+            let (i, prog) = (e0 / n, self.grid[e0]);
+            let mut cnt = 1;
+            while cnt < LANES
+                && s + cnt < ex.len()
+                && ex[s + cnt] as usize / n == i
+                && self.grid[ex[s + cnt] as usize] == prog
+            {
+                cnt += 1;
+            }
+            let run = &ex[s..s + cnt];
+            s += cnt;
+            let p = &self.programs[prog as usize];
+            if p.depth > MAX_LANE_DEPTH {
+                self.run_exceptions_portable(role, a, b, bias, c, stack, run);
+                continue;
+            }
+            stack.clear();
+            stack.resize(red * LANES, 0.0);
+            for (l, &e) in run.iter().enumerate() {
+                let j = e as usize % n;
+                for t in 0..red {
+                    stack[t * LANES + l] = operand_b(role, bias, red, n, b, j, t);
                 }
-                (Role::Forward | Role::ForwardBias, _) => {
-                    let k = self.red;
-                    p.eval(|t| a[i * k + t], |t| b[j * k + t], stack)
-                }
-                (Role::GradInput, _) => {
-                    let k = self.red;
-                    p.eval(|t| a[i * k + t], |t| b[t * n + j], stack)
-                }
-                (Role::GradWeight, _) => p.eval(|t| a[t * m + i], |t| b[t * n + j], stack),
-            };
+            }
+            let bt = stack.as_ptr();
+            let r = p.eval_lanes(
+                |t| _mm512_set1_ps(operand_a(role, bias, red, m, a, i, t)),
+                // SAFETY: t < red, and `stack` holds red · LANES floats.
+                |t| _mm512_loadu_ps(bt.add(t * LANES)),
+                &mut lanes,
+            );
+            let mut out = [0.0f32; LANES];
+            _mm512_storeu_ps(out.as_mut_ptr(), r);
+            for (&e, &v) in run.iter().zip(&out) {
+                c[e as usize] = v;
+            }
         }
     }
 
@@ -421,6 +554,64 @@ impl RevealedMatmul {
                 };
             }
         }
+    }
+}
+
+/// Exceptions evaluated at once by [`RevealedMatmul::run_exceptions`] (f32 lanes of a
+/// 512-bit register).
+const LANES: usize = 16;
+
+/// Deepest program [`Program::eval_lanes`] evaluates (its stack of registers).
+const MAX_LANE_DEPTH: usize = 32;
+
+/// Term t's `a` operand of output row i under `role` (the layouts of [`Role`]; `bias`: a
+/// [`Role::ForwardBias`] entry's last term is `1·bias[j]`).
+#[inline(always)]
+fn operand_a(
+    role: Role,
+    bias: Option<&[f32]>,
+    red: usize,
+    m: usize,
+    a: &[f32],
+    i: usize,
+    t: usize,
+) -> f32 {
+    match (role, bias) {
+        (Role::ForwardBias, Some(_)) => {
+            let k = red - 1;
+            if t < k {
+                a[i * k + t]
+            } else {
+                1.0
+            }
+        }
+        (Role::Forward | Role::ForwardBias | Role::GradInput, _) => a[i * red + t],
+        (Role::GradWeight, _) => a[t * m + i],
+    }
+}
+
+/// Term t's `b` operand of output column j under `role` (see [`operand_a`]).
+#[inline(always)]
+fn operand_b(
+    role: Role,
+    bias: Option<&[f32]>,
+    red: usize,
+    n: usize,
+    b: &[f32],
+    j: usize,
+    t: usize,
+) -> f32 {
+    match (role, bias) {
+        (Role::ForwardBias, Some(bb)) => {
+            let k = red - 1;
+            if t < k {
+                b[j * k + t]
+            } else {
+                bb[j]
+            }
+        }
+        (Role::Forward | Role::ForwardBias, _) => b[j * red + t],
+        (Role::GradInput | Role::GradWeight, _) => b[t * n + j],
     }
 }
 
@@ -546,5 +737,109 @@ mod tests {
         let at: Vec<f32> = (0..6).map(|i| a[(i % 2) * 3 + i / 2]).collect();
         rm.run(Role::GradWeight, &at, &b, &mut c, &mut stack);
         assert_eq!(c, want);
+    }
+
+    /// A random program over `lo..hi` (chains, single terms fused or rounded, pairs),
+    /// right-leaning when `deep` (a stack as deep as the terms).
+    fn random_program(rng: &mut u64, lo: usize, hi: usize, deep: bool) -> String {
+        let mut next = || {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            *rng
+        };
+        let len = hi - lo;
+        let pick = next() % 4;
+        if len == 1 {
+            return format!("{lo}{}", if pick % 2 == 0 { "r" } else { "f" });
+        }
+        if !deep && (pick == 0 || len <= 2 && pick == 1) {
+            return format!("[{lo}..{hi}]{}", if pick == 0 { "f" } else { "r" });
+        }
+        let mid = if deep {
+            lo + 1
+        } else {
+            lo + 1 + (next() as usize) % (len - 1)
+        };
+        format!(
+            "({} {})",
+            random_program(rng, lo, mid, deep),
+            random_program(rng, mid, hi, deep)
+        )
+    }
+
+    /// The sixteen-lane exceptions against the portable ones, bit for bit, in every role
+    /// (with and without the bias term): random programs (chains, fused and rounded terms,
+    /// pairs; one deeper than the lanes' stack, which runs the portable way) on a random
+    /// grid, so that runs of one program in a row are cut by program changes, row ends and
+    /// the 16-lane limit; operands with mixed signs and magnitudes, and zeros.
+    #[test]
+    fn exceptions_in_lanes_equal_the_portable_ones() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for case in 0..40 {
+            let (rows, red, cols) = (1 + case % 3, 1 + (case * 7) % 41, 1 + (case * 13) % 45);
+            let bias = case % 4 == 3;
+            let mut seed = next() | 1;
+            let mut programs = vec![Program::fma_chain(red)];
+            for k in 0..4 {
+                let text = random_program(&mut seed, 0, red, k == 3 && red > MAX_LANE_DEPTH);
+                programs.push(Program::parse(&text, red).expect(&text));
+            }
+            let grid: Vec<u16> = (0..rows * cols)
+                .map(|_| {
+                    let r = next() % 8;
+                    if r < 3 {
+                        0
+                    } else {
+                        (r % 4 + 1) as u16
+                    }
+                })
+                .collect();
+            let rm = RevealedMatmul::new(rows, red, cols, programs, grid, bias);
+            let mut value = || {
+                let r = next();
+                if r % 9 == 0 {
+                    0.0
+                } else {
+                    let m = (r >> 11) as f32 / (1u64 << 53) as f32 * 4.0 - 2.0;
+                    m * 2f32.powi((r % 17) as i32 - 8)
+                }
+            };
+            let a: Vec<f32> = (0..rows.max(red) * red.max(rows))
+                .map(|_| value())
+                .collect();
+            let b: Vec<f32> = (0..cols.max(red) * red.max(cols))
+                .map(|_| value())
+                .collect();
+            let bb: Vec<f32> = (0..cols).map(|_| value()).collect();
+            for role in [
+                Role::Forward,
+                Role::ForwardBias,
+                Role::GradInput,
+                Role::GradWeight,
+            ] {
+                let bias_in = (bias && role == Role::ForwardBias).then_some(&bb[..]);
+                let (mut got, mut want) = (vec![7.0f32; rows * cols], vec![7.0f32; rows * cols]);
+                let mut stack = Vec::new();
+                rm.run_exceptions(role, &a, &b, bias_in, &mut got, &mut stack);
+                rm.run_exceptions_portable(
+                    role,
+                    &a,
+                    &b,
+                    bias_in,
+                    &mut want,
+                    &mut stack,
+                    &rm.exceptions,
+                );
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "case {case}, {role:?}");
+            }
+        }
     }
 }
