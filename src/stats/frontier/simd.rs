@@ -686,6 +686,52 @@ mod tests {
         }
     }
 
+    /// Without anchors, pairs that are all equal (±0 and ±∞ included) keep no point, and
+    /// one pair that differs anywhere (by an ulp, or a NaN on either side, which never
+    /// equals) sends the pass to the definition: the vector pass against it.
+    #[test]
+    fn without_anchors_equal_pairs_keep_nothing_and_one_difference_counts() {
+        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
+            v.iter().map(|p| (p.0.to_bits(), p.1.to_bits())).collect()
+        };
+        for n in [0usize, 1, 7, 8, 9, 16, 61] {
+            let e: Vec<f64> = (0..n)
+                .map(|i| match i % 5 {
+                    0 => 0.0,
+                    1 => f64::INFINITY,
+                    2 => -1.5 * i as f64,
+                    _ => 1e-3 * i as f64,
+                })
+                .collect();
+            let mut a = e.clone();
+            a.iter_mut().step_by(3).for_each(|x| {
+                if *x == 0.0 {
+                    *x = -0.0;
+                }
+            });
+            let (mut p1, mut p2) = (vec![(9.0, 9.0)], vec![(9.0, 9.0)]);
+            keep_pairs(&a, &e, None, &mut p1);
+            keep_pairs_portable(&a, &e, None, &mut p2);
+            assert_eq!(bits(&p1), bits(&p2), "equal, n {n}");
+            assert_eq!(p1.len(), 1, "equal pairs keep nothing, n {n}");
+            for at in (0..n).step_by(4) {
+                for (x, y) in [
+                    (f64::from_bits(e[at].to_bits() + 1), e[at]),
+                    (f64::NAN, e[at]),
+                    (a[at], f64::NAN),
+                ] {
+                    let (mut a2, mut e2) = (a.clone(), e.clone());
+                    (a2[at], e2[at]) = (x, y);
+                    let (mut p1, mut p2) = (Vec::new(), Vec::new());
+                    keep_pairs(&a2, &e2, None, &mut p1);
+                    keep_pairs_portable(&a2, &e2, None, &mut p2);
+                    assert_eq!(bits(&p1), bits(&p2), "n {n}, at {at}, ({x}, {y})");
+                    assert!(!p1.is_empty(), "n {n}, at {at}: the differing pair is kept");
+                }
+            }
+        }
+    }
+
     /// A best ratio d/e that overflows to +∞ (d = 1 over a subnormal e) and later points
     /// with e = 0 (below p*, so only the e = 0 flag records them) or a subnormal e: the
     /// vector scan must still see them. (Its screen once compared ratios with the bound
