@@ -186,28 +186,18 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
 
 /// Appends one seed's `seeds.csv` rows (no header) to `out`: check, then comparison, then
 /// policy. The bytes a [`SeedsWriter`] writes; a sweep's workers format them. Written field
-/// by field without allocating: the same bytes as serializing [`SeedRow`] with the csv
-/// writer ([`seed_rows_serde`], which the tests compare against): fields quoted only when
-/// they hold a comma, a quote or a line break (quotes doubled), floats as [`py_repr`], `\n`
-/// after each row.
+/// by field without allocating (once `memo` has room for the group's entries): the same
+/// bytes as serializing [`SeedRow`] with the csv writer ([`seed_rows_serde`], which the
+/// tests compare against): fields quoted only when they hold a comma, a quote or a line
+/// break (quotes doubled), floats as [`py_repr`], `\n` after each row.
+///
+/// Float fields come from `memo` where the value is one it formatted before. A worker
+/// keeps one memo for all its units: the groups of a family (a clean run and its mutants)
+/// share their `ref-vs-f64` entries, their |expected| and their theory bounds, and a
+/// check's two policies share its |diff| and |expected|, so most of a mutant's floats are
+/// copies. An entry is used only when its value's bits are equal, and [`py_repr`] is a
+/// function of the bits, so the bytes are the same whatever the memo holds.
 pub fn seed_rows(
-    meta: &GroupMeta,
-    seed: u64,
-    res: &[SeedValues],
-    out: &mut Vec<u8>,
-) -> anyhow::Result<()> {
-    seed_rows_memo(meta, seed, res, out, &mut FloatMemo::default());
-    Ok(())
-}
-
-/// [`seed_rows`], taking float fields from `memo` where the value is one it formatted
-/// before. A worker keeps one memo for all its units: the groups of a family (a clean run
-/// and its mutants) share their `ref-vs-f64` entries, their |expected| and their
-/// theory bounds, and a check's two policies share its |diff| and |expected|, so most of a
-/// mutant's floats are copies. An entry is used only when its value's bits are equal, and
-/// [`py_repr`] is a function of the bits, so the bytes are the same whatever the memo
-/// holds.
-pub fn seed_rows_memo(
     meta: &GroupMeta,
     seed: u64,
     res: &[SeedValues],
@@ -281,7 +271,7 @@ const EXPECTED: usize = 2;
 const DET: usize = 3;
 const PROB: usize = 4;
 
-/// The last value [`seed_rows_memo`] formatted per result slot and float field, with its
+/// The last value [`seed_rows`] formatted per result slot and float field, with its
 /// bytes (a [`py_repr`] is at most 24 bytes).
 #[derive(Debug, Default)]
 pub struct FloatMemo {
@@ -437,6 +427,7 @@ pub struct SeedsWriter {
     path: PathBuf,
     header: Option<Vec<u8>>,
     buf: Vec<u8>,
+    memo: FloatMemo,
 }
 
 impl SeedsWriter {
@@ -454,6 +445,7 @@ impl SeedsWriter {
             path: path.to_path_buf(),
             header: if append { None } else { Some(seeds_header()?) },
             buf: Vec::new(),
+            memo: FloatMemo::default(),
         })
     }
 
@@ -474,7 +466,7 @@ impl SeedsWriter {
     pub fn write(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) -> anyhow::Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        seed_rows(meta, seed, res, &mut buf)?;
+        seed_rows(meta, seed, res, &mut buf, &mut self.memo);
         let done = self.write_rows(&buf);
         self.buf = buf;
         done
@@ -1088,9 +1080,9 @@ mod tests {
             }
             let seed = if round == 5 { u64::MAX } else { next() };
             let (mut fast, mut serde, mut memoized) = (Vec::new(), Vec::new(), Vec::new());
-            seed_rows(m, seed, &res, &mut fast).unwrap();
+            seed_rows(m, seed, &res, &mut fast, &mut FloatMemo::default());
             seed_rows_serde(m, seed, &res, &mut serde).unwrap();
-            seed_rows_memo(m, seed, &res, &mut memoized, &mut memo);
+            seed_rows(m, seed, &res, &mut memoized, &mut memo);
             assert_eq!(
                 String::from_utf8_lossy(&fast),
                 String::from_utf8_lossy(&serde),

@@ -185,7 +185,7 @@ impl SeedsOut {
 
 /// Appends one unit's rows in `format` to `out` (CSV rows, or a row-log record): the bytes
 /// [`SeedsOut::write`] writes. `memo`: the worker's formatted floats (CSV only; see
-/// [`crate::export::csv::seed_rows_memo`]).
+/// [`crate::export::csv::seed_rows`]).
 pub fn format_unit(
     format: SeedsFormat,
     meta: &GroupMeta,
@@ -196,7 +196,7 @@ pub fn format_unit(
     memo: &mut crate::export::csv::FloatMemo,
 ) {
     match format {
-        SeedsFormat::Csv => crate::export::csv::seed_rows_memo(meta, seed, values, out, memo),
+        SeedsFormat::Csv => crate::export::csv::seed_rows(meta, seed, values, out, memo),
         SeedsFormat::Parquet => rowlog::record(group, seed, values, out),
     }
 }

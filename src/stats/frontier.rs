@@ -78,8 +78,8 @@ fn below_chord(a: (f64, f64), b: (f64, f64), p: (f64, f64)) -> bool {
 /// Andrew's monotone chain (upper hull) over the staircase, in place, with the virtual
 /// origin as the left anchor when no point has e = 0. O(m log m) for m points with d > 0 at
 /// worst, O(m·h) for a staircase of h ≤ [`SMALL_STAIRCASE`] points (a dominance test over
-/// h/8 blocks per point; about 10 in a T1 check); no allocation
-/// beyond `out`.
+/// h/8 blocks per point while h < [`SEARCH_FROM`], about 10 in a T1 check; a binary search
+/// and the insertion's move from there on); no allocation beyond `out`.
 pub fn frontier(points: impl Iterator<Item = (f64, f64)>, out: &mut Vec<(f64, f64)>) {
     out.clear();
     let mut infinite: Option<f64> = None;
