@@ -227,7 +227,7 @@ pub fn finish_outputs(
 }
 
 /// `(units, bytes)` from a `.progress` checkpoint, or zeros.
-fn read_progress(path: &Path) -> (u64, u64) {
+pub(crate) fn read_progress(path: &Path) -> (u64, u64) {
     let Ok(text) = std::fs::read_to_string(path) else {
         return (0, 0);
     };

@@ -12,7 +12,7 @@ use crate::commands::sweep::SweepOptions;
 use crate::commands::Common;
 use crate::config::RngKind;
 use crate::engine::evaluate::Comparison;
-use crate::engine::plan::Shard;
+use crate::engine::plan::{Shard, ShardChoice};
 use crate::error::InputError;
 
 /// Seed-sweep numerical divergence harness: mirrors sharded-vs-unsharded ML tests bit-exactly
@@ -105,7 +105,8 @@ pub struct SizeArgs {
         value_name = "PCT"
     )]
     target: f64,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
+    /// may use: its CPU affinity and cgroup CPU quota).
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Also write the Evidence section as Markdown to FILE.
@@ -169,7 +170,8 @@ pub struct ScaleArgs {
         value_name = "POLICY"
     )]
     policy: Vec<String>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
+    /// may use: its CPU affinity and cgroup CPU quota).
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
@@ -280,7 +282,8 @@ pub struct SweepArgs {
     /// First seed (default: each scenario's own, 8173 for the DeepSpeed tests).
     #[arg(long, allow_negative_numbers = true, value_name = "S")]
     first_seed: Option<u64>,
-    /// Worker threads (default: all cores). Output is identical for any value.
+    /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
+    /// may use: its CPU affinity and cgroup CPU quota). Output is identical for any value.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
@@ -327,45 +330,54 @@ pub struct MergeArgs {
         value_name = "DIR"
     )]
     out: PathBuf,
+    /// Only say which shards are done, partial, not started or missing (tab-separated on
+    /// stdout; exit 0 when all are done), reading no rows and writing nothing.
+    #[arg(long)]
+    check: bool,
 }
 
 /// Resolves the shard of this process: `--shard I/N`, else a Slurm array task, else a
-/// Kubernetes indexed job (`JOB_COMPLETION_INDEX` with `--shard-count`). `env` reads the
-/// environment (a parameter so tests can supply one).
+/// Kubernetes indexed job (`JOB_COMPLETION_INDEX` with `--shard-count`), else the whole
+/// range. `env` reads the environment (a parameter so tests can supply one).
+///
+/// A Slurm array's variables are checked against each other: the task id lies in
+/// `SLURM_ARRAY_TASK_MIN..=SLURM_ARRAY_TASK_MAX` on the `SLURM_ARRAY_TASK_STEP` grid, and
+/// `SLURM_ARRAY_TASK_COUNT` is that grid's size; slice `(id - min) / step` of `count`. An
+/// array starting at 0 or 1 is a fan-out; one that starts higher, or a one-task array whose
+/// id is not 0, is tasks resubmitted alone (`sbatch --array=2`), whose variables no longer
+/// say how many shards the sweep has: that is [`ShardChoice::Unknown`], which an existing
+/// shard folder resolves under `--resume` and anything else refuses.
 pub fn resolve_shard(
     flag: Option<&str>,
     shard_count: Option<u64>,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<Option<Shard>, InputError> {
+) -> Result<ShardChoice, InputError> {
     let parse = |what: &str, v: &str| -> Result<u64, InputError> {
         v.trim()
             .parse::<u64>()
             .map_err(|_| InputError::flag(what, format!("`{v}` is not a non-negative integer")))
     };
-    let check = |flag: &str, index: u64, count: u64| -> Result<Option<Shard>, InputError> {
+    let check = |flag: &str, index: u64, count: u64| -> Result<Shard, InputError> {
         if count == 0 || index >= count {
             return Err(InputError::flag(
                 flag,
                 format!("shard {index} of {count} is not allowed; need 0 <= index < count"),
             ));
         }
-        Ok(Some(Shard { index, count }))
+        Ok(Shard { index, count })
     };
     if let Some(f) = flag {
         let (i, n) = f
             .split_once('/')
             .ok_or_else(|| InputError::flag("--shard", format!("`{f}` is not I/N (e.g. 0/4)")))?;
-        return check("--shard", parse("--shard", i)?, parse("--shard", n)?);
+        let shard = check("--shard", parse("--shard", i)?, parse("--shard", n)?)?;
+        return Ok(ShardChoice::Known {
+            shard: Some(shard),
+            from: format!("--shard {shard}"),
+        });
     }
-    if let (Some(i), Some(n)) = (env("SLURM_ARRAY_TASK_ID"), env("SLURM_ARRAY_TASK_COUNT")) {
-        let i = parse("SLURM_ARRAY_TASK_ID", &i)?;
-        let n = parse("SLURM_ARRAY_TASK_COUNT", &n)?;
-        // Slurm arrays may start at 1 (--array=1-N): map 1..=N to 0..N.
-        let min = env("SLURM_ARRAY_TASK_MIN")
-            .map(|m| parse("SLURM_ARRAY_TASK_MIN", &m))
-            .transpose()?
-            .unwrap_or(0);
-        return check("SLURM_ARRAY_TASK_ID", i.saturating_sub(min), n);
+    if let Some(id) = env("SLURM_ARRAY_TASK_ID") {
+        return slurm_shard(&parse("SLURM_ARRAY_TASK_ID", &id)?, &env, &parse, &check);
     }
     if let Some(i) = env("JOB_COMPLETION_INDEX") {
         let n = shard_count.ok_or_else(|| {
@@ -374,11 +386,17 @@ pub fn resolve_shard(
                 "JOB_COMPLETION_INDEX is set (Kubernetes indexed job): give the job's completions",
             )
         })?;
-        return check(
+        let shard = check(
             "JOB_COMPLETION_INDEX",
             parse("JOB_COMPLETION_INDEX", &i)?,
             n,
-        );
+        )?;
+        return Ok(ShardChoice::Known {
+            shard: Some(shard),
+            from: format!(
+                "the Kubernetes indexed job (JOB_COMPLETION_INDEX={i}, --shard-count {n})"
+            ),
+        });
     }
     if shard_count.is_some() {
         return Err(InputError::flag(
@@ -386,7 +404,113 @@ pub fn resolve_shard(
             "only meaningful with JOB_COMPLETION_INDEX set (a Kubernetes indexed job)",
         ));
     }
-    Ok(None)
+    Ok(ShardChoice::whole())
+}
+
+/// The shard of a Slurm array task `id` (see [`resolve_shard`]).
+fn slurm_shard(
+    id: &u64,
+    env: &impl Fn(&str) -> Option<String>,
+    parse: &impl Fn(&str, &str) -> Result<u64, InputError>,
+    check: &impl Fn(&str, u64, u64) -> Result<Shard, InputError>,
+) -> Result<ShardChoice, InputError> {
+    let id = *id;
+    let var = |k: &str| env(k).map(|v| parse(k, &v)).transpose();
+    let count = var("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+        InputError::flag(
+            "SLURM_ARRAY_TASK_COUNT",
+            "is not set although SLURM_ARRAY_TASK_ID is; give --shard I/N",
+        )
+    })?;
+    let min = var("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+    let max = var("SLURM_ARRAY_TASK_MAX")?;
+    let step = var("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1);
+    let vars = format!(
+        "SLURM_ARRAY_TASK_ID={id}, SLURM_ARRAY_TASK_COUNT={count}, SLURM_ARRAY_TASK_MIN={min}{}, SLURM_ARRAY_TASK_STEP={step}",
+        max.map(|m| format!(", SLURM_ARRAY_TASK_MAX={m}")).unwrap_or_default()
+    );
+    let unknown = |why: String| {
+        Ok(ShardChoice::Unknown {
+            flag: "--shard".into(),
+            msg: format!(
+                "this Slurm array task's variables ({vars}) {why}; give --shard {id}/N with the \
+                 shard count N of the original array (scripts/slurm_sweep.sh does), or add \
+                 --resume in the shard's existing folder, whose fingerprint says which shard it is"
+            ),
+        })
+    };
+    let inconsistent = |why: String| {
+        Err(InputError::flag(
+            "SLURM_ARRAY_TASK_ID",
+            format!("inconsistent Slurm array variables ({vars}): {why}; give --shard I/N"),
+        ))
+    };
+    if step == 0 {
+        return inconsistent("a step of 0".into());
+    }
+    if id < min || max.is_some_and(|m| id > m || m < min) {
+        return inconsistent("the task id is outside min..=max".into());
+    }
+    if !(id - min).is_multiple_of(step) {
+        return inconsistent("the task id is not on the array's step grid".into());
+    }
+    if let Some(m) = max {
+        if (m - min) / step + 1 != count {
+            return unknown(format!(
+                "describe an irregular array ({count} task(s) between {min} and {m}), so they \
+                 cannot say which slice this is"
+            ));
+        }
+    }
+    if count == 1 && id != 0 {
+        return unknown(format!(
+            "describe a one-task array whose task is not 0: a task resubmitted alone \
+             (sbatch --array={id}) no longer knows how many shards its sweep has"
+        ));
+    }
+    if min > 1 {
+        return unknown(format!(
+            "describe an array that starts at {min}: tasks resubmitted apart from their fan-out \
+             no longer know how many shards their sweep has"
+        ));
+    }
+    // Arrays may start at 1 (--array=1-N): slice (id - min) / step.
+    let shard = check("SLURM_ARRAY_TASK_ID", (id - min) / step, count)?;
+    Ok(ShardChoice::Known {
+        shard: Some(shard),
+        from: format!("the Slurm array task ({vars})"),
+    })
+}
+
+/// `--threads`, or where it is not given a Slurm task's `SLURM_CPUS_PER_TASK` (a task
+/// otherwise starts a thread per core of the node); without either, rayon's default, which
+/// honours the process's CPU affinity and its cgroup CPU quota (a Kubernetes CPU limit).
+fn threads(flag: Option<usize>) -> Result<Option<usize>, InputError> {
+    threads_from(flag, |k| std::env::var(k).ok())
+}
+
+fn threads_from(
+    flag: Option<usize>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<usize>, InputError> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    match env("SLURM_CPUS_PER_TASK") {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .map(Some)
+            .ok_or_else(|| {
+                InputError::flag(
+                    "SLURM_CPUS_PER_TASK",
+                    format!("`{v}` is not a thread count >= 1; give --threads N"),
+                )
+            }),
+    }
 }
 
 /// `repro` flags.
@@ -534,7 +658,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             common: common(&a.select, Some(&a.filter))?,
             seeds: a.seeds,
             first_seed: a.first_seed,
-            threads: a.threads,
+            threads: threads(a.threads)?,
             out: a.out,
             quiet: a.quiet,
             fail_on_exceed: a.fail_on_exceed,
@@ -619,7 +743,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 first_seed: a.first_seed,
                 flake_rate: a.flake_rate,
                 target: a.target,
-                threads: a.threads,
+                threads: threads(a.threads)?,
                 markdown: a.markdown,
                 out: a.out,
                 validate: a.validate,
@@ -646,12 +770,13 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             rows: a.rows,
             cols: a.cols,
             policies: a.policy,
-            threads: a.threads,
+            threads: threads(a.threads)?,
             out: a.out,
         }),
         Command::Merge(a) => Action::Merge(crate::commands::merge::MergeOptions {
             dirs: a.dirs,
             out: a.out,
+            check: a.check,
         }),
         Command::Bench(a) => Action::Bench(BenchOptions {
             common: common(&a.select, Some(&a.filter))?,
@@ -673,10 +798,24 @@ mod tests {
         }
     }
 
+    fn known(c: Result<ShardChoice, InputError>) -> Option<Shard> {
+        match c.unwrap() {
+            ShardChoice::Known { shard, .. } => shard,
+            other => panic!("not known: {other:?}"),
+        }
+    }
+
+    fn unknown(c: Result<ShardChoice, InputError>) -> String {
+        match c.unwrap() {
+            ShardChoice::Unknown { flag, msg } => format!("{flag}: {msg}"),
+            other => panic!("not unknown: {other:?}"),
+        }
+    }
+
     #[test]
     fn shard_flag_wins_and_is_validated() {
-        let s = resolve_shard(Some("2/8"), None, env(&[("SLURM_ARRAY_TASK_ID", "5")])).unwrap();
-        assert_eq!(s, Some(Shard { index: 2, count: 8 }));
+        let s = resolve_shard(Some("2/8"), None, env(&[("SLURM_ARRAY_TASK_ID", "5")]));
+        assert_eq!(known(s), Some(Shard { index: 2, count: 8 }));
         assert!(resolve_shard(Some("8/8"), None, env(&[])).is_err());
         assert!(resolve_shard(Some("x"), None, env(&[]))
             .unwrap_err()
@@ -694,7 +833,7 @@ mod tests {
                 ("SLURM_ARRAY_TASK_COUNT", "4"),
             ]),
         );
-        assert_eq!(s.unwrap(), Some(Shard { index: 3, count: 4 }));
+        assert_eq!(known(s), Some(Shard { index: 3, count: 4 }));
         let s = resolve_shard(
             None,
             None,
@@ -702,13 +841,142 @@ mod tests {
                 ("SLURM_ARRAY_TASK_ID", "4"),
                 ("SLURM_ARRAY_TASK_COUNT", "4"),
                 ("SLURM_ARRAY_TASK_MIN", "1"),
+                ("SLURM_ARRAY_TASK_MAX", "4"),
+                ("SLURM_ARRAY_TASK_STEP", "1"),
             ]),
         );
-        assert_eq!(s.unwrap(), Some(Shard { index: 3, count: 4 }));
+        assert_eq!(known(s), Some(Shard { index: 3, count: 4 }));
+        // --array=0-6:2 is four tasks 0, 2, 4, 6: task 4 is slice 2 of 4.
+        let s = resolve_shard(
+            None,
+            None,
+            env(&[
+                ("SLURM_ARRAY_TASK_ID", "4"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_MAX", "6"),
+                ("SLURM_ARRAY_TASK_STEP", "2"),
+            ]),
+        );
+        assert_eq!(known(s), Some(Shard { index: 2, count: 4 }));
         let s = resolve_shard(None, Some(5), env(&[("JOB_COMPLETION_INDEX", "4")]));
-        assert_eq!(s.unwrap(), Some(Shard { index: 4, count: 5 }));
+        assert_eq!(known(s), Some(Shard { index: 4, count: 5 }));
         let e = resolve_shard(None, None, env(&[("JOB_COMPLETION_INDEX", "4")])).unwrap_err();
         assert!(e.to_string().contains("--shard-count"));
-        assert_eq!(resolve_shard(None, None, env(&[])).unwrap(), None);
+        assert_eq!(known(resolve_shard(None, None, env(&[]))), None);
+    }
+
+    #[test]
+    fn a_task_resubmitted_alone_does_not_guess_its_shard() {
+        // What Slurm sets for `sbatch --array=2`: a one-task array.
+        let one = env(&[
+            ("SLURM_ARRAY_TASK_ID", "2"),
+            ("SLURM_ARRAY_TASK_COUNT", "1"),
+            ("SLURM_ARRAY_TASK_MIN", "2"),
+            ("SLURM_ARRAY_TASK_MAX", "2"),
+            ("SLURM_ARRAY_TASK_STEP", "1"),
+        ]);
+        let m = unknown(resolve_shard(None, None, &one));
+        assert!(m.starts_with("--shard: "), "{m}");
+        assert!(m.contains("--shard 2/N"), "{m}");
+        assert!(m.contains("--resume"), "{m}");
+        // --shard settles it.
+        assert_eq!(
+            known(resolve_shard(Some("2/4"), None, &one)),
+            Some(Shard { index: 2, count: 4 })
+        );
+        // Tasks 2 and 3 of a 0-based fan-out, resubmitted together (--array=2-3).
+        let two = env(&[
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURM_ARRAY_TASK_COUNT", "2"),
+            ("SLURM_ARRAY_TASK_MIN", "2"),
+            ("SLURM_ARRAY_TASK_MAX", "3"),
+        ]);
+        assert!(unknown(resolve_shard(None, None, two)).contains("starts at 2"));
+        // An irregular array (--array=0,1,5): count does not fit min/max/step.
+        let odd = env(&[
+            ("SLURM_ARRAY_TASK_ID", "1"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "5"),
+        ]);
+        assert!(unknown(resolve_shard(None, None, odd)).contains("irregular"));
+        // A lone task 0 is the whole sweep as shard 0/1.
+        let zero = env(&[
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "1"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "0"),
+        ]);
+        assert_eq!(
+            known(resolve_shard(None, None, zero)),
+            Some(Shard { index: 0, count: 1 })
+        );
+    }
+
+    #[test]
+    fn threads_come_from_the_flag_then_slurm() {
+        let slurm = env(&[("SLURM_CPUS_PER_TASK", "6")]);
+        assert_eq!(threads_from(Some(2), &slurm).unwrap(), Some(2));
+        assert_eq!(threads_from(None, &slurm).unwrap(), Some(6));
+        assert_eq!(threads_from(None, env(&[])).unwrap(), None);
+        let e = threads_from(None, env(&[("SLURM_CPUS_PER_TASK", "0")])).unwrap_err();
+        assert!(e.to_string().contains("SLURM_CPUS_PER_TASK"), "{e}");
+    }
+
+    #[test]
+    fn inconsistent_slurm_variables_are_refused_by_name() {
+        for (vars, want) in [
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "7"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                    ("SLURM_ARRAY_TASK_MIN", "0"),
+                    ("SLURM_ARRAY_TASK_MAX", "3"),
+                ][..],
+                "outside min..=max",
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "3"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                    ("SLURM_ARRAY_TASK_MIN", "0"),
+                    ("SLURM_ARRAY_TASK_MAX", "6"),
+                    ("SLURM_ARRAY_TASK_STEP", "2"),
+                ][..],
+                "step grid",
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                    ("SLURM_ARRAY_TASK_STEP", "0"),
+                ][..],
+                "step of 0",
+            ),
+            (
+                &[("SLURM_ARRAY_TASK_ID", "1")][..],
+                "SLURM_ARRAY_TASK_COUNT",
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", "x"),
+                ][..],
+                "not a non-negative integer",
+            ),
+        ] {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let e = resolve_shard(None, None, |k: &str| {
+                vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(e.contains("SLURM_ARRAY_TASK"), "{e}");
+        }
     }
 }

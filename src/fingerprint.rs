@@ -203,6 +203,21 @@ impl Fingerprint {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The shard the folder holds: `Ok(None)` for a whole-range sweep, `Err` naming what is
+    /// wrong with the shard line.
+    pub fn shard(&self) -> Result<Option<crate::engine::plan::Shard>, String> {
+        match self.get(SHARD_KEY) {
+            Some("none") => Ok(None),
+            Some(v) => v
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
+                .filter(|(i, n)| i < n)
+                .map(|(index, count)| Some(crate::engine::plan::Shard { index, count }))
+                .ok_or_else(|| format!("bad {SHARD_KEY} `{v}` in its fingerprint")),
+            None => Err(format!("its fingerprint has no {SHARD_KEY}")),
+        }
+    }
+
     /// A copy with `key` set to `value`.
     pub fn with(&self, key: &str, value: &str) -> Self {
         let mut f = self.clone();

@@ -78,14 +78,9 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
             )));
         }
         formats.push(format);
-        let shard = match fp.get(SHARD_KEY) {
-            Some("none") => (0, 1),
-            Some(v) => v
-                .split_once('/')
-                .and_then(|(i, n)| Some((i.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
-                .filter(|(i, n)| i < n)
-                .ok_or_else(|| bad(format!("bad {SHARD_KEY} `{v}` in its fingerprint")))?,
-            None => return Err(bad(format!("its fingerprint has no {SHARD_KEY}"))),
+        let shard = match fp.shard().map_err(bad)? {
+            None => (0, 1),
+            Some(s) => (s.index, s.count),
         };
         let plan_path = d.join("plan.csv");
         if !plan_path.exists() {
@@ -270,4 +265,171 @@ pub fn merge_frontiers(
     Ok(Ok(
         crate::checkpoint::finish_frontiers(out, Some(w))?.expect("a writer was given")
     ))
+}
+
+/// One line of `merge --check`: a shard folder's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// The shard its fingerprint names, where it has one.
+    pub shard: Option<crate::engine::plan::Shard>,
+    /// `done`, `partial`, `not-started`, `missing` or `other`.
+    pub state: &'static str,
+    /// The folder (`None`: a shard index that no given folder holds).
+    pub dir: Option<PathBuf>,
+    /// What it holds, and what completes it.
+    pub detail: String,
+}
+
+/// The state of every shard folder in `dirs`, without reading their rows (`merge --check`),
+/// and whether all of shards `0..N` are done, once each. A folder from another sweep than
+/// the first one with a fingerprint, a second folder of one shard, or a shard count that
+/// differs is `other`; a shard index that no folder holds gets a `missing` line of its own.
+pub fn status(dirs: &[PathBuf]) -> (Vec<ShardStatus>, bool) {
+    let mut lines: Vec<ShardStatus> = Vec::new();
+    let mut fps: Vec<Option<Fingerprint>> = Vec::new();
+    for d in dirs {
+        let (shard, state, detail, fp) = one_status(d);
+        lines.push(ShardStatus {
+            shard,
+            state,
+            dir: Some(d.clone()),
+            detail,
+        });
+        fps.push(fp);
+    }
+    let first = fps
+        .iter()
+        .enumerate()
+        .find_map(|(i, f)| f.as_ref().map(|f| (i, f.clone())));
+    let mut n = 1;
+    if let Some((i0, f0)) = &first {
+        n = lines[*i0].shard.map(|s| s.count).unwrap_or(1);
+        let mut seen: Vec<Option<usize>> = vec![None; n.min(1 << 20) as usize];
+        for i in 0..lines.len() {
+            let Some(f) = &fps[i] else { continue };
+            let diff = f.diff(
+                f0,
+                &format!("in {}", dirs[i].display()),
+                &format!("in {}", dirs[*i0].display()),
+                &[SHARD_KEY],
+                1,
+            );
+            let count = lines[i].shard.map(|s| s.count).unwrap_or(1);
+            let index = lines[i].shard.map(|s| s.index).unwrap_or(0);
+            let d0 = dirs[*i0].display();
+            let why = if !diff.is_empty() {
+                Some(format!(
+                    "from a different sweep than {d0} ({}); it cannot be merged with it",
+                    diff[0]
+                ))
+            } else if count != n || n > 1 << 20 {
+                Some(format!(
+                    "shard {index}/{count}, but {d0} is one of {n} shards: shards of one sweep share N"
+                ))
+            } else {
+                seen[index as usize].map(|j| {
+                    format!(
+                        "shard {index}/{n} again ({} holds it too)",
+                        dirs[j].display()
+                    )
+                })
+            };
+            match why {
+                Some(w) if lines[i].state != "other" => {
+                    lines[i].state = "other";
+                    lines[i].detail = w;
+                }
+                Some(_) => {}
+                None => seen[index as usize] = Some(i),
+            }
+        }
+        for (i, s) in seen.iter().enumerate() {
+            if s.is_none() {
+                lines.push(ShardStatus {
+                    shard: Some(crate::engine::plan::Shard {
+                        index: i as u64,
+                        count: n,
+                    }),
+                    state: "missing",
+                    dir: None,
+                    detail: format!("no folder given holds shard {i}/{n}"),
+                });
+            }
+        }
+    }
+    let done = lines.iter().filter(|l| l.state == "done").count() as u64;
+    let ok = first.is_some() && lines.iter().all(|l| l.state == "done") && done == n;
+    (lines, ok)
+}
+
+/// One folder's shard, state, detail and fingerprint.
+fn one_status(
+    d: &Path,
+) -> (
+    Option<crate::engine::plan::Shard>,
+    &'static str,
+    String,
+    Option<Fingerprint>,
+) {
+    let other = |s: String| (None, "other", s, None);
+    if std::fs::symlink_metadata(d).is_err() {
+        return (None, "missing", "no such folder".into(), None);
+    }
+    if !d.is_dir() {
+        return other("is not a folder".into());
+    }
+    let fp = match Fingerprint::read(d) {
+        Err(e) => return other(format!("{e:#}")),
+        Ok(None) => {
+            return match crate::folder::FILES
+                .iter()
+                .find(|f| crate::folder::has(d, f.name))
+            {
+                Some(f) => other(format!(
+                    "holds {} but no {}: not a sweep seedsweep can continue",
+                    f.name,
+                    crate::fingerprint::FILE
+                )),
+                None => (
+                    None,
+                    "not-started",
+                    "holds no sweep yet; run its shard with `sweep ... --shard I/N --resume`"
+                        .into(),
+                    None,
+                ),
+            }
+        }
+        Ok(Some(fp)) => fp,
+    };
+    let shard = match fp.shard() {
+        Ok(s) => s,
+        Err(e) => return other(e),
+    };
+    let shard = Some(shard.unwrap_or(crate::engine::plan::Shard { index: 0, count: 1 }));
+    let Some(format) = fp.get("output.mode").and_then(SeedsFormat::of_mode) else {
+        return (
+            shard,
+            "other",
+            "a --summary-only sweep: it keeps no per-seed file, so it cannot be merged".into(),
+            Some(fp),
+        );
+    };
+    let total: Option<u64> = read_plan(&d.join("plan.csv"))
+        .ok()
+        .map(|p| p.iter().map(|(_, r)| r.end - r.start).sum());
+    let total_text = total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+    if crate::folder::has(d, format.partial()) || !crate::folder::has(d, format.file()) {
+        let (units, _) = crate::checkpoint::read_progress(&d.join(crate::checkpoint::PROGRESS));
+        return (
+            shard,
+            "partial",
+            format!(
+                "{units} of {total_text} seed-runs checkpointed; complete it with its sweep \
+                 command and --resume (--out {})",
+                d.display()
+            ),
+            Some(fp),
+        );
+    }
+    (shard, "done", format!("{total_text} seed-runs"), Some(fp))
 }

@@ -303,3 +303,269 @@ fn bad_shard_values_name_the_flag() {
         .code(1)
         .stderr(predicates::str::contains("--shard-count"));
 }
+
+// ---------------------------------------------------------------------------------------
+// The cluster: retried tasks, resubmitted tasks, and which shards are done
+
+const T1: [&str; 4] = [
+    "--scenario",
+    "deepspeed-tied-row-parallel",
+    "--param",
+    "35-3-False-0",
+];
+
+/// A sweep process of T1 with the scheduler's variables cleared, then `env` set.
+fn t1_process(
+    out: &Path,
+    seeds: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_seedsweep"));
+    c.arg("sweep")
+        .args(T1)
+        .args(["--quiet", "--seeds", &seeds.to_string()])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .stdout(std::process::Stdio::null());
+    for k in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_COUNT",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_MAX",
+        "SLURM_ARRAY_TASK_STEP",
+        "SLURM_CPUS_PER_TASK",
+        "JOB_COMPLETION_INDEX",
+        "SEEDSWEEP_LOCK_LEASE",
+    ] {
+        c.env_remove(k);
+    }
+    c.envs(env.iter().copied());
+    c
+}
+
+/// Starts shard `shard` of a `seeds`-seed T1 sweep into `out` and `kill -9`s it once its
+/// first checkpoint is written: what an OOM kill or a lost node leaves.
+fn killed_shard(out: &Path, seeds: u64, shard: &str) {
+    let mut child = t1_process(
+        out,
+        seeds,
+        &["--shard", shard],
+        &[("SEEDSWEEP_LOCK_LEASE", "1")],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = std::time::Instant::now();
+    while !out.join(".progress").exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the sweep ended before its first checkpoint; give it more seeds"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        out.join("seeds.csv.partial").exists(),
+        "not killed mid-sweep"
+    );
+    assert!(
+        out.join(".seedsweep.lock").exists(),
+        "a kill -9 leaves its lock"
+    );
+}
+
+fn assert_merge_equals(single: &Path, dirs: &[&Path], merged: &Path) {
+    seedsweep()
+        .arg("merge")
+        .args(dirs)
+        .arg("--out")
+        .arg(merged)
+        .assert()
+        .success();
+    for f in [
+        "seeds.csv",
+        "summary.csv",
+        "plan.csv",
+        "frontiers.bin",
+        "fingerprint.txt",
+    ] {
+        assert!(
+            read(&single.join(f)) == read(&merged.join(f)),
+            "{f} differs from the single run"
+        );
+    }
+}
+
+#[test]
+fn a_pod_retried_on_a_new_host_after_kill_9_resumes_once_the_lease_expires() {
+    // 24,000 seeds in two shards: 12,000 seed-runs (three 4,096-run chunks) in shard 1.
+    let tmp = tempfile::tempdir().unwrap();
+    let (single, s0, s1) = (
+        tmp.path().join("single"),
+        tmp.path().join("shard-0"),
+        tmp.path().join("shard-1"),
+    );
+    assert!(t1_process(&single, 24_000, &[], &[])
+        .status()
+        .unwrap()
+        .success());
+    assert!(t1_process(&s0, 24_000, &["--shard", "0/2"], &[])
+        .status()
+        .unwrap()
+        .success());
+    killed_shard(&s1, 24_000, "1/2");
+    // The pod ran on host seedsweep-shards-1-aaaaa; its retry runs on another host, so the
+    // dead pid cannot be checked: only the unrenewed lease tells.
+    let lock = s1.join(".seedsweep.lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let host = text
+        .split_whitespace()
+        .find(|w| w.starts_with("host="))
+        .expect("a host= field")
+        .to_string();
+    std::fs::write(&lock, text.replace(&host, "host=seedsweep-shards-1-aaaaa")).unwrap();
+    // The retry, as the manifest runs it: the index from Kubernetes and --resume.
+    let start = std::time::Instant::now();
+    let retry = t1_process(
+        &s1,
+        24_000,
+        &["--shard-count", "2", "--resume"],
+        &[("JOB_COMPLETION_INDEX", "1"), ("SEEDSWEEP_LOCK_LEASE", "1")],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&retry.stderr);
+    assert!(retry.status.success(), "{stderr}");
+    assert!(stderr.contains("seedsweep-shards-1-aaaaa"), "{stderr}");
+    assert!(stderr.contains("waiting up to 1 s"), "{stderr}");
+    assert!(start.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(!lock.exists(), "the finished retry removes its lock");
+    assert_merge_equals(&single, &[&s0, &s1], &tmp.path().join("merged"));
+}
+
+#[test]
+fn a_task_resubmitted_alone_continues_the_shard_its_folder_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let single = tmp.path().join("single");
+    assert!(t1_process(&single, 40_000, &[], &[])
+        .status()
+        .unwrap()
+        .success());
+    let dirs: Vec<_> = (0..4)
+        .map(|i| tmp.path().join(format!("shard {i}")))
+        .collect();
+    for i in [0, 1, 3] {
+        let shard = format!("{i}/4");
+        assert!(t1_process(&dirs[i], 40_000, &["--shard", &shard], &[])
+            .status()
+            .unwrap()
+            .success());
+    }
+    killed_shard(&dirs[2], 40_000, "2/4");
+    // `merge --check`: three done, one partial; and a folder never started, one missing.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let check = seedsweep()
+        .args(["merge", "--check"])
+        .args(&dirs)
+        .arg(&empty)
+        .arg(tmp.path().join("nowhere"))
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1));
+    let table = String::from_utf8(check.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows[0], ["shard", "state", "folder", "detail"]);
+    let state = |r: &Vec<&str>| (r[0].to_string(), r[1].to_string());
+    let got: Vec<(String, String)> = rows[1..].iter().map(state).collect();
+    let want: Vec<(String, String)> = [
+        ("0/4", "done"),
+        ("1/4", "done"),
+        ("2/4", "partial"),
+        ("3/4", "done"),
+        ("?", "not-started"),
+        ("?", "missing"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want, "{table}");
+    assert!(rows[3][3].contains("of 10000 seed-runs"), "{table}");
+    // Slurm's variables for `sbatch --array=2`: a one-task array.
+    let alone = [
+        ("SLURM_ARRAY_TASK_ID", "2"),
+        ("SLURM_ARRAY_TASK_COUNT", "1"),
+        ("SLURM_ARRAY_TASK_MIN", "2"),
+        ("SLURM_ARRAY_TASK_MAX", "2"),
+        ("SLURM_ARRAY_TASK_STEP", "1"),
+        ("SEEDSWEEP_LOCK_LEASE", "1"),
+    ];
+    // Without --resume: refused, the shard's files untouched, and no advice to replace it.
+    let plan = read(&dirs[2].join("plan.csv"));
+    let partial = read(&dirs[2].join("seeds.csv.partial"));
+    let no = t1_process(&dirs[2], 40_000, &[], &alone).output().unwrap();
+    let e = String::from_utf8_lossy(&no.stderr);
+    assert!(!no.status.success());
+    assert!(e.contains("holds shard 2/4 of this same sweep"), "{e}");
+    assert!(e.contains("Add --resume"), "{e}");
+    assert!(!e.contains("drop --resume"), "{e}");
+    assert_eq!(read(&dirs[2].join("plan.csv")), plan);
+    assert_eq!(read(&dirs[2].join("seeds.csv.partial")), partial);
+    // In a folder that holds nothing, the task cannot know its shard: refused, naming --shard.
+    let fresh = tmp.path().join("fresh");
+    let no = t1_process(&fresh, 40_000, &["--resume"], &alone)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&no.stderr);
+    assert!(!no.status.success());
+    assert!(e.contains("--shard 2/N"), "{e}");
+    assert!(!fresh.join("seeds.csv").exists() && !fresh.join("plan.csv").exists());
+    // With --resume the folder decides, and says so.
+    let yes = t1_process(&dirs[2], 40_000, &["--resume"], &alone)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&yes.stderr);
+    assert!(yes.status.success(), "{e}");
+    assert!(
+        e.contains("holds shard 2/4 of this sweep; continuing that shard"),
+        "{e}"
+    );
+    let check = seedsweep()
+        .args(["merge", "--check"])
+        .args(&dirs)
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+    assert_merge_equals(&single, &refs, &tmp.path().join("merged"));
+}
+
+#[test]
+fn resume_into_a_folder_of_another_sweep_never_advises_replacing_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("s");
+    assert!(t1_process(&d, 6, &["--shard", "1/2"], &[])
+        .status()
+        .unwrap()
+        .success());
+    let before = read(&d.join("seeds.csv"));
+    let out = t1_process(&d, 7, &["--shard", "1/2", "--resume"], &[])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(e.contains("holds a different sweep"), "{e}");
+    assert!(e.contains("another --out"), "{e}");
+    assert!(!e.contains("drop --resume"), "{e}");
+    assert_eq!(read(&d.join("seeds.csv")), before);
+}

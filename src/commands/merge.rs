@@ -19,6 +19,59 @@ pub struct MergeOptions {
     pub dirs: Vec<PathBuf>,
     /// Where the merged files go.
     pub out: PathBuf,
+    /// Only report each shard's state (`--check`): nothing is read beyond fingerprints,
+    /// plans and checkpoints, and nothing is written.
+    pub check: bool,
+}
+
+/// `merge --check`: one tab-separated line per shard folder on stdout (`shard`, `state`,
+/// `folder`, `detail`; states `done`, `partial`, `not-started`, `missing`, `other`), plus a
+/// `missing` line (folder `-`) for each shard index no folder holds, and a one-line verdict
+/// on stderr. Exit 0 when shards `0..N` are all done, once each; 1 otherwise.
+pub fn check(dirs: &[PathBuf]) -> i32 {
+    let (lines, ok) = crate::shard_set::status(dirs);
+    let mut out = String::from("shard\tstate\tfolder\tdetail\n");
+    for l in &lines {
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            l.shard.map(|s| s.to_string()).unwrap_or_else(|| "?".into()),
+            l.state,
+            l.dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| "-".into()),
+            l.detail.replace(['\t', '\n'], " ")
+        ));
+    }
+    emit(&out);
+    let done = lines.iter().filter(|l| l.state == "done").count();
+    if ok {
+        eprintln!("merge --check: all {done} shard(s) done; `merge` can combine them");
+        0
+    } else {
+        let not: Vec<String> = lines
+            .iter()
+            .filter(|l| l.state != "done")
+            .map(|l| {
+                format!(
+                    "{} ({})",
+                    l.dir
+                        .as_ref()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_else(|| format!(
+                            "shard {}",
+                            l.shard.map(|s| s.to_string()).unwrap_or_default()
+                        )),
+                    l.state
+                )
+            })
+            .collect();
+        eprintln!(
+            "merge --check: not ready: {done} shard folder(s) done; not done: {}",
+            not.join(", ")
+        );
+        1
+    }
 }
 
 /// Combines shard outputs into the files one run over all seeds writes, byte for byte: the
@@ -26,6 +79,9 @@ pub struct MergeOptions {
 /// aggregated in seed order as a sweep aggregates them, and the folder is written as a sweep
 /// writes it.
 pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
+    if o.check {
+        return Ok(check(&o.dirs));
+    }
     let set = crate::shard_set::read(&o.dirs, &o.out)?;
     let (metas, per_group) = (&set.metas, &set.per_group);
     let lock = crate::folder::prepare_new(&o.out, "--out")?;

@@ -8,14 +8,16 @@ use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
 use crate::engine::held::HELD_IN_MEMORY;
 use crate::engine::held_bytes;
-use crate::engine::plan::{families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard};
+use crate::engine::plan::{
+    families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard, ShardChoice,
+};
 use crate::error::InputError;
 use crate::export::csv::plan_csv;
 use crate::export::frontiers::FrontierWriter;
 use crate::export::seeds_file::{SeedsFormat, SeedsOut};
 use crate::export::table::{mutant_summary, sweep_summary};
 use crate::export::write_atomic;
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, SHARD_KEY};
 use crate::limits::pool;
 
 /// `sweep` options.
@@ -36,8 +38,9 @@ pub struct SweepOptions {
     /// Exit with [`EXIT_EXCEEDED`] when a check fails for some seed in the comparison its test
     /// asserts.
     pub fail_on_exceed: bool,
-    /// Only this slice of the seeds.
-    pub shard: Option<Shard>,
+    /// Only this slice of the seeds, as the flags or the scheduler say (an existing shard
+    /// folder outranks it under `--resume`).
+    pub shard: ShardChoice,
     /// No per-seed file; bounded-memory quantiles.
     pub summary_only: bool,
     /// Continue an interrupted sweep in `out`.
@@ -70,10 +73,15 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let groups = catalog.plan(&o.common.selection)?;
     crate::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
+    let mode = if o.summary_only {
+        "summary-only"
+    } else {
+        o.format.mode()
+    };
     let range = SeedRange {
         first: o.first_seed,
         count: o.seeds,
-        shard: o.shard,
+        shard: decide_shard(o, &catalog, &groups, &metas, mode)?,
     };
     let plan = units(&catalog, &groups, &range);
     // A family is never split: what it holds back past HELD_IN_MEMORY goes to temporary
@@ -81,11 +89,6 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let fams = families(&catalog, &groups, &plan, u64::MAX, |_| 0);
     check_sweep_memory(&catalog, &groups, &metas, &plan, &fams, o)?;
     let pool = pool(o.threads)?;
-    let mode = if o.summary_only {
-        "summary-only"
-    } else {
-        o.format.mode()
-    };
     let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
     let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
     let plan_bytes = plan_csv(&metas, &slices)?;
@@ -135,8 +138,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             return Err(InputError::flag(
                 "--resume",
                 format!(
-                    "{} holds a different sweep; run the command that started it, or drop \
-                     --resume to replace it. Differences:\n  {}",
+                    "{} holds a different sweep; run the command that started it, or give \
+                     another --out (--resume never replaces a sweep). Differences:\n  {}",
                     o.out.display(),
                     diff.join("\n  ")
                 ),
@@ -219,6 +222,98 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// The shard this run computes. An existing folder that holds this same sweep (its
+/// fingerprint equal but for the shard line) decides under `--resume`, whatever the flags or
+/// the scheduler's variables say, and the note says so; without `--resume` a disagreement is
+/// refused (the folder holds another shard's work, which a new sweep would replace).
+/// Otherwise the flags' or scheduler's shard ([`ShardChoice`]) stands, and an unknown one is
+/// an error.
+fn decide_shard(
+    o: &SweepOptions,
+    catalog: &Catalog,
+    groups: &[crate::catalog::Group],
+    metas: &[GroupMeta],
+    mode: &str,
+) -> anyhow::Result<Option<Shard>> {
+    let old = if o.out.is_dir() {
+        if o.resume {
+            Fingerprint::read(&o.out)?
+        } else {
+            // A new sweep replaces an unreadable fingerprint's folder as before.
+            Fingerprint::read(&o.out).ok().flatten()
+        }
+    } else {
+        None
+    };
+    let held = old.and_then(|old| {
+        let probe = Fingerprint::of_sweep(
+            catalog,
+            groups,
+            metas,
+            &SeedRange {
+                first: o.first_seed,
+                count: o.seeds,
+                shard: None,
+            },
+            mode,
+        );
+        let same = probe.diff(&old, "", "", &[SHARD_KEY], 1).is_empty();
+        same.then(|| old.shard())
+    });
+    let held = match held {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            return Err(InputError::flag("--out", format!("{}: {e}", o.out.display())).into())
+        }
+    };
+    let show = |s: Option<Shard>| {
+        s.map(|s| s.to_string())
+            .unwrap_or_else(|| "the whole range".into())
+    };
+    match (&o.shard, held) {
+        (ShardChoice::Known { shard, .. }, Some(h)) if *shard == h => Ok(h),
+        (choice, Some(h)) if o.resume => {
+            let said = match choice {
+                ShardChoice::Known { shard, from } => format!("{from} gives {}", show(*shard)),
+                ShardChoice::Unknown { .. } => {
+                    "the scheduler's variables cannot say which shard this is".into()
+                }
+            };
+            eprintln!(
+                "note: {} holds shard {} of this sweep; continuing that shard, as its \
+                 fingerprint says ({said})",
+                o.out.display(),
+                show(h)
+            );
+            Ok(h)
+        }
+        (choice, Some(h)) => {
+            let this = match choice {
+                ShardChoice::Known { shard, from } => {
+                    format!("this run is {} ({from})", show(*shard))
+                }
+                ShardChoice::Unknown { msg, .. } => format!("this run's shard is unknown: {msg}"),
+            };
+            Err(InputError::flag(
+                "--out",
+                format!(
+                    "{} holds shard {} of this same sweep, but {this}. Add --resume to continue \
+                     shard {} there (its fingerprint decides), or give another --out",
+                    o.out.display(),
+                    show(h),
+                    show(h)
+                ),
+            )
+            .into())
+        }
+        (ShardChoice::Known { shard, .. }, None) => Ok(*shard),
+        (ShardChoice::Unknown { flag, msg }, None) => {
+            Err(InputError::flag(flag, msg.clone()).into())
+        }
+    }
 }
 
 /// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::limits`]).

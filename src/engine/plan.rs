@@ -29,6 +29,45 @@ pub struct Shard {
     pub count: u64,
 }
 
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// Which slice of the seeds a `sweep` process was told to run, and by what.
+///
+/// An existing shard folder's fingerprint outranks it under `--resume` (see
+/// `commands::sweep`): a task resubmitted alone cannot always say which shard it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardChoice {
+    /// A shard (`None`: the whole range); `from` names the flag or variables that gave it.
+    Known {
+        /// The slice.
+        shard: Option<Shard>,
+        /// `--shard 2/8`, `the Slurm array task (SLURM_ARRAY_TASK_ID=3, ...)`, ...
+        from: String,
+    },
+    /// The scheduler's variables cannot say (a one-task array resubmitted alone, an
+    /// irregular array): an error unless an existing folder decides.
+    Unknown {
+        /// The flag or variable to name in the error.
+        flag: String,
+        /// What is wrong and what to do.
+        msg: String,
+    },
+}
+
+impl ShardChoice {
+    /// The whole range, by default.
+    pub fn whole() -> Self {
+        Self::Known {
+            shard: None,
+            from: "no --shard (the whole seed range)".into(),
+        }
+    }
+}
+
 /// Seeds to run.
 #[derive(Debug, Clone)]
 pub struct SeedRange {
