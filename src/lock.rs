@@ -145,8 +145,17 @@ enum Verdict {
     Watch,
 }
 
+/// Whether process `pid` exists and is not a zombie (a killed writer whose parent has not
+/// reaped it yet, as a slow init in a container leaves it for seconds).
 fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the command name's closing parenthesis.
+        Ok(stat) => !matches!(
+            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()),
+            Some("Z") | Some("X")
+        ),
+        Err(_) => Path::new(&format!("/proc/{pid}")).exists(),
+    }
 }
 
 /// The verdict on a lock with line `text`, last modified `age` ago on this host's clock.
@@ -270,6 +279,7 @@ impl Lock {
                     f.write_all(line(std::process::id(), &here, &token, 0, lease).as_bytes())
                         .with_context(|| format!("cannot write {}", path.display()))?;
                     drop(f);
+                    crate::interrupt::release_on_interrupt(&path, &token);
                     return Ok(Self::start(path, token, lease));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -430,6 +440,22 @@ mod tests {
             std::fs::write(d.path().join(FILE), format!("4194304 {}\n", host())).unwrap();
             let _b = Lock::acquire(d.path(), "--out").unwrap();
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_zombie_writer_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let start = Instant::now();
+        while pid_alive(pid) {
+            assert!(start.elapsed() < Duration::from_secs(10), "child never exited");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(Path::new(&format!("/proc/{pid}")).exists(), "reaped too early");
+        child.wait().unwrap();
+        assert!(pid_alive(std::process::id()));
     }
 
     #[test]

@@ -569,3 +569,33 @@ fn resume_into_a_folder_of_another_sweep_never_advises_replacing_it() {
     assert!(!e.contains("drop --resume"), "{e}");
     assert_eq!(read(&d.join("seeds.csv")), before);
 }
+
+#[cfg(unix)]
+#[test]
+fn sigterm_keeps_the_shard_and_releases_its_lock() {
+    // scancel sends SIGTERM: the folder stays resumable and the lock goes with the writer, so
+    // that a retry on another host does not wait for the lease.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("shard-1");
+    let mut child = t1_process(&out, 24_000, &["--shard", "1/2"], &[])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !out.join(".progress").exists() {
+        assert!(child.try_wait().unwrap().is_none(), "ended before its first checkpoint");
+        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(out.join(".seedsweep.lock").exists());
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(128 + 15));
+    assert!(String::from_utf8_lossy(&done.stderr).contains("--resume"));
+    assert!(out.join("seeds.csv.partial").exists(), "not interrupted mid-sweep");
+    assert!(!out.join(".seedsweep.lock").exists(), "the lock was left behind");
+}
