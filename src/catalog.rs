@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use anyhow::Context;
-
 use crate::check::Tolerance;
 use crate::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
 use crate::error::{unknown_name, InputError};
@@ -114,8 +112,7 @@ impl Catalog {
         let mut from_configs = Vec::new();
         for path in configs {
             let path = path.as_ref();
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--config: cannot read {}", path.display()))?;
+            let text = crate::config::read_config(path, "--config")?;
             if crate::revealed::is_revealed_file(&text) {
                 // A revealed-order file (scripts/reveal_order.py): it defines one profile.
                 let orders =

@@ -135,7 +135,7 @@ pub fn resume_units(
         })?;
         skip = read;
     }
-    let frontiers_skip = resume_frontiers(out, metas, plan, skip)?;
+    let frontiers_skip = resume_frontiers(out, metas, plan, skip, format.partial())?;
     Ok((skip, frontiers_skip))
 }
 
@@ -147,6 +147,7 @@ fn resume_frontiers(
     metas: &[GroupMeta],
     plan: &[(usize, Range<u64>)],
     skip: u64,
+    rows_partial: &str,
 ) -> anyhow::Result<bool> {
     if skip == 0 {
         return Ok(false);
@@ -163,7 +164,7 @@ fn resume_frontiers(
         InputError::flag(
             "--resume",
             format!(
-                "{} is missing or holds fewer units than seeds.csv.partial; delete {} to start over",
+                "{} is missing or holds fewer units than {rows_partial}; delete {} to start over",
                 path.display(),
                 out.display()
             ),

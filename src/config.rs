@@ -108,6 +108,59 @@ impl Policy {
 /// Largest atol or rtol a policy may set.
 pub const MAX_TOLERANCE: f64 = 1e6;
 
+/// The most `[[params]]` entries (parametrizations) one file may have.
+pub const MAX_PARAMS: usize = 4096;
+
+/// The largest config file read, in bytes.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Reads the config or scenario file at `path` as text, naming `flag`: at most
+/// [`MAX_CONFIG_BYTES`] are read (`/dev/zero` or a wrong file is refused, not read until memory
+/// runs out), and the text must be UTF-8.
+pub fn read_config(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(InputError::flag(
+            flag,
+            format!(
+                "{} is larger than {} MiB, the most a config may be; is it the right file?",
+                path.display(),
+                MAX_CONFIG_BYTES >> 20
+            ),
+        )
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        InputError::flag(
+            flag,
+            format!(
+                "{} is not UTF-8 text (invalid byte at offset {}); a config is a TOML file",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ),
+        )
+        .into()
+    })
+}
+
+/// Refuses more than [`MAX_PARAMS`] parametrizations in `file`.
+pub fn check_params_count(file: &str, n: usize) -> Result<(), InputError> {
+    if n > MAX_PARAMS {
+        return Err(InputError::config(
+            file,
+            "params",
+            format!("{n} parametrizations is too many; allowed: at most {MAX_PARAMS}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Largest learning rate (`lr`, `inner_lr`, `outer_lr`): larger ones overflow fp32 updates.
 pub const MAX_LR: f64 = 100.0;
 
@@ -117,7 +170,10 @@ pub fn lr_in_range(file: &str, key: &str, v: f64) -> Result<(), InputError> {
         return Err(InputError::config(
             file,
             key,
-            format!("{v} is not allowed; allowed: 0 < {key} < {MAX_LR}"),
+            format!(
+                "{} is not allowed; allowed: 0 < {key} < {MAX_LR}",
+                crate::check::py_repr(v)
+            ),
         ));
     }
     Ok(())
@@ -130,7 +186,8 @@ fn tolerance(file: &str, key: &str, t: ToleranceToml) -> Result<Tolerance, Input
                 file,
                 format!("{key}.{part}"),
                 format!(
-                    "{v} is not allowed; a tolerance must be a number in 0..={MAX_TOLERANCE:e}"
+                    "{} is not allowed; a tolerance must be a number in 0..={MAX_TOLERANCE:e}",
+                    crate::check::py_repr(v)
                 ),
             ));
         }
@@ -352,6 +409,7 @@ pub fn parse_scenario_config(file: &str, text: &str) -> Result<CommonConfig, Inp
             }
         }
     }
+    check_params_count(file, raw.params.len())?;
     Ok(CommonConfig {
         file: file.to_string(),
         kind: raw.scenario,

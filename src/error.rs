@@ -12,6 +12,9 @@ pub enum InputError {
         /// What is wrong and what is allowed.
         msg: String,
     },
+    /// Work refused before it starts, with no flag or entry at fault (the machine's memory).
+    #[error("{0}")]
+    Refused(String),
     /// A configuration entry that cannot be used.
     #[error("{file}: key `{key}`: {msg}")]
     Config {

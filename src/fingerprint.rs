@@ -7,6 +7,11 @@
 //! the `[model]` table and each `[[params]]` entry, flattened to dotted keys), and every
 //! selected profile's resolved numerics (not just its name). `--resume` and `merge` compare
 //! fingerprints line by line and name the keys that differ.
+//!
+//! When the sweep has finished, the SHA-256 of every data file it wrote is appended as
+//! `file.NAME.sha256 = HEX` lines ([`record_checksums`]); `merge`, `--resume`, `report` and
+//! `size` check them ([`verify_checksums`]) and name a file that no longer matches. These lines
+//! describe outputs, not inputs, so comparisons of fingerprints skip them.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +23,111 @@ pub const FILE: &str = "fingerprint.txt";
 
 /// The key of the shard line (the only line in which the shards of one sweep differ).
 pub const SHARD_KEY: &str = "seeds.shard";
+
+/// The prefix of the checksum lines (`file.seeds.csv.sha256`).
+pub const FILE_KEY_PREFIX: &str = "file.";
+
+/// The data files of a sweep folder whose checksums are recorded, in this order.
+pub const CHECKSUMMED: &[&str] = &[
+    "plan.csv",
+    "summary.csv",
+    "mutants.csv",
+    "seeds.csv",
+    "seeds.parquet",
+    "frontiers.bin",
+];
+
+/// The SHA-256 of the file at `path`, in lower-case hex, read in 1 MiB blocks.
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    let mut hex = String::with_capacity(64);
+    for b in h.finalize().iter() {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    Ok(hex)
+}
+
+/// Appends the checksum of every [`CHECKSUMMED`] file present in `dir` to `fp` (any earlier
+/// checksum lines dropped) and writes it as `dir/fingerprint.txt`, atomically: the last write
+/// of a finished sweep or merge.
+pub fn record_checksums(dir: &std::path::Path, fp: &Fingerprint) -> anyhow::Result<()> {
+    let mut f = fp.without_checksums();
+    for name in CHECKSUMMED {
+        let path = dir.join(name);
+        if !crate::folder::has(dir, name) {
+            continue;
+        }
+        let sum = sha256_file(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read {} to checksum it: {e}", path.display()))?;
+        f.lines
+            .push((format!("{FILE_KEY_PREFIX}{name}.sha256"), sum));
+    }
+    crate::export::write_atomic(&dir.join(FILE), f.to_text().as_bytes())
+}
+
+/// What [`verify_checksums`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// Every recorded file is there and matches.
+    Verified(usize),
+    /// The fingerprint records no checksums (an older seedsweep, or a sweep killed between
+    /// its last file and the checksums; `--resume` completes it).
+    NoneRecorded,
+}
+
+/// Checks every file whose checksum `fp` records in `dir`; an error, prefixed with `who`,
+/// names the first file that is missing or differs.
+pub fn verify_checksums(
+    dir: &std::path::Path,
+    fp: &Fingerprint,
+    who: &str,
+) -> anyhow::Result<Checked> {
+    let mut n = 0;
+    for (k, want) in &fp.lines {
+        let Some(name) = k
+            .strip_prefix(FILE_KEY_PREFIX)
+            .and_then(|r| r.strip_suffix(".sha256"))
+        else {
+            continue;
+        };
+        let path = dir.join(name);
+        let got = match sha256_file(&path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+                "{who}: {} is missing, but the sweep wrote it (its checksum is in {})",
+                path.display(),
+                dir.join(FILE).display()
+            ),
+            Err(e) => anyhow::bail!("{who}: cannot read {}: {e}", path.display()),
+        };
+        if &got != want {
+            anyhow::bail!(
+                "{who}: {} is not the file the sweep wrote: its SHA-256 is {got}, {} records \
+                 {want}; it was edited or damaged since. Rerun the sweep that made it into a \
+                 new folder",
+                path.display(),
+                dir.join(FILE).display()
+            );
+        }
+        n += 1;
+    }
+    Ok(if n == 0 {
+        Checked::NoneRecorded
+    } else {
+        Checked::Verified(n)
+    })
+}
 
 /// Ordered `key = value` lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +328,25 @@ impl Fingerprint {
         }
     }
 
+    /// A copy without the checksum lines.
+    pub fn without_checksums(&self) -> Self {
+        Self {
+            lines: self
+                .lines
+                .iter()
+                .filter(|(k, _)| !k.starts_with(FILE_KEY_PREFIX))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Whether the fingerprint records checksums.
+    pub fn has_checksums(&self) -> bool {
+        self.lines
+            .iter()
+            .any(|(k, _)| k.starts_with(FILE_KEY_PREFIX))
+    }
+
     /// A copy with `key` set to `value`.
     pub fn with(&self, key: &str, value: &str) -> Self {
         let mut f = self.clone();
@@ -259,7 +388,7 @@ impl Fingerprint {
         let mut out = Vec::new();
         let mut more = 0usize;
         for k in keys {
-            if ignore.contains(&k) {
+            if ignore.contains(&k) || k.starts_with(FILE_KEY_PREFIX) {
                 continue;
             }
             let (x, y) = (a.get(k), b.get(k));

@@ -1,8 +1,10 @@
 //! A sweep folder (`sweep --out`, `merge --out`) holds exactly one sweep.
 //!
-//! Policy: a new sweep into a folder removes the files seedsweep owns there ([`FILES`], and
-//! their temporary files) before it writes anything, and leaves every other file alone; so a
-//! folder never mixes the files of two sweeps. A name seedsweep owns that is not a regular
+//! Policy: a new sweep goes only into a new or empty folder, or into a folder that holds a
+//! sweep of seedsweep's own (a readable `fingerprint.txt`); any other non-empty folder is
+//! refused, and nothing in it is touched. In a sweep folder, a new sweep removes the files
+//! seedsweep owns there ([`FILES`], and their temporary files) before it writes anything,
+//! and leaves every other file alone; so a folder never mixes the files of two sweeps. A name seedsweep owns that is not a regular
 //! file (a symlink, a FIFO, a folder) is refused, never removed or written through. Writers
 //! take the folder's [lock](crate::lock) first.
 //!
@@ -111,11 +113,61 @@ fn remove_temps(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Makes `dir` ready for a new sweep: creates it, takes its lock, checks that every owned
-/// name is a regular file or absent, then removes the owned files and stale temporaries.
+/// Whether `name` is one of seedsweep's own transient files: its lock, a write probe, or a
+/// temporary file of an owned name.
+fn is_transient(name: &str) -> bool {
+    name == crate::lock::FILE
+        || name.starts_with(".seedsweep-write-probe")
+        || FILES.iter().any(|f| is_temp_of(name, f.name))
+}
+
+/// Refuses a folder that is neither new, nor empty (but for seedsweep's transient files), nor
+/// a sweep of seedsweep's own (a readable fingerprint). Nothing is written or removed.
+pub fn check_ours(dir: &Path, flag: &str) -> anyhow::Result<()> {
+    if !dir.is_dir() || matches!(crate::fingerprint::Fingerprint::read(dir), Ok(Some(_))) {
+        return Ok(());
+    }
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("{flag}: cannot list {}", dir.display()))?;
+    let mut foreign: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !is_transient(n))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown: Vec<String> = foreign.iter().take(3).map(|n| format!("`{n}`")).collect();
+    let why = match crate::fingerprint::Fingerprint::read(dir) {
+        Err(e) => format!("its {} is unreadable ({e:#})", crate::fingerprint::FILE),
+        _ => format!("it has no {}", crate::fingerprint::FILE),
+    };
+    anyhow::bail!(
+        "{flag}: {} is not a seedsweep sweep folder ({why}) and is not empty: it holds {}{}. \
+         seedsweep writes only into a new or empty folder, or over a sweep of its own, and \
+         never removes or replaces what it did not write; give another folder",
+        dir.display(),
+        shown.join(", "),
+        if foreign.len() > 3 {
+            format!(" and {} more", foreign.len() - 3)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Makes `dir` ready for a new sweep: checks that it is new, empty or a sweep folder
+/// ([`check_ours`]), creates it, takes its lock, checks that every owned name is a regular
+/// file or absent, then removes the owned files and stale temporaries.
 pub fn prepare_new(dir: &Path, flag: &str) -> anyhow::Result<Lock> {
+    for f in FILES {
+        check_regular(dir, f.name, flag)?;
+    }
+    check_ours(dir, flag)?;
     crate::export::prepare_dir(dir, flag)?;
     let lock = Lock::acquire(dir, flag)?;
+    check_ours(dir, flag)?;
     for f in FILES {
         check_regular(dir, f.name, flag)?;
     }

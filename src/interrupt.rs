@@ -46,7 +46,11 @@ mod imp {
             }
             let n = read(fd, buf.as_mut_ptr(), buf.len());
             close(fd);
-            if n > 0 && buf[..n as usize].windows(token.len()).any(|w| w == &token[..]) {
+            if n > 0
+                && buf[..n as usize]
+                    .windows(token.len())
+                    .any(|w| w == &token[..])
+            {
                 unlink(path.as_ptr());
             }
         }

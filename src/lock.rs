@@ -151,7 +151,8 @@ fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the command name's closing parenthesis.
         Ok(stat) => !matches!(
-            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()),
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next()),
             Some("Z") | Some("X")
         ),
         Err(_) => Path::new(&format!("/proc/{pid}")).exists(),
@@ -450,10 +451,16 @@ mod tests {
         // Not reaped yet: a zombie once it has exited.
         let start = Instant::now();
         while pid_alive(pid) {
-            assert!(start.elapsed() < Duration::from_secs(10), "child never exited");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "child never exited"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(Path::new(&format!("/proc/{pid}")).exists(), "reaped too early");
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "reaped too early"
+        );
         child.wait().unwrap();
         assert!(pid_alive(std::process::id()));
     }

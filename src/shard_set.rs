@@ -13,6 +13,38 @@ use crate::export::frontiers::FrontierWriter;
 use crate::export::seeds_file::SeedsFormat;
 use crate::fingerprint::{Fingerprint, SHARD_KEY};
 
+/// A file's device and inode (symlinks followed): the same for every spelling of one path,
+/// a bind mount included.
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::canonicalize(p).ok().map(|c| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            c.hash(&mut h);
+            (0, h.finish())
+        })
+    }
+}
+
+/// Whether the folder `out` (its id) is the shard `dir` or one of its parent folders:
+/// `Some("is")` or `Some("is inside")`, compared by device and inode.
+fn out_holds(out: Option<(u64, u64)>, dir: &Path) -> Option<&'static str> {
+    let out = out?;
+    let real = std::fs::canonicalize(dir).ok()?;
+    for (k, a) in real.ancestors().enumerate() {
+        if file_id(a) == Some(out) {
+            return Some(if k == 0 { "is also" } else { "is inside" });
+        }
+    }
+    None
+}
+
 /// Finished shard folders of one sweep, read and checked.
 pub struct ShardSet {
     /// The first shard's fingerprint (all agree but for the shard line).
@@ -38,7 +70,7 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
     if dirs.is_empty() {
         return Err(InputError::flag("merge", "give at least one shard directory").into());
     }
-    let out_real = std::fs::canonicalize(out).ok();
+    let out_id = file_id(out);
     let mut fps: Vec<Fingerprint> = Vec::new();
     let mut plans = Vec::new();
     let mut formats = Vec::new();
@@ -48,10 +80,11 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
         if !d.is_dir() {
             return Err(bad("is not a folder".into()));
         }
-        if out_real.is_some() && std::fs::canonicalize(d).ok() == out_real {
-            return Err(bad(
-                "is also --out; give the merged output another folder".into()
-            ));
+        if let Some(why) = out_holds(out_id, d) {
+            return Err(bad(format!(
+                "{why} --out {}; give the merged output a folder outside every shard",
+                out.display()
+            )));
         }
         let fp = Fingerprint::read(d)?.ok_or_else(|| {
             bad(format!(
@@ -76,6 +109,16 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
                 "has no {} (an unfinished shard cannot be merged)",
                 format.file()
             )));
+        }
+        // Its files must be the ones its sweep wrote (bit rot and edits are refused).
+        if crate::fingerprint::verify_checksums(d, &fp, &format!("merge: {}", d.display()))?
+            == crate::fingerprint::Checked::NoneRecorded
+        {
+            eprintln!(
+                "note: {} records no checksums (written by an older seedsweep, or killed as it \
+                 finished: `sweep ... --resume` there adds them); its files are not verified",
+                d.display()
+            );
         }
         formats.push(format);
         let shard = match fp.shard().map_err(bad)? {

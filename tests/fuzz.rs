@@ -535,3 +535,206 @@ fn no_command_line_or_config_mutation_panics_or_aborts() {
         }
     }
 }
+
+/// A mutation of a scenario-language file: structural edits (lines dropped, repeated,
+/// truncated, shuffled into other tables), hostile values, oversized tables and strings, deep
+/// nesting, and raw byte damage.
+fn mutate_scenario(r: &mut Rng, text: &str) -> String {
+    if r.chance(8) {
+        // Raw damage: a byte flipped or the file cut anywhere (maybe inside a UTF-8 sequence;
+        // lossy decoding stands in for a reader that refuses it).
+        let mut b = text.as_bytes().to_vec();
+        if r.chance(2) {
+            b.truncate(r.below(b.len() + 1));
+        } else if !b.is_empty() {
+            let i = r.below(b.len());
+            b[i] ^= 1 << r.below(8);
+        }
+        return String::from_utf8_lossy(&b).into_owned();
+    }
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for _ in 0..1 + r.below(4) {
+        if lines.is_empty() {
+            break;
+        }
+        let i = r.below(lines.len());
+        match r.below(12) {
+            0 => {
+                lines.remove(i);
+            }
+            1 => {
+                let l = lines[i].clone();
+                let j = r.below(lines.len());
+                lines.insert(j, l);
+            }
+            2..=4 => {
+                // A value replaced with a hostile one, keeping the key.
+                if let Some((k, _)) = lines[i].clone().split_once(" = ") {
+                    let v = r.pick(&[
+                        "0",
+                        "-1",
+                        "1",
+                        "3",
+                        "1048576",
+                        "1048577",
+                        "[1048576, 1048576, 1048576, 65536]",
+                        "[0]",
+                        "[]",
+                        "1e39",
+                        "1e308",
+                        "nan",
+                        "-inf",
+                        "9223372036854775807",
+                        "\"nope\"",
+                        "\"\"",
+                        "true",
+                        "0.5",
+                        "{}",
+                        "{ a = 1 }",
+                        "\"row\"",
+                        "\"column\"",
+                        "\"cross-entropy\"",
+                        "\"adamw\"",
+                    ]);
+                    lines[i] = format!("{k} = {v}");
+                }
+            }
+            5 => {
+                // Inside an inline table or list: a field's value replaced.
+                if let Some(p) = lines[i].find("= ") {
+                    let cut = p + 2 + r.below(lines[i].len() - p - 1);
+                    let tail: String = lines[i].chars().skip(cut).collect();
+                    let head: String = lines[i].chars().take(p + 2).collect();
+                    lines[i] = format!(
+                        "{head}{}{tail}",
+                        r.pick(&["0, ", "\"x\", ", "-7, ", "[], "])
+                    );
+                }
+            }
+            6 => {
+                let cut = r.below(lines[i].len() + 1);
+                lines[i] = lines[i].chars().take(cut).collect();
+            }
+            7 => lines.insert(
+                i,
+                r.pick(&[
+                    "unknown_key = 1",
+                    "[[layers]]",
+                    "[train]",
+                    "dims = { batch = 1048576, hidden = 1048576 }",
+                    "parallel = { tp = 1048576 }",
+                    "parallel = { tp = 3, dp = 7 }",
+                    "layers = []",
+                    "checks = []",
+                    "inputs = []",
+                ])
+                .to_string(),
+            ),
+            8 => {
+                // Oversized: a table or string many times over.
+                let n = 1 + r.below(3000);
+                lines.push(format!("description = \"{}\"", "y".repeat(n * 50)));
+            }
+            9 => {
+                // Deep nesting (a parser that recursed without a limit would overflow its stack).
+                let d = 10 + r.below(5000);
+                lines.push(format!("deep = {}{}", "[".repeat(d), "]".repeat(d)));
+            }
+            10 => {
+                // Many parametrizations.
+                let n = 1 + r.below(6000);
+                let many: Vec<String> = (0..n).map(|k| format!("{{ id = \"p{k}\" }}")).collect();
+                lines.push(format!("params = [{}]", many.join(", ")));
+            }
+            _ => {
+                let j = r.below(lines.len());
+                lines.swap(i, j);
+            }
+        }
+    }
+    lines.join("\n")
+}
+
+#[test]
+fn no_scenario_file_mutation_panics() {
+    // In-process through the same function `seedsweep check FILE` runs (parse, resolve,
+    // lower, validate; nothing is allocated for tensors): every mutation must give the text or
+    // a clear error naming the file, never a panic.
+    let secs: u64 = std::env::var("SEEDSWEEP_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("SEEDSWEEP_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(11);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut bases: Vec<(String, String)> = Vec::new();
+    for dir in [root.clone(), root.join("examples")] {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let outer = seedsweep::lang::outer::is_outer_file(&text);
+                if seedsweep::lang::is_scenario_file(&text) || outer {
+                    bases.push((p.display().to_string(), text));
+                }
+            }
+        }
+    }
+    bases.sort();
+    assert!(bases.len() >= 8, "scenario files found: {}", bases.len());
+    let mut r = Rng(seed);
+    let start = Instant::now();
+    let (mut runs, mut ok, mut errors) = (0u64, 0u64, 0u64);
+    let mut panics: Vec<String> = Vec::new();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    // Every base file unchanged first, then mutations until the time is up.
+    let mut k = 0usize;
+    while k < bases.len() || start.elapsed() < Duration::from_secs(secs) {
+        let (name, base) = &bases[k % bases.len()];
+        let text = if k < bases.len() {
+            base.clone()
+        } else {
+            mutate_scenario(&mut r, base)
+        };
+        k += 1;
+        runs += 1;
+        let got =
+            std::panic::catch_unwind(|| seedsweep::lang::check::check_source("fuzz.toml", &text));
+        match got {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(e)) => {
+                errors += 1;
+                let msg = format!("{e:#}");
+                if !msg.contains("fuzz.toml") || msg.trim().is_empty() {
+                    panics.push(format!("an error that names no file, from {name}: {msg}"));
+                }
+            }
+            Err(p) => {
+                let what = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                let path = std::env::temp_dir().join(format!("seedsweep-fuzz-panic-{runs}.toml"));
+                let _ = std::fs::write(&path, &text);
+                panics.push(format!(
+                    "panic from a mutation of {name} ({}): {what}",
+                    path.display()
+                ));
+            }
+        }
+        if k < bases.len() {
+            assert_eq!(ok + errors, runs);
+        }
+    }
+    std::panic::set_hook(hook);
+    eprintln!(
+        "scenario fuzz: {runs} files, {ok} accepted, {errors} clear errors, {} failures",
+        panics.len()
+    );
+    assert!(ok >= bases.len() as u64, "a base file was refused");
+    assert!(panics.is_empty(), "{}", panics.join("\n"));
+}

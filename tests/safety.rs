@@ -514,6 +514,19 @@ fn merge_refuses_the_same_shard_twice() {
         .stderr(contains("both shard 0/2"));
 }
 
+/// Drops the checksum lines from `dir`'s fingerprint: a shard as an older seedsweep wrote it,
+/// whose rows merge still validates one by one.
+fn without_checksums(dir: &Path) {
+    let p = dir.join("fingerprint.txt");
+    let text = String::from_utf8(read(&p)).unwrap();
+    assert!(text.contains("\nfile."), "no checksums to drop");
+    let kept: String = text
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("file."))
+        .collect();
+    std::fs::write(&p, kept).unwrap();
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -527,6 +540,9 @@ fn merge_refuses_truncated_empty_or_binary_seed_files() {
     let tmp = tempfile::tempdir().unwrap();
     let a = shard(tmp.path(), "a", "6", "0/2");
     let b = shard(tmp.path(), "b", "6", "1/2");
+    // Checksums would refuse any edit first (edited_or_damaged_shards_are_refused...); without
+    // them, as an older seedsweep wrote shards, the rows themselves are checked.
+    without_checksums(&b);
     let good = read(&b.join("seeds.csv"));
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("truncated mid-row", good[..good.len() - 30].to_vec(), "b"),
@@ -557,6 +573,7 @@ fn merge_refuses_nan_and_negative_usages() {
     let tmp = tempfile::tempdir().unwrap();
     let a = shard(tmp.path(), "a", "4", "0/2");
     let b = shard(tmp.path(), "b", "4", "1/2");
+    without_checksums(&b);
     let good = String::from_utf8(read(&b.join("seeds.csv"))).unwrap();
     let header: Vec<&str> = good.lines().next().unwrap().split(',').collect();
     let col = header.iter().position(|h| *h == "usage_pct").unwrap();
@@ -972,4 +989,427 @@ fn ctrl_c_keeps_the_folder_and_hints_at_resume() {
     assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(err.contains("--resume"), "{err}");
     assert!(out.join("fingerprint.txt").exists());
+}
+
+// ---------------------------------------------------------------------------------------
+// The third reliability pass: nothing of the user's touched, no empty run passes a gate,
+// one memory gate, bounded inputs, integrity end to end
+
+/// A folder a user made, with files whose names seedsweep also writes.
+fn users_folder(tmp: &Path) -> PathBuf {
+    let d = tmp.join("mine");
+    std::fs::create_dir_all(&d).unwrap();
+    for f in [
+        "report.html",
+        "recommendations.csv",
+        "mutants.csv",
+        "summary.csv",
+        "plan.csv",
+        "notes.txt",
+    ] {
+        std::fs::write(d.join(f), format!("the user's {f}")).unwrap();
+    }
+    d
+}
+
+fn assert_untouched(d: &Path) {
+    for f in [
+        "report.html",
+        "recommendations.csv",
+        "mutants.csv",
+        "summary.csv",
+        "plan.csv",
+        "notes.txt",
+    ] {
+        assert_eq!(
+            read(&d.join(f)),
+            format!("the user's {f}").as_bytes(),
+            "{f}"
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 6, "files added: {names:?}");
+}
+
+#[test]
+fn a_folder_seedsweep_did_not_write_is_refused_and_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = users_folder(tmp.path());
+    for extra in [&[][..], &["--resume"][..], &["--summary-only"][..]] {
+        let out = seedsweep()
+            .arg("sweep")
+            .args(T1)
+            .args(["--seeds", "2", "--quiet"])
+            .args(extra)
+            .arg("--out")
+            .arg(&d)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {e}");
+        assert!(e.contains("not a seedsweep sweep folder"), "{e}");
+        assert!(!e.contains("drop --resume") && !e.contains("delete"), "{e}");
+        assert_untouched(&d);
+    }
+    let s0 = shard(tmp.path(), "s0", "2", "0/2");
+    let s1 = shard(tmp.path(), "s1", "2", "1/2");
+    merge(&[&s0, &s1], &d)
+        .code(1)
+        .stderr(contains("not a seedsweep sweep folder"));
+    assert_untouched(&d);
+    // An empty folder, and one holding seedsweep's own sweep, are fine.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    sweep_into(&empty, "2", &[]).success();
+    sweep_into(&empty, "3", &[]).success();
+}
+
+#[cfg(unix)]
+#[test]
+fn merge_refuses_an_out_that_is_or_holds_a_shard_by_inode_not_spelling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s0 = shard(tmp.path(), "s0", "2", "0/2");
+    let s1 = shard(tmp.path(), "s1", "2", "1/2");
+    let seeds = read(&s1.join("seeds.csv"));
+    // Another spelling of shard 1: a symlink to it.
+    let alias = tmp.path().join("alias");
+    std::os::unix::fs::symlink(&s1, &alias).unwrap();
+    merge(&[&s0, &s1], &alias)
+        .code(1)
+        .stderr(contains("is also --out"));
+    // The folder that holds the shards.
+    merge(&[&s0, &s1], tmp.path())
+        .code(1)
+        .stderr(contains("is inside --out"));
+    assert_eq!(read(&s1.join("seeds.csv")), seeds);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_planted_probe_link_is_never_written_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let out = tmp.path().join("s");
+    std::fs::create_dir(&out).unwrap();
+    // The probe's old fixed name, and a temporary file's old predictable name for a range of
+    // process ids, all links to the victim.
+    std::os::unix::fs::symlink(&victim, out.join(".seedsweep-write-probe")).unwrap();
+    sweep_into(&out, "2", &[]).success();
+    assert_eq!(read(&victim), b"precious");
+    assert!(
+        std::fs::symlink_metadata(out.join(".seedsweep-write-probe"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn a_seed_range_that_would_wrap_is_an_error_not_an_empty_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 2^64 - 10 + 10 seeds ends past u64: before, the range wrapped to nothing and exited 0.
+    seedsweep()
+        .current_dir(tmp.path())
+        .arg("sweep")
+        .args(T1)
+        .args([
+            "--first-seed",
+            "18446744073709551606",
+            "--seeds",
+            "10",
+            "--quiet",
+            "--fail-on-exceed",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("--first-seed"));
+    assert!(!tmp.path().join("results").exists());
+    // The last range that fits runs its seeds.
+    seedsweep()
+        .current_dir(tmp.path())
+        .arg("sweep")
+        .args(T1)
+        .args([
+            "--first-seed",
+            "18446744073709551605",
+            "--seeds",
+            "10",
+            "--quiet",
+        ])
+        .assert()
+        .success();
+    let seeds = String::from_utf8(read(&tmp.path().join("results/latest/seeds.csv"))).unwrap();
+    assert!(
+        seeds.contains(",18446744073709551614,"),
+        "the last seed ran"
+    );
+}
+
+#[test]
+fn an_empty_shard_fails_a_gate_and_writes_a_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One seed in two shards: shard 0 holds none.
+    let d = tmp.path().join("s0");
+    sweep_into(&d, "1", &["--shard", "0/2", "--fail-on-exceed"])
+        .code(3)
+        .stderr(contains("evaluated no seed-runs"));
+    let csv = String::from_utf8(read(&d.join("seeds.csv"))).unwrap();
+    assert!(csv.starts_with("scenario,param,profile,seed,"), "{csv:?}");
+    assert_eq!(csv.lines().count(), 1, "{csv}");
+    // Merged with the shard that holds the seed, it equals one run.
+    let d1 = tmp.path().join("s1");
+    sweep_into(&d1, "1", &["--shard", "1/2"]).success();
+    let single = tmp.path().join("single");
+    sweep_into(&single, "1", &[]).success();
+    let m = tmp.path().join("m");
+    merge(&[&d, &d1], &m).success();
+    assert_eq!(read(&m.join("seeds.csv")), read(&single.join("seeds.csv")));
+}
+
+#[test]
+fn max_memory_messages_say_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    seedsweep()
+        .current_dir(tmp.path())
+        .arg("sweep")
+        .args(T1)
+        .args(["--seeds", "1", "--max-memory", "1e400"])
+        .assert()
+        .code(1)
+        .stderr(contains("too large"));
+    let p = tmp.path().join("pol.toml");
+    let text = builtin_config("deepspeed_tied_row_parallel.toml")
+        + "\n[policies.huge]\ndescription = \"x\"\ndefault = { atol = 1e308, rtol = 0.0 }\n";
+    std::fs::write(&p, text).unwrap();
+    let out = seedsweep()
+        .current_dir(tmp.path())
+        .args(["sweep", "--seeds", "1", "--quiet", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("1e+308 is not allowed"), "{e}");
+    assert!(e.len() < 400, "echoed at length: {e}");
+}
+
+/// `seedsweep ARGS` under an address-space limit of `kb` KiB (`ulimit -v`).
+#[cfg(target_os = "linux")]
+fn under_ulimit(kb: u64, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kb} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_seedsweep"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_address_space_limit_gives_a_clear_refusal_in_every_command() {
+    // T1 at hidden 8192 needs about 1.3 GiB per seed-run: under a 1,000,000 KiB limit the
+    // allocator would abort the process; the estimate refuses it first, not blaming a flag
+    // that was not given.
+    let cfg = "configs/examples/t1_h8192.toml";
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let out = out.to_str().unwrap();
+    for args in [
+        vec![
+            "sweep",
+            "--config",
+            cfg,
+            "--seeds",
+            "1",
+            "--threads",
+            "1",
+            "--quiet",
+            "--out",
+            out,
+        ],
+        vec!["repro", "--config", cfg, "--scenario", "t1-h8192"],
+        vec![
+            "explain",
+            "--config",
+            cfg,
+            "--scenario",
+            "t1-h8192",
+            "--check",
+            "logits",
+            "--step",
+            "1",
+            "--observed",
+            "0.5",
+        ],
+    ] {
+        let o = under_ulimit(1_000_000, &args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains("not enough memory"), "{args:?}: {e}");
+        assert!(e.contains("RLIMIT_AS"), "{args:?}: {e}");
+        assert!(!e.contains("invalid value for --max-memory"), "{e}");
+    }
+    // explain honours --max-memory too.
+    seedsweep()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "explain",
+            "--config",
+            cfg,
+            "--scenario",
+            "t1-h8192",
+            "--check",
+            "logits",
+            "--step",
+            "1",
+            "--observed",
+            "0.5",
+            "--max-memory",
+            "64M",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("--max-memory"));
+}
+
+#[test]
+fn element_counts_that_overflow_are_refused_by_check_and_explain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("big.toml");
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("configs/examples/row_parallel_head_tp4.toml"),
+    )
+    .unwrap()
+    .replace(
+        r#"params = [{ id = "30", hidden = 30 }, { id = "64", hidden = 64 }]"#,
+        r#"params = [{ id = "big", hidden = 64, batch = [1048576, 1048576, 1048576, 65536] }]"#,
+    );
+    assert!(text.contains("1048576"));
+    std::fs::write(&p, text).unwrap();
+    seedsweep()
+        .arg("check")
+        .arg(&p)
+        .assert()
+        .code(1)
+        .stderr(contains("params[big].dims").and(contains("more than 2^40 elements")));
+    seedsweep()
+        .args([
+            "explain",
+            "--scenario",
+            "row-parallel-head-tp4",
+            "--check",
+            "logits",
+        ])
+        .args(["--step", "1", "--observed", "0.5", "--config"])
+        .arg(&p)
+        .assert()
+        .code(1)
+        .stderr(contains("more than 2^40 elements"));
+}
+
+#[test]
+fn inputs_are_bounded_parametrizations_and_config_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("configs/examples/row_parallel_head_tp4.toml"),
+    )
+    .unwrap();
+    let many: Vec<String> = (0..5000)
+        .map(|i| format!("{{ id = \"p{i}\", hidden = 30 }}"))
+        .collect();
+    let text = base.replace(
+        r#"params = [{ id = "30", hidden = 30 }, { id = "64", hidden = 64 }]"#,
+        &format!("params = [{}]", many.join(", ")),
+    );
+    let p = tmp.path().join("many.toml");
+    std::fs::write(&p, text).unwrap();
+    let start = std::time::Instant::now();
+    for cmd in [
+        &["check"][..],
+        &["sweep", "--seeds", "1", "--param", "p0", "--config"][..],
+    ] {
+        seedsweep()
+            .current_dir(tmp.path())
+            .args(cmd)
+            .arg(&p)
+            .assert()
+            .code(1)
+            .stderr(contains("5000 parametrizations is too many"));
+    }
+    // Refused at once, not after building 5,000 graphs (tens of seconds before); 20 s is
+    // far above the refusal and far below the build, even on a loaded machine.
+    assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+    if Path::new("/dev/zero").exists() {
+        for cmd in [&["check"][..], &["sweep", "--seeds", "1", "--config"][..]] {
+            seedsweep()
+                .current_dir(tmp.path())
+                .args(cmd)
+                .arg("/dev/zero")
+                .assert()
+                .code(1)
+                .stderr(contains("larger than 16 MiB"));
+        }
+    }
+}
+
+#[test]
+fn edited_or_damaged_shards_are_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["csv", "parquet"] {
+        let file = if format == "csv" {
+            "seeds.csv"
+        } else {
+            "seeds.parquet"
+        };
+        let s0 = tmp.path().join(format!("{format}-0"));
+        let s1 = tmp.path().join(format!("{format}-1"));
+        sweep_into(&s0, "4", &["--shard", "0/2", "--format", format]).success();
+        sweep_into(&s1, "4", &["--shard", "1/2", "--format", format]).success();
+        let fp = String::from_utf8(read(&s1.join("fingerprint.txt"))).unwrap();
+        assert!(fp.contains(&format!("file.{file}.sha256 = ")), "{fp}");
+        // One bit flipped in the middle of the shard's per-seed file.
+        let mut bytes = read(&s1.join(file));
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x04;
+        std::fs::write(s1.join(file), &bytes).unwrap();
+        let m = tmp.path().join(format!("{format}-m"));
+        merge(&[&s0, &s1], &m)
+            .code(1)
+            .stderr(contains(file).and(contains("is not the file the sweep wrote")));
+        assert!(!m.join("summary.csv").exists());
+        // --resume, report and size check the same.
+        sweep_into(
+            &s1,
+            "4",
+            &["--shard", "1/2", "--format", format, "--resume"],
+        )
+        .code(1)
+        .stderr(contains("is not the file the sweep wrote"));
+        seedsweep()
+            .arg("report")
+            .arg(&s1)
+            .args(["--out", "-"])
+            .assert()
+            .code(1)
+            .stderr(contains("is not the file the sweep wrote"));
+    }
+    // An edited summary is caught too.
+    let s = tmp.path().join("one");
+    sweep_into(&s, "2", &[]).success();
+    let text = String::from_utf8(read(&s.join("summary.csv"))).unwrap();
+    std::fs::write(s.join("summary.csv"), text.replacen(",2,", ",3,", 1)).unwrap();
+    seedsweep()
+        .arg("size")
+        .arg(&s)
+        .assert()
+        .code(1)
+        .stderr(contains("summary.csv").and(contains("is not the file the sweep wrote")));
 }

@@ -583,7 +583,10 @@ fn sigterm_keeps_the_shard_and_releases_its_lock() {
         .unwrap();
     let start = std::time::Instant::now();
     while !out.join(".progress").exists() {
-        assert!(child.try_wait().unwrap().is_none(), "ended before its first checkpoint");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before its first checkpoint"
+        );
         assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
@@ -596,6 +599,12 @@ fn sigterm_keeps_the_shard_and_releases_its_lock() {
     let done = child.wait_with_output().unwrap();
     assert_eq!(done.status.code(), Some(128 + 15));
     assert!(String::from_utf8_lossy(&done.stderr).contains("--resume"));
-    assert!(out.join("seeds.csv.partial").exists(), "not interrupted mid-sweep");
-    assert!(!out.join(".seedsweep.lock").exists(), "the lock was left behind");
+    assert!(
+        out.join("seeds.csv.partial").exists(),
+        "not interrupted mid-sweep"
+    );
+    assert!(
+        !out.join(".seedsweep.lock").exists(),
+        "the lock was left behind"
+    );
 }

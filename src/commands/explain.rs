@@ -20,7 +20,7 @@ use crate::scenario::Workspace;
 /// Runs `explain`: prints the ranked candidates as a table, or as CSV with `csv`.
 pub fn run(common: &Common, query: &ExplainQuery, csv: bool) -> anyhow::Result<i32> {
     let catalog = load_catalog(common)?;
-    let (cands, seed) = explain(&catalog, query)?;
+    let (cands, seed) = explain(&catalog, query, common.max_memory)?;
     if csv {
         emit(&to_csv(&cands));
     } else {
@@ -92,6 +92,7 @@ pub struct Candidate {
 pub fn explain(
     catalog: &Catalog,
     q: &ExplainQuery,
+    max_memory: Option<u64>,
 ) -> Result<(Vec<Candidate>, Option<u64>), InputError> {
     let si = catalog.scenario_index(&q.scenario, "--scenario")?;
     let s = &catalog.scenarios[si];
@@ -150,13 +151,23 @@ pub fn explain(
     };
     // Resolve through the planner so the group carries the scenario's policies (unused here,
     // but it validates the selection the same way `sweep` does).
-    let _: Vec<Group> = catalog.plan(&Selection {
+    let groups: Vec<Group> = catalog.plan(&Selection {
         scenarios: Some(vec![q.scenario.clone()]),
         params: Some(vec![ids[param].to_string()]),
         profiles: Some(profiles.iter().map(|p| p.name.clone()).collect()),
         policies: None,
         mutants: None,
     })?;
+    // One seed-run at a time, on this thread: refused before it starts when it cannot fit.
+    crate::limits::check_memory(
+        &[crate::engine::plan::seed_runs_memory(
+            catalog,
+            &groups,
+            Some(1),
+            1,
+        )],
+        max_memory,
+    )?;
     let seed = q.seed.unwrap_or(s.common().first_seed);
     let mut ws = Workspace::default();
     let mut out = Vec::new();

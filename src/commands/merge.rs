@@ -85,9 +85,10 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     let set = crate::shard_set::read(&o.dirs, &o.out)?;
     let (metas, per_group) = (&set.metas, &set.per_group);
     let lock = crate::folder::prepare_new(&o.out, "--out")?;
+    let fingerprint = set.fingerprint.with(SHARD_KEY, "none").without_checksums();
     write_atomic(
         &o.out.join(crate::fingerprint::FILE),
-        set.fingerprint.with(SHARD_KEY, "none").to_text().as_bytes(),
+        fingerprint.to_text().as_bytes(),
     )?;
     write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices)?)?;
     // The merged per-seed file takes the shards' format (their fingerprints agree on it).
@@ -114,6 +115,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     };
     let mut written = finish_outputs(&o.out, metas, &aggs, &summaries, Some(writer), &partial)?;
     written.extend(frontiers);
+    crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
     drop(lock);
     emit(&sweep_summary(metas, &aggs, &summaries));
     emit(&mutant_summary(metas, &aggs, &summaries));

@@ -358,7 +358,12 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     }
     let pool = pool(o.threads)?;
     let data = match &o.dir {
-        Some(dir) => load_sized(dir, &catalog, &o.common.selection)?,
+        Some(dir) => {
+            if let Ok(Some(fp)) = crate::fingerprint::Fingerprint::read(dir) {
+                crate::fingerprint::verify_checksums(dir, &fp, "size")?;
+            }
+            load_sized(dir, &catalog, &o.common.selection)?
+        }
         None => {
             let groups = catalog.plan(&o.common.selection)?;
             let seeds = o.seeds.unwrap_or(1000);

@@ -84,6 +84,10 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         shard: decide_shard(o, &catalog, &groups, &metas, mode)?,
     };
     let plan = units(&catalog, &groups, &range);
+    if range.shard.is_none() && plan.iter().all(|(_, r)| r.is_empty()) {
+        // check_seed_range rules this out; kept as the last guard against an empty run.
+        return Err(InputError::flag("--seeds", "this selection gives no seed-runs").into());
+    }
     // A family is never split: what it holds back past HELD_IN_MEMORY goes to temporary
     // files (engine::held), so its groups share their runs at any seed count.
     let fams = families(&catalog, &groups, &plan, u64::MAX, |_| 0);
@@ -108,22 +112,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         None
     };
     if o.resume && old.is_none() {
-        if let Some(f) = crate::folder::FILES
-            .iter()
-            .find(|f| crate::folder::has(&o.out, f.name))
-        {
-            return Err(InputError::flag(
-                "--resume",
-                format!(
-                    "{} holds {} but no {}: not a sweep this seedsweep can continue; drop \
-                     --resume to start over",
-                    o.out.display(),
-                    f.name,
-                    crate::fingerprint::FILE
-                ),
-            )
-            .into());
-        }
+        // Only a new or empty folder is started under --resume; anything else is not ours.
+        crate::folder::check_ours(&o.out, "--resume")?;
         // Killed before it wrote anything: --resume starts it, so that the same command
         // can always be rerun after a kill.
         eprintln!(
@@ -153,6 +143,13 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
                 && !crate::folder::has(&o.out, o.format.partial())
         };
         if finished {
+            // Its files must be the ones it wrote; a sweep killed between its last file and
+            // its checksums gets them now.
+            if crate::fingerprint::verify_checksums(&o.out, &old, "--resume")?
+                == crate::fingerprint::Checked::NoneRecorded
+            {
+                crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
+            }
             let _ = std::fs::remove_file(&progress);
             emitln(&format!(
                 "nothing to resume: {} holds the finished sweep of this command",
@@ -212,11 +209,25 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let summaries: Vec<Vec<SummaryEntry>> = pool.install(|| summarize_all(&metas, &aggs));
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
     written.extend(frontiers_file);
+    crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
     let _ = std::fs::remove_file(&progress);
     drop(lock);
     emit(&sweep_summary(&metas, &aggs, &summaries));
     emit(&mutant_summary(&metas, &aggs, &summaries));
     emitln(&format!("wrote {}", written.join(", ")));
+    let evaluated: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+    if o.fail_on_exceed && evaluated == 0 {
+        eprintln!(
+            "--fail-on-exceed: this run evaluated no seed-runs (shard {} of {} seeds holds \
+             none), so nothing shows that the checks pass; failing",
+            range
+                .shard
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "the whole range".into()),
+            o.seeds
+        );
+        return Ok(EXIT_EXCEEDED);
+    }
     Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
         EXIT_EXCEEDED
     } else {

@@ -154,7 +154,9 @@ pub fn group_seeds(catalog: &Catalog, g: &Group, range: &SeedRange) -> Range<u64
             ),
         }
     };
-    first.wrapping_add(lo)..first.wrapping_add(hi)
+    // limits::check_seed_range keeps first + count within u64; saturating, never wrapping,
+    // so that an unchecked range could only be cut short, not turned into an empty one.
+    first.saturating_add(lo)..first.saturating_add(hi)
 }
 
 /// `count·i/n` without overflow.

@@ -420,8 +420,8 @@ fn seeds_header() -> anyhow::Result<Vec<u8>> {
 
 /// Streams `seeds.csv` rows to a file: group order, then seed order, then check, comparison,
 /// policy. Rows are flushed per chunk by the caller, so an interrupted sweep leaves whole
-/// units behind. A new file gets its header before its first row (a file without rows
-/// stays empty, as the csv writer leaves it).
+/// units behind. A new file gets its header before its first row, or at [`SeedsWriter::sync`]
+/// when it has none (an empty shard's `seeds.csv` is a header, never 0 bytes).
 pub struct SeedsWriter {
     w: std::io::BufWriter<std::fs::File>,
     path: PathBuf,
@@ -433,12 +433,7 @@ pub struct SeedsWriter {
 impl SeedsWriter {
     /// Creates `path` (with a header), or appends to it without one.
     pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .open(path)
+        let file = crate::export::output::open_owned(path, append)
             .with_context(|| format!("cannot open {}", path.display()))?;
         Ok(Self {
             w: std::io::BufWriter::with_capacity(1 << 20, file),
@@ -480,8 +475,15 @@ impl SeedsWriter {
             .with_context(|| format!("cannot write {}", self.path.display()))
     }
 
-    /// Flushes and syncs the file to disk (before it is renamed into place).
+    /// Writes a header still pending (a file that got no rows), flushes and syncs the file to
+    /// disk (before it is renamed into place).
     pub fn sync(&mut self) -> anyhow::Result<()> {
+        if let Some(h) = self.header.take() {
+            use std::io::Write;
+            self.w
+                .write_all(&h)
+                .with_context(|| format!("cannot write {}", self.path.display()))?;
+        }
         self.flush()?;
         self.w
             .get_ref()

@@ -20,8 +20,13 @@ use anyhow::Context;
 pub fn prepare_dir(dir: &Path, flag: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{flag}: cannot create directory {}", dir.display()))?;
-    let probe = dir.join(".seedsweep-write-probe");
-    std::fs::File::create(&probe)
+    // An unpredictable name created exclusively: a link planted there is never followed.
+    let probe = dir.join(format!(
+        ".seedsweep-write-probe-{}-{:016x}",
+        std::process::id(),
+        output::random_u64()
+    ));
+    output::create_new(&probe)
         .with_context(|| format!("{flag}: directory {} is not writable", dir.display()))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())

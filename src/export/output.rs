@@ -6,7 +6,10 @@
 //!   the link itself stays.
 //! - A regular file, or a path that does not exist yet, is written atomically: a temporary
 //!   file beside the (resolved) target, synced, then renamed over it. A reader never sees a
-//!   half-written file.
+//!   half-written file. The temporary file has an unpredictable name
+//!   (`.NAME.tmp-PID-RANDOM`) and is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so a link
+//!   planted in its place is never written through; the rename goes ahead only over a
+//!   regular file or nothing.
 //! - Anything else that exists (a FIFO, a character or block device such as `/dev/null`) is
 //!   opened for writing in place and written; it is never removed or replaced.
 //! - A folder given as a file path is refused, before any work when the command checks its
@@ -113,32 +116,98 @@ pub fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     }
 }
 
-/// The temporary file [`write`] uses for `path` in this process.
-pub fn temp_path(path: &Path) -> PathBuf {
+/// A random 64-bit value from the OS's hash keys: for unpredictable file names, never for
+/// anything that reaches a result.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Creates `path` for writing with `O_CREAT | O_EXCL` (and `O_NOFOLLOW` on Linux): it fails if
+/// anything, a symlink included, is already there.
+pub fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    }
+    o.open(path)
+}
+
+/// Opens a file seedsweep owns in a sweep folder (a `.partial` file): created or truncated,
+/// or (`append`) opened at its end; a symlink there is refused (`O_NOFOLLOW` on Linux), never
+/// followed.
+pub fn open_owned(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true).write(true).append(append).truncate(!append);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    }
+    o.open(path)
+}
+
+/// A new temporary file beside `path`, `.NAME.tmp-PID-RANDOM`, created exclusively (tries a
+/// few random names if one is taken).
+pub fn temp_file(path: &Path) -> anyhow::Result<(std::fs::File, PathBuf)> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    dir.join(format!(".{name}.tmp-{}", std::process::id()))
+    let mut last = None;
+    for _ in 0..8 {
+        let tmp = dir.join(format!(
+            ".{name}.tmp-{}-{:016x}",
+            std::process::id(),
+            random_u64()
+        ));
+        match create_new(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", tmp.display())),
+        }
+    }
+    Err(last.expect("eight tries were made"))
+        .with_context(|| format!("cannot create a temporary file beside {}", path.display()))
 }
 
-/// Whether `file_name` is a temporary file of [`write`] for the file named `name`.
+/// Whether `file_name` is a temporary file of [`write`] for the file named `name`
+/// (`.NAME.tmp-PID-RANDOM`, or `.NAME.tmp-PID` from older versions).
 pub fn is_temp_of(file_name: &str, name: &str) -> bool {
-    file_name
-        .strip_prefix(&format!(".{name}.tmp-"))
-        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    let Some(rest) = file_name.strip_prefix(&format!(".{name}.tmp-")) else {
+        return false;
+    };
+    let (pid, random) = match rest.split_once('-') {
+        Some((p, r)) => (p, Some(r)),
+        None => (rest, None),
+    };
+    !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && random.is_none_or(|r| r.len() == 16 && r.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 fn atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = temp_path(path);
+    let (mut f, tmp) = temp_file(path)?;
     let result = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.sync_all()
             .with_context(|| format!("cannot sync {}", tmp.display()))?;
+        // Only over a regular file or nothing (a link or device put there meanwhile stays).
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if !m.file_type().is_file() => anyhow::bail!(
+                "{} is no longer a regular file (a link, FIFO, device or folder appeared \
+                 there); not replacing it",
+                path.display()
+            ),
+            _ => {}
+        }
         std::fs::rename(&tmp, path)
             .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
         Ok(())
@@ -156,6 +225,15 @@ mod tests {
     #[test]
     fn temp_names_are_recognised_only_for_their_file() {
         assert!(is_temp_of(".summary.csv.tmp-123", "summary.csv"));
+        assert!(is_temp_of(
+            ".summary.csv.tmp-123-00ff00ff00ff00ff",
+            "summary.csv"
+        ));
+        assert!(!is_temp_of(".summary.csv.tmp-123-00ff", "summary.csv"));
+        assert!(!is_temp_of(
+            ".summary.csv.tmp-123-00ff00ff00ff00fg",
+            "summary.csv"
+        ));
         assert!(!is_temp_of(".summary.csv.tmp-", "summary.csv"));
         assert!(!is_temp_of(".summary.csv.tmp-12x", "summary.csv"));
         assert!(!is_temp_of(".seeds.csv.tmp-1", "summary.csv"));
@@ -175,6 +253,33 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn temporary_names_are_unpredictable_and_links_there_are_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("summary.csv");
+        let (_, a) = temp_file(&target).unwrap();
+        let (_, b) = temp_file(&target).unwrap();
+        assert_ne!(a, b);
+        // A link planted where the old scheme put the temporary file is left alone.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let old = d
+            .path()
+            .join(format!(".summary.csv.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        write(&target, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        // create_new and open_owned refuse a link.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(create_new(&link).is_err());
+        #[cfg(target_os = "linux")]
+        assert!(open_owned(&link, false).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 
     #[test]

@@ -170,8 +170,8 @@ pub struct ParquetSeedsWriter {
 impl ParquetSeedsWriter {
     /// Creates (truncates) `path`.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = crate::export::output::open_owned(path, false)
+            .with_context(|| format!("cannot create {}", path.display()))?;
         let writer = SerializedFileWriter::new(
             BufWriter::with_capacity(1 << 20, file),
             schema(),

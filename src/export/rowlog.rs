@@ -45,12 +45,7 @@ pub struct RowLogWriter {
 impl RowLogWriter {
     /// Creates `path` with the header, or (`append`) opens it at its end.
     pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .open(path)
+        let f = crate::export::output::open_owned(path, append)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
         if !append {

@@ -284,10 +284,43 @@ fn err(file: &str, key: String, msg: impl Into<String>) -> InputError {
     InputError::config(file, key, msg)
 }
 
+/// The most elements one tensor may have (4 TiB of f32): far past any machine's memory, and
+/// small enough that sizes computed from it never overflow.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
+/// Validates every parametrization's graph as the executor will (`seedsweep check` refuses
+/// what a sweep would), without drawing or allocating anything.
+pub fn validate_graphs(file: &str, graphs: &[ResolvedGraph]) -> Result<(), InputError> {
+    graphs.iter().try_for_each(|g| validate(file, g))
+}
+
 /// What the executor supports today, and the shape facts it relies on.
 fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     let id = &g.id;
     let at = |what: String| format!("params[{id}].{what}");
+    // Element counts in checked arithmetic first: a list-valued dim can make a product that
+    // wraps around, which every later size computation would take for a small tensor.
+    let shapes = g
+        .tensors
+        .iter()
+        .map(|t| (&t.name, &t.shape))
+        .chain(g.params.iter().map(|p| (&p.name, &p.shape)));
+    for (name, shape) in shapes {
+        let n = shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+            .filter(|n| *n <= MAX_ELEMENTS);
+        if n.is_none() {
+            return Err(err(
+                file,
+                at("dims".into()),
+                format!(
+                    "tensor {name} of shape {shape:?} has more than 2^40 elements (the most a \
+                     tensor may have); make its dims smaller"
+                ),
+            ));
+        }
+    }
     let numel = |shape: &[usize]| shape.iter().product::<usize>();
     if let Some(o) = &g.train.outer {
         validate_outer(file, g, o)?;

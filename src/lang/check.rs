@@ -432,10 +432,14 @@ pub fn check_text(file: &ScenarioFile) -> Result<String, InputError> {
 
 /// Reads, validates and describes the scenario file at `path` (`seedsweep check FILE`).
 pub fn check_path(path: &std::path::Path) -> anyhow::Result<String> {
-    use anyhow::Context as _;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("check: cannot read {}", path.display()))?;
-    let name = path.display().to_string();
+    let text = crate::config::read_config(path, "FILE")?;
+    check_source(&path.display().to_string(), &text)
+}
+
+/// [`check_path`] of a file's text, named `name` in errors.
+pub fn check_source(name: &str, text: &str) -> anyhow::Result<String> {
+    let name = name.to_string();
+    let text = text.to_string();
     if super::outer::is_outer_file(&text) {
         let common = super::outer::parse_common(&name, &text)?;
         let (g, compare) = super::outer::graph(&common)?;
@@ -444,6 +448,8 @@ pub fn check_path(path: &std::path::Path) -> anyhow::Result<String> {
         return Ok(outer_check_text(&common, &g, compare)?);
     }
     let file = super::parse_file(&name, &text)?;
+    // What the executor refuses is refused here too.
+    crate::graph::scenario::validate_graphs(&file.common.file, &file.lowered)?;
     Ok(check_text(&file)?)
 }
 

@@ -257,7 +257,13 @@ impl<'a> Obj<'a> {
             Some(v) => return Err(self.wrong(key, v, allowed)),
         };
         if !(v.is_finite() && ok(v)) {
-            return Err(self.err(key, format!("{v} is not allowed; allowed: {allowed}")));
+            return Err(self.err(
+                key,
+                format!(
+                    "{} is not allowed; allowed: {allowed}",
+                    crate::check::py_repr(v)
+                ),
+            ));
         }
         Ok(Some(v))
     }

@@ -69,7 +69,10 @@ pub fn apply(file: &str, doc: &toml::Table) -> Result<Vec<Patched>, InputError> 
                     ctx: ctx0,
                 }])
             }
-            Some(toml::Value::Array(a)) if !a.is_empty() => a,
+            Some(toml::Value::Array(a)) if !a.is_empty() => {
+                crate::config::check_params_count(file, a.len())?;
+                a
+            }
             Some(_) => return Err(ctx0.err(
                 "params",
                 "must be a non-empty array of tables ([[params]] with an `id` each), or left out",
