@@ -1413,3 +1413,50 @@ fn edited_or_damaged_shards_are_refused_naming_the_file() {
         .code(1)
         .stderr(contains("summary.csv").and(contains("is not the file the sweep wrote")));
 }
+
+#[test]
+fn a_truncated_frontiers_file_of_a_parquet_sweep_names_the_parquet_partial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    let args = |resume: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_seedsweep"));
+        c.arg("sweep")
+            .args(T1)
+            .args([
+                "--seeds", "20000", "--quiet", "--format", "parquet", "--out",
+            ])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if resume {
+            c.arg("--resume");
+        }
+        c
+    };
+    // Killed after its first checkpoint.
+    let mut child = args(false).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !out.join(".progress").exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before its first checkpoint"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        out.join("seeds.bin.partial").exists(),
+        "not killed mid-sweep"
+    );
+    // Cut to a third: its header stays, most of its records are gone (a torn tail included).
+    let f = out.join("frontiers.bin.partial");
+    let bytes = read(&f);
+    std::fs::write(&f, &bytes[..bytes.len() / 3]).unwrap();
+    let o = args(true).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("fewer units than seeds.bin.partial"), "{e}");
+    assert!(!e.contains("seeds.csv.partial"), "{e}");
+}
