@@ -204,12 +204,12 @@ fn odd_input_is_escaped_and_errors_name_the_file() {
     let mut s = String::from(summary_h);
     s.push_str("a<b&c,\"x\"\"y\",cpu,ch<1>,sharded-vs-ref,pol&1,1e-06,1e-05,3,1,inf,1,0,0.0,inf,inf,1.0,1,,exact\n");
     std::fs::write(dir.join("summary.csv"), &s).unwrap();
-    let seeds_h = "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,worst_step,mismatched,elements,nonfinite,max_abs_expected,mutant\n";
+    let seeds_h = "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,step,micro_step,mismatched,elements,nonfinite,max_abs_expected,mutant\n";
     let mut sd = String::from(seeds_h);
     for (seed, u) in [(0, "0.0"), (1, "inf"), (2, "0.0")] {
         for cmp in ["sharded-vs-ref", "ref-vs-f64", "sharded-vs-f64"] {
             sd.push_str(&format!(
-                "a<b&c,\"x\"\"y\",cpu,{seed},ch<1>,{cmp},pol&1,{u},0.0,0,0,4,0,1.0,\n"
+                "a<b&c,\"x\"\"y\",cpu,{seed},ch<1>,{cmp},pol&1,{u},0.0,0,-1,0,4,0,1.0,\n"
             ));
         }
     }

@@ -81,14 +81,32 @@ struct SummaryIn {
     failing_seeds: usize,
     worst_usage_pct: f64,
     worst_seed: u64,
-    worst_step: String,
+    worst_step: u32,
+    /// -1 (or absent, in a file written before the column): none.
+    #[serde(default = "no_micro")]
+    worst_micro_step: i64,
     p50_usage_pct: f64,
     p95_usage_pct: f64,
     max_abs_diff: f64,
     max_abs_expected: f64,
     nonfinite_seeds: usize,
-    mutant: String,
+    #[serde(default)]
+    mutant: Option<String>,
     quantile_method: String,
+}
+
+fn no_micro() -> i64 {
+    -1
+}
+
+impl SummaryIn {
+    /// The worst seed's step as the tables print it: `s`, or `s.m` for a micro-step.
+    fn step_label(&self) -> String {
+        match self.worst_micro_step {
+            -1 => self.worst_step.to_string(),
+            m => format!("{}.{m}", self.worst_step),
+        }
+    }
 }
 
 /// One row of `mutants.csv` as read back.
@@ -151,7 +169,7 @@ impl Data {
 
         let mut summary: BTreeMap<ChartKey, BTreeMap<String, SummaryIn>> = BTreeMap::new();
         for r in read_csv::<SummaryIn>(&dir.join("summary.csv"))? {
-            if !r.mutant.is_empty() {
+            if r.mutant.as_deref().is_some_and(|m| !m.is_empty()) {
                 continue;
             }
             let key = chart_key(&r.scenario, &r.param, &r.profile, &r.check, &r.comparison);
@@ -1053,7 +1071,7 @@ fn quantile_chart(
                 policies[p],
                 pct(r.worst_usage_pct),
                 r.worst_seed,
-                r.worst_step,
+                r.step_label(),
                 r.failing_seeds,
                 r.seeds
             ))
@@ -1118,7 +1136,7 @@ fn summary_table(
             r.failing_seeds,
             cell(r.worst_usage_pct),
             r.worst_seed,
-            escape(&r.worst_step),
+            escape(&r.step_label()),
             cell(r.p50_usage_pct),
             cell(r.p95_usage_pct),
             escape(&sci(r.max_abs_diff)),

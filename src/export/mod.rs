@@ -7,6 +7,7 @@ pub mod html;
 pub mod output;
 pub mod parquet;
 pub mod rowlog;
+pub mod schema;
 pub mod seeds_file;
 pub mod svg;
 pub mod table;
