@@ -70,6 +70,9 @@ pub struct ReportArgs {
     /// Output file (default: DIR/report.html).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `size` flags.
@@ -120,6 +123,9 @@ pub struct SizeArgs {
     /// the observed flake rate and quantile next to the predicted ones.
     #[arg(long, value_name = "N")]
     validate: Option<u64>,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `scale` flags.
@@ -177,6 +183,9 @@ pub struct ScaleArgs {
     /// Output directory.
     #[arg(long, default_value = "results/scale", value_name = "DIR")]
     out: PathBuf,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `explain` flags.
@@ -289,7 +298,7 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "results/latest", value_name = "DIR")]
     out: PathBuf,
-    /// No progress bar.
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
     #[arg(long, short)]
     quiet: bool,
     /// Exit with code 3 when a check fails for some seed in the comparison its test asserts.
@@ -334,6 +343,9 @@ pub struct MergeArgs {
     /// stdout; exit 0 when all are done), reading no rows and writing nothing.
     #[arg(long)]
     check: bool,
+    /// No status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// Resolves the shard of this process: `--shard I/N`, else a Slurm array task, else a
@@ -533,6 +545,9 @@ pub struct ReproArgs {
     /// Also write every recorded tensor of the three computations as CSV into DIR.
     #[arg(long, value_name = "DIR")]
     dump: Option<PathBuf>,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// Refuses a name given twice in one list (it would produce duplicate rows).
@@ -615,8 +630,8 @@ pub enum Action {
     Scale(crate::commands::scale::ScaleOptions),
     /// A sizing run.
     Size(crate::commands::size::SizeOptions),
-    /// A report: the sweep directory and the output file.
-    Report(PathBuf, PathBuf),
+    /// A report: the sweep directory, the output file, and `--quiet`.
+    Report(PathBuf, PathBuf, bool),
     /// Validate a scenario file and describe its resolved graph.
     Check(PathBuf),
     /// An explanation query.
@@ -683,6 +698,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 comparison,
                 fail_on_exceed: a.fail_on_exceed,
                 dump: a.dump,
+                quiet: a.quiet,
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),
@@ -729,7 +745,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
         Command::Check(a) => Action::Check(a.file),
         Command::Report(a) => {
             let out = a.out.unwrap_or_else(|| a.dir.join("report.html"));
-            Action::Report(a.dir, out)
+            Action::Report(a.dir, out, a.quiet)
         }
         Command::Size(a) => {
             let mut common = common(&a.select, Some(&a.filter))?;
@@ -747,6 +763,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 markdown: a.markdown,
                 out: a.out,
                 validate: a.validate,
+                quiet: a.quiet,
             })
         }
         Command::Scale(a) => Action::Scale(crate::commands::scale::ScaleOptions {
@@ -772,11 +789,13 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             policies: a.policy,
             threads: threads(a.threads)?,
             out: a.out,
+            quiet: a.quiet,
         }),
         Command::Merge(a) => Action::Merge(crate::commands::merge::MergeOptions {
             dirs: a.dirs,
             out: a.out,
             check: a.check,
+            quiet: a.quiet,
         }),
         Command::Bench(a) => Action::Bench(BenchOptions {
             common: common(&a.select, Some(&a.filter))?,

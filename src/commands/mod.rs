@@ -54,7 +54,7 @@ pub fn dispatch(action: Action) -> anyhow::Result<i32> {
         Action::Merge(o) => merge::merge(&o),
         Action::Scale(o) => scale::scale(&o),
         Action::Size(o) => size::size(&o),
-        Action::Report(dir, out) => report::report(&dir, &out),
+        Action::Report(dir, out, quiet) => report::report(&dir, &out, quiet),
         Action::Bench(o) => {
             emit(&bench::bench(&o)?);
             Ok(0)
@@ -83,4 +83,28 @@ pub fn emit(s: &str) {
 /// [`emit`] with a newline.
 pub fn emitln(s: &str) {
     emit(&format!("{s}\n"));
+}
+
+/// The human-readable text of a command (its tables): on stdout, unless stdout carries data
+/// the user asked for there (`--json -`, `--out -`), then on stderr, so that the data can be
+/// piped into a parser untouched.
+pub fn emit_text(s: &str, stdout_is_data: bool) {
+    if stdout_is_data {
+        eprint!("{s}");
+    } else {
+        emit(s);
+    }
+}
+
+/// A status line (`wrote ...`, `nothing to resume ...`): on stderr, never on stdout, and not
+/// at all with `--quiet`.
+pub fn status(quiet: bool, s: &str) {
+    if !quiet {
+        eprintln!("{s}");
+    }
+}
+
+/// Whether `path` is `-` (stdout).
+pub fn is_stdout(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
 }

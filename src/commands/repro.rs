@@ -29,6 +29,8 @@ pub struct ReproOptions {
     pub fail_on_exceed: bool,
     /// Directory for raw trace dumps.
     pub dump: Option<PathBuf>,
+    /// No status lines on stderr.
+    pub quiet: bool,
 }
 
 /// Re-runs one seed; returns the process exit code.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::catalog::Catalog;
 use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
-use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
+use crate::commands::{emit, load_catalog, status, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
 use crate::engine::held::HELD_IN_MEMORY;
 use crate::engine::held_bytes;
@@ -154,10 +154,11 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         };
         if finished {
             let _ = std::fs::remove_file(&progress);
-            emitln(&format!(
+            // Printed even with --quiet: the command did none of the work it names.
+            eprintln!(
                 "nothing to resume: {} holds the finished sweep of this command",
                 o.out.display()
-            ));
+            );
             return Ok(0);
         }
         if std::fs::read(&plan_path).ok().as_deref() != Some(&plan_bytes[..]) {
@@ -207,16 +208,22 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             &mut sink,
         )
     })?;
+    // The last phase (tail fits, the summary, and with Parquet the row log's conversion) has
+    // no seed count to show: a ticking line says what it is doing.
+    let phase = crate::progress::phase(o.quiet, "sweep", "finishing frontiers.bin");
     let writer = sink.writer.take();
     let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
+    phase.set_message("summarizing: quantiles and tail fits");
     let summaries: Vec<Vec<SummaryEntry>> = pool.install(|| summarize_all(&metas, &aggs));
+    phase.set_message(format!("writing summary.csv and {}", o.format.file()));
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
+    phase.finish_and_clear();
     written.extend(frontiers_file);
     let _ = std::fs::remove_file(&progress);
     drop(lock);
     emit(&sweep_summary(&metas, &aggs, &summaries));
     emit(&mutant_summary(&metas, &aggs, &summaries));
-    emitln(&format!("wrote {}", written.join(", ")));
+    status(o.quiet, &format!("wrote {}", written.join(", ")));
     Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
         EXIT_EXCEEDED
     } else {

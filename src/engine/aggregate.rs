@@ -493,10 +493,11 @@ pub fn collect_frontiers(
     groups: &[Group],
     range: &SeedRange,
     what: &str,
+    quiet: bool,
 ) -> Vec<Frontiers> {
     let plan = plan::units(catalog, groups, range);
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    let pb = crate::progress::bar(total, false, what);
+    let pb = crate::progress::bar(total, quiet, what);
     let mut out: Vec<Frontiers> = groups
         .iter()
         .map(|g| vec![Vec::new(); catalog.scenarios[g.scenario].checks(g.param).len()])
