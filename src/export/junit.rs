@@ -129,7 +129,11 @@ fn mutant_xml(out: &mut String, m: &MutantCase) {
 }
 
 /// One `<testsuite>`: its (scenario, param, profile), check cases and mutant cases.
-type Suite<'a> = ((&'a str, &'a str, &'a str), Vec<&'a Case>, Vec<&'a MutantCase>);
+type Suite<'a> = (
+    (&'a str, &'a str, &'a str),
+    Vec<&'a Case>,
+    Vec<&'a MutantCase>,
+);
 
 /// The JUnit XML document of `v`.
 pub fn to_junit(v: &Verdict) -> String {
