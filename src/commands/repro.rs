@@ -5,6 +5,8 @@
 //! sweep; this module only renders the result.
 
 use std::fmt::Write as _;
+
+use anyhow::Context;
 use std::path::PathBuf;
 
 use crate::catalog::{Catalog, Group};
@@ -209,12 +211,26 @@ pub fn repro(
                 mutant.map(|m| format!("__{m}")).unwrap_or_default(),
                 seed
             );
-            let path = dir.join(name);
+            let path = dir.join(&name);
             crate::export::write_atomic(
                 &path,
                 &crate::export::dump::dump_csv(checks, &ws.traces)?,
             )?;
             dumped.push(path.display().to_string());
+            // The same tensors as .npy files, one per tensor, in a folder of that name.
+            let npy_dir = dir.join(name.trim_end_matches(".csv"));
+            std::fs::create_dir_all(&npy_dir).with_context(|| {
+                format!("--dump: cannot create directory {}", npy_dir.display())
+            })?;
+            let files = crate::export::dump::dump_npy(checks, &ws.traces)?;
+            for (file, bytes) in &files {
+                crate::export::write_atomic(&npy_dir.join(file), bytes)?;
+            }
+            dumped.push(format!(
+                "{} ({} .npy files)",
+                npy_dir.display(),
+                files.len()
+            ));
         }
         let seed_note = if s.seed_dependent() {
             format!("seed {seed}")
