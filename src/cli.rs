@@ -345,7 +345,7 @@ pub struct CiArgs {
     #[arg(long)]
     fail_on_missed_mutant: bool,
     /// Exit with code 3 when the predicted per-seed probability that a check of the asserted
-    /// comparison exceeds its tolerance is above P (from the tail fit; 0 <= P < 1).
+    /// comparison exceeds its tolerance is above P (from the tail fit; 0 <= P < 1; sweep only).
     #[arg(long, allow_negative_numbers = true, value_name = "P")]
     max_flake_rate: Option<f64>,
 }
@@ -800,7 +800,16 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 fail_on_exceed: a.fail_on_exceed,
                 dump: a.dump,
                 quiet: a.quiet,
-                ci: ci_outputs(a.ci, a.filter.mutants.is_some())?,
+                ci: {
+                    if a.ci.max_flake_rate.is_some() {
+                        return Err(InputError::flag(
+                            "--max-flake-rate",
+                            "repro runs one seed, which has no tail to predict a flake rate \
+                             from; gate on it with `sweep --max-flake-rate P`",
+                        ));
+                    }
+                    ci_outputs(a.ci, a.filter.mutants.is_some())?
+                },
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),

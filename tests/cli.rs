@@ -340,7 +340,10 @@ fn repro_mutants_runs_the_mutant_and_shows_its_failure() {
     assert_eq!(
         names,
         [
+            // Each CSV dump, and the folder of its tensors as .npy files.
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199",
             "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199.csv",
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199",
             "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv",
         ]
     );

@@ -344,4 +344,11 @@ fn bad_ci_flags_are_refused_naming_the_flag() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!Path::new("/tmp/never-written-37").exists());
     }
+    // One seed has no tail: repro refuses the flake-rate gate instead of ignoring it.
+    let out = seedsweep()
+        .args(["repro", "--max-flake-rate", "0.01"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--max-flake-rate"));
 }
