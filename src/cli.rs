@@ -70,6 +70,9 @@ pub struct ReportArgs {
     /// Output file (default: DIR/report.html).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `size` flags.
@@ -120,6 +123,9 @@ pub struct SizeArgs {
     /// the observed flake rate and quantile next to the predicted ones.
     #[arg(long, value_name = "N")]
     validate: Option<u64>,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `scale` flags.
@@ -177,6 +183,9 @@ pub struct ScaleArgs {
     /// Output directory.
     #[arg(long, default_value = "results/scale", value_name = "DIR")]
     out: PathBuf,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// `explain` flags.
@@ -289,7 +298,7 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "results/latest", value_name = "DIR")]
     out: PathBuf,
-    /// No progress bar.
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
     #[arg(long, short)]
     quiet: bool,
     /// Exit with code 3 when a check fails for some seed in the comparison its test asserts.
@@ -314,6 +323,104 @@ pub struct SweepArgs {
     /// columns in about a tenth of the bytes; pandas, polars and DuckDB read it)
     #[arg(long, value_name = "FORMAT", default_value = "csv")]
     format: String,
+    #[command(flatten)]
+    ci: CiArgs,
+}
+
+/// The CI outputs and gates of `sweep` and `repro`.
+#[derive(Debug, Args)]
+pub struct CiArgs {
+    /// Write the verdict as JSON to FILE (`-`: stdout, which then carries nothing else; the
+    /// tables go to stderr). Schema: docs/verdict-json.md.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the verdict as JUnit XML to FILE: one test case per check and policy (and per
+    /// mutant), failures carrying torch's message and the repro command.
+    #[arg(long = "junit-xml", value_name = "FILE")]
+    junit_xml: Option<PathBuf>,
+    /// Write the verdict as Markdown to FILE (e.g. "$GITHUB_STEP_SUMMARY").
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Exit with code 3 when an injected bug (--mutants) escapes the test on some seed.
+    #[arg(long)]
+    fail_on_missed_mutant: bool,
+    /// Exit with code 3 when the predicted per-seed probability that a check of the asserted
+    /// comparison exceeds its tolerance is above P (from the tail fit; 0 <= P < 1; sweep only).
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
+    max_flake_rate: Option<f64>,
+}
+
+/// Validates the CI flags: at most one of them writes to stdout, a file's folder exists, P
+/// is a probability, and a mutant gate has mutants to judge.
+fn ci_outputs(a: CiArgs, mutants: bool) -> Result<crate::commands::CiOutputs, InputError> {
+    let mut dash = Vec::new();
+    for (flag, path) in [
+        ("--json", &a.json),
+        ("--junit-xml", &a.junit_xml),
+        ("--markdown", &a.markdown),
+    ] {
+        let Some(path) = path else { continue };
+        if path.as_os_str().is_empty() {
+            return Err(InputError::flag(
+                flag,
+                "an empty path is not allowed; give FILE or -",
+            ));
+        }
+        if path.as_os_str() == "-" {
+            dash.push(flag);
+            continue;
+        }
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent {
+            if !dir.is_dir() {
+                return Err(InputError::flag(
+                    flag,
+                    format!(
+                        "the folder {} does not exist; create it or give another FILE",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+        if path.is_dir() {
+            return Err(InputError::flag(
+                flag,
+                format!("{} is a folder; give a file path", path.display()),
+            ));
+        }
+    }
+    if dash.len() > 1 {
+        return Err(InputError::flag(
+            dash[1],
+            format!(
+                "{} already writes to stdout (-); give this one a FILE",
+                dash[0]
+            ),
+        ));
+    }
+    if let Some(p) = a.max_flake_rate {
+        if !(0.0..1.0).contains(&p) {
+            return Err(InputError::flag(
+                "--max-flake-rate",
+                format!(
+                    "{p} is not allowed; give a per-seed probability P with 0 <= P < 1 (e.g. 1e-4)"
+                ),
+            ));
+        }
+    }
+    if a.fail_on_missed_mutant && !mutants {
+        return Err(InputError::flag(
+            "--fail-on-missed-mutant",
+            "there are no mutants to judge; add --mutants all (or names)",
+        ));
+    }
+    Ok(crate::commands::CiOutputs {
+        json: a.json,
+        junit_xml: a.junit_xml,
+        markdown: a.markdown,
+        fail_on_missed_mutant: a.fail_on_missed_mutant,
+        max_flake_rate: a.max_flake_rate,
+    })
 }
 
 /// `merge` flags.
@@ -334,6 +441,9 @@ pub struct MergeArgs {
     /// stdout; exit 0 when all are done), reading no rows and writing nothing.
     #[arg(long)]
     check: bool,
+    /// No status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// Resolves the shard of this process: `--shard I/N`, else a Slurm array task, else a
@@ -533,6 +643,11 @@ pub struct ReproArgs {
     /// Also write every recorded tensor of the three computations as CSV into DIR.
     #[arg(long, value_name = "DIR")]
     dump: Option<PathBuf>,
+    #[command(flatten)]
+    ci: CiArgs,
+    /// No progress bar and no status lines on stderr (errors and warnings still print).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// Refuses a name given twice in one list (it would produce duplicate rows).
@@ -615,8 +730,8 @@ pub enum Action {
     Scale(crate::commands::scale::ScaleOptions),
     /// A sizing run.
     Size(crate::commands::size::SizeOptions),
-    /// A report: the sweep directory and the output file.
-    Report(PathBuf, PathBuf),
+    /// A report: the sweep directory, the output file, and `--quiet`.
+    Report(PathBuf, PathBuf, bool),
     /// Validate a scenario file and describe its resolved graph.
     Check(PathBuf),
     /// An explanation query.
@@ -666,6 +781,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             summary_only: a.summary_only,
             resume: a.resume,
             format: seeds_format(&a.format, a.summary_only)?,
+            ci: ci_outputs(a.ci, a.filter.mutants.is_some())?,
         }),
         Command::Repro(a) => {
             let comparison = match &a.comparison {
@@ -683,6 +799,17 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 comparison,
                 fail_on_exceed: a.fail_on_exceed,
                 dump: a.dump,
+                quiet: a.quiet,
+                ci: {
+                    if a.ci.max_flake_rate.is_some() {
+                        return Err(InputError::flag(
+                            "--max-flake-rate",
+                            "repro runs one seed, which has no tail to predict a flake rate \
+                             from; gate on it with `sweep --max-flake-rate P`",
+                        ));
+                    }
+                    ci_outputs(a.ci, a.filter.mutants.is_some())?
+                },
             })
         }
         Command::List(a) => Action::List(common(&a, None)?),
@@ -729,7 +856,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
         Command::Check(a) => Action::Check(a.file),
         Command::Report(a) => {
             let out = a.out.unwrap_or_else(|| a.dir.join("report.html"));
-            Action::Report(a.dir, out)
+            Action::Report(a.dir, out, a.quiet)
         }
         Command::Size(a) => {
             let mut common = common(&a.select, Some(&a.filter))?;
@@ -747,6 +874,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 markdown: a.markdown,
                 out: a.out,
                 validate: a.validate,
+                quiet: a.quiet,
             })
         }
         Command::Scale(a) => Action::Scale(crate::commands::scale::ScaleOptions {
@@ -772,11 +900,13 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             policies: a.policy,
             threads: threads(a.threads)?,
             out: a.out,
+            quiet: a.quiet,
         }),
         Command::Merge(a) => Action::Merge(crate::commands::merge::MergeOptions {
             dirs: a.dirs,
             out: a.out,
             check: a.check,
+            quiet: a.quiet,
         }),
         Command::Bench(a) => Action::Bench(BenchOptions {
             common: common(&a.select, Some(&a.filter))?,

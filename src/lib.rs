@@ -44,6 +44,7 @@ pub mod shard_set;
 pub mod sizing;
 pub mod stats;
 pub mod trace;
+pub mod verdict;
 
 /// The evaluation of one seed's traces, at its former path (scenario code names
 /// `crate::evaluate::Comparison`).

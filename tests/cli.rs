@@ -42,10 +42,10 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     let seeds = read(&dir.path().join("seeds.csv"));
     let summary = read(&dir.path().join("summary.csv"));
     assert!(seeds.starts_with(
-        "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,worst_step,mismatched,elements"
+        "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,step,micro_step,mismatched,elements"
     ));
     assert!(summary.starts_with(
-        "scenario,param,profile,check,comparison,policy,atol,rtol,seeds,failing_seeds,worst_usage_pct,worst_seed,worst_step,p50_usage_pct,p95_usage_pct,max_abs_diff,max_abs_expected"
+        "scenario,param,profile,check,comparison,policy,atol,rtol,seeds,failing_seeds,worst_usage_pct,worst_seed,worst_step,worst_micro_step,p50_usage_pct,p95_usage_pct,max_abs_diff,max_abs_expected"
     ));
     // DeepSpeed: 4 T1 params x (3 or 4 checks) + 3 T2 params x (8 or 10 checks), in 1 profile,
     // x 3 comparisons x 2 policies.
@@ -340,7 +340,10 @@ fn repro_mutants_runs_the_mutant_and_shows_its_failure() {
     assert_eq!(
         names,
         [
+            // Each CSV dump, and the folder of its tensors as .npy files.
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199",
             "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__missing-allreduce__seed8199.csv",
+            "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199",
             "deepspeed-tied-row-parallel__35-3-False-0__cpu-fma__seed8199.csv",
         ]
     );
@@ -736,7 +739,7 @@ fn logits_carry_error_bound_columns_that_cover_the_observed_usage() {
             }
             assert!(d.is_finite() && p.is_finite());
         } else {
-            assert_eq!((f[det], f[prob]), ("nan", "nan"), "{l}");
+            assert_eq!((f[det], f[prob]), ("NaN", "NaN"), "{l}");
         }
     }
 }

@@ -204,12 +204,12 @@ fn odd_input_is_escaped_and_errors_name_the_file() {
     let mut s = String::from(summary_h);
     s.push_str("a<b&c,\"x\"\"y\",cpu,ch<1>,sharded-vs-ref,pol&1,1e-06,1e-05,3,1,inf,1,0,0.0,inf,inf,1.0,1,,exact\n");
     std::fs::write(dir.join("summary.csv"), &s).unwrap();
-    let seeds_h = "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,worst_step,mismatched,elements,nonfinite,max_abs_expected,mutant\n";
+    let seeds_h = "scenario,param,profile,seed,check,comparison,policy,usage_pct,max_abs_diff,step,micro_step,mismatched,elements,nonfinite,max_abs_expected,mutant\n";
     let mut sd = String::from(seeds_h);
     for (seed, u) in [(0, "0.0"), (1, "inf"), (2, "0.0")] {
         for cmp in ["sharded-vs-ref", "ref-vs-f64", "sharded-vs-f64"] {
             sd.push_str(&format!(
-                "a<b&c,\"x\"\"y\",cpu,{seed},ch<1>,{cmp},pol&1,{u},0.0,0,0,4,0,1.0,\n"
+                "a<b&c,\"x\"\"y\",cpu,{seed},ch<1>,{cmp},pol&1,{u},0.0,0,-1,0,4,0,1.0,\n"
             ));
         }
     }
@@ -251,4 +251,61 @@ fn odd_input_is_escaped_and_errors_name_the_file() {
     std::fs::remove_file(dir.join("plan.csv")).unwrap();
     let err = format!("{:#}", write_report(dir, &out).unwrap_err());
     assert!(err.contains("plan.csv"), "{err}");
+}
+
+/// The first thing in the page is the verdict: the verdict line and the grid (scenario ×
+/// check × policy, failing rows first, each cell linking to a chart), before any other table
+/// or chart; the contents list carries each group's status; a failing group shows its repro
+/// command and, once `size` has run, the recommended tolerance next to the current one; the
+/// tail markers are labelled in the chart.
+#[test]
+fn the_report_answers_first_with_a_verdict_grid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    Command::cargo_bin("seedsweep")
+        .unwrap()
+        .args(["sweep", "--seeds", "400", "--quiet", "--scenario"])
+        .args(["deepspeed-tied-row-parallel", "--out"])
+        .arg(&dir)
+        .assert()
+        .success();
+    Command::cargo_bin("seedsweep")
+        .unwrap()
+        .args(["size", "-q"])
+        .arg(&dir)
+        .assert()
+        .success();
+    let out = tmp.path().join("r.html");
+    write_report(&dir, &out).unwrap();
+    let html = std::fs::read_to_string(&out).unwrap();
+    let grid = html.find("<table class=\"grid\" id=\"verdict\">").unwrap();
+    let line = html.find("<p class=\"verdict-line fail\">").unwrap();
+    for first in ["<table class=\"swept\">", "<svg", "<nav>"] {
+        assert!(line < grid && grid < html.find(first).unwrap(), "{first}");
+    }
+    // Grid rows: the failing (logits under `old`: 400 seeds of T1 exceed on some) first.
+    let table = &html[grid..grid + html[grid..].find("</table>").unwrap()];
+    let rows: Vec<&str> = table.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 4, "T1's four checks");
+    assert!(rows[0].contains("<code>logits</code>") && rows[0].contains("class=\"fail\""));
+    for r in &rows[1..] {
+        assert!(!r.contains("class=\"fail\""), "{r}");
+    }
+    // Every cell links to a chart that exists.
+    for id in table.split("href=\"#c").skip(1) {
+        let id = &id[..id.find('"').unwrap()];
+        assert!(html.contains(&format!("id=\"c{id}\"")), "chart c{id}");
+    }
+    // Contents with status; a failbox with the repro command and the recommendation.
+    assert!(html.contains("<span class=\"st-fail\">✗ 1 failing</span>"));
+    let boxes = html.matches("<div class=\"failbox\">").count();
+    assert_eq!(
+        boxes, 4,
+        "each T1 param's logits fail under `old` on some of 400 seeds"
+    );
+    assert!(html
+        .contains("Repro: <code>seedsweep repro --scenario deepspeed-tied-row-parallel --param "));
+    assert!(html.contains("Tolerance now: atol=1e-06, rtol=1e-05; recommended by <code>size</code>: atol-at-torch-rtol atol="));
+    // 400 seeds: an empirical 1e-2 point (n >= 368) and GPD points; each labelled.
+    assert!(html.contains(">p=1e-2</text>"));
 }

@@ -35,7 +35,7 @@ fn predictions_from_1000_seed_windows_agree_with_10000_seeds() {
         count: 10_000,
         shard: None,
     };
-    let fr = collect_frontiers(&catalog, &groups, &range, "size");
+    let fr = collect_frontiers(&catalog, &groups, &range, "size", true);
     let logits = &fr[0][0];
     let all = usages(logits, Tolerance::TORCH_FP32);
     let big = tail_estimate(&all, &[1e-3]).points[0];

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::checkpoint::finish_outputs;
-use crate::commands::{emit, emitln};
+use crate::commands::{emit, status};
 use crate::engine::aggregate::{summarize_all, GroupAgg, SummaryEntry};
 use crate::export::csv::plan_csv;
 use crate::export::seeds_file::SeedsOut;
@@ -22,6 +22,8 @@ pub struct MergeOptions {
     /// Only report each shard's state (`--check`): nothing is read beyond fingerprints,
     /// plans and checkpoints, and nothing is written.
     pub check: bool,
+    /// No status lines.
+    pub quiet: bool,
 }
 
 /// `merge --check`: one tab-separated line per shard folder on stdout (`shard`, `state`,
@@ -109,7 +111,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     let frontiers = match crate::shard_set::merge_frontiers(&o.dirs, &o.out, metas, per_group)? {
         Ok(path) => Some(path),
         Err(note) => {
-            emitln(&note);
+            status(o.quiet, &note);
             None
         }
     };
@@ -119,10 +121,13 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     drop(lock);
     emit(&sweep_summary(metas, &aggs, &summaries));
     emit(&mutant_summary(metas, &aggs, &summaries));
-    emitln(&format!(
-        "merged {} shard(s); wrote {}",
-        o.dirs.len(),
-        written.join(", ")
-    ));
+    status(
+        o.quiet,
+        &format!(
+            "merged {} shard(s); wrote {}",
+            o.dirs.len(),
+            written.join(", ")
+        ),
+    );
     Ok(0)
 }

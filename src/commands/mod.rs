@@ -54,7 +54,7 @@ pub fn dispatch(action: Action) -> anyhow::Result<i32> {
         Action::Merge(o) => merge::merge(&o),
         Action::Scale(o) => scale::scale(&o),
         Action::Size(o) => size::size(&o),
-        Action::Report(dir, out) => report::report(&dir, &out),
+        Action::Report(dir, out, quiet) => report::report(&dir, &out, quiet),
         Action::Bench(o) => {
             emit(&bench::bench(&o)?);
             Ok(0)
@@ -83,4 +83,94 @@ pub fn emit(s: &str) {
 /// [`emit`] with a newline.
 pub fn emitln(s: &str) {
     emit(&format!("{s}\n"));
+}
+
+/// The human-readable text of a command (its tables): on stdout, unless stdout carries data
+/// the user asked for there (`--json -`, `--out -`), then on stderr, so that the data can be
+/// piped into a parser untouched.
+pub fn emit_text(s: &str, stdout_is_data: bool) {
+    if stdout_is_data {
+        eprint!("{s}");
+    } else {
+        emit(s);
+    }
+}
+
+/// A status line (`wrote ...`, `nothing to resume ...`): on stderr, never on stdout, and not
+/// at all with `--quiet`.
+pub fn status(quiet: bool, s: &str) {
+    if !quiet {
+        eprintln!("{s}");
+    }
+}
+
+/// The CI outputs of `sweep` and `repro` (`--json`, `--junit-xml`, `--markdown`) and their
+/// extra gates, validated by [`crate::cli`].
+#[derive(Debug, Clone, Default)]
+pub struct CiOutputs {
+    /// `--json FILE|-`.
+    pub json: Option<PathBuf>,
+    /// `--junit-xml FILE`.
+    pub junit_xml: Option<PathBuf>,
+    /// `--markdown FILE`.
+    pub markdown: Option<PathBuf>,
+    /// `--fail-on-missed-mutant`.
+    pub fail_on_missed_mutant: bool,
+    /// `--max-flake-rate P`.
+    pub max_flake_rate: Option<f64>,
+}
+
+impl CiOutputs {
+    /// Whether one of the outputs is stdout (`-`), which then carries it alone.
+    pub fn stdout_is_data(&self) -> bool {
+        [&self.json, &self.junit_xml, &self.markdown]
+            .into_iter()
+            .flatten()
+            .any(|p| is_stdout(p))
+    }
+
+    /// The gates, with `--fail-on-exceed`.
+    pub fn gates(&self, fail_on_exceed: bool) -> crate::verdict::Gates {
+        crate::verdict::Gates {
+            fail_on_exceed,
+            fail_on_missed_mutant: self.fail_on_missed_mutant,
+            max_flake_rate: self.max_flake_rate,
+        }
+    }
+
+    /// Writes the outputs asked for (each atomically); returns the files written (not `-`).
+    pub fn write(&self, v: &crate::verdict::Verdict) -> anyhow::Result<Vec<String>> {
+        use crate::export::{json, junit, markdown, write_atomic};
+        let mut written = Vec::new();
+        for (path, text) in [
+            (
+                &self.json,
+                json::to_json as fn(&crate::verdict::Verdict) -> String,
+            ),
+            (&self.junit_xml, junit::to_junit),
+            (&self.markdown, markdown::to_markdown),
+        ] {
+            if let Some(p) = path {
+                write_atomic(p, text(v).as_bytes())?;
+                if !is_stdout(p) {
+                    written.push(p.display().to_string());
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Whether any output or gate needs the verdict.
+    pub fn wanted(&self) -> bool {
+        self.json.is_some()
+            || self.junit_xml.is_some()
+            || self.markdown.is_some()
+            || self.fail_on_missed_mutant
+            || self.max_flake_rate.is_some()
+    }
+}
+
+/// Whether `path` is `-` (stdout).
+pub fn is_stdout(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
 }

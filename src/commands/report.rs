@@ -2,25 +2,24 @@
 
 use std::path::Path;
 
-use crate::commands::emitln;
+use crate::commands::status;
 
-/// Writes the report of the sweep folder `dir` to `out` (`-`: stdout) and says what it wrote.
-pub fn report(dir: &Path, out: &Path) -> anyhow::Result<i32> {
+/// Writes the report of the sweep folder `dir` to `out` (`-`: stdout) and says on stderr
+/// what it wrote (unless `quiet`). The folder's files must match the checksums its
+/// fingerprint records.
+pub fn report(dir: &Path, out: &Path, quiet: bool) -> anyhow::Result<i32> {
     if let Ok(Some(fp)) = crate::fingerprint::Fingerprint::read(dir) {
         crate::fingerprint::verify_checksums(dir, &fp, "report")?;
     }
     let stats = crate::export::html::write_report(dir, out)?;
-    let msg = format!(
-        "wrote {} ({} charts, {} checks)",
-        out.display(),
-        stats.charts,
-        stats.checks
+    status(
+        quiet,
+        &format!(
+            "wrote {} ({} charts, {} checks)",
+            out.display(),
+            stats.charts,
+            stats.checks
+        ),
     );
-    if out.as_os_str() == "-" {
-        // The report itself went to stdout.
-        eprintln!("{msg}");
-    } else {
-        emitln(&msg);
-    }
     Ok(0)
 }

@@ -5,11 +5,13 @@
 //! sweep; this module only renders the result.
 
 use std::fmt::Write as _;
+
+use anyhow::Context;
 use std::path::PathBuf;
 
 use crate::catalog::{Catalog, Group};
 use crate::check::{compare, torch_mismatch_message};
-use crate::commands::{emit, load_catalog, Common, EXIT_EXCEEDED};
+use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::evaluate::{for_each_pair, Comparison, SeedCheck};
 use crate::engine::plan::seed_runs_memory;
 use crate::export::prepare_dir;
@@ -29,6 +31,10 @@ pub struct ReproOptions {
     pub fail_on_exceed: bool,
     /// Directory for raw trace dumps.
     pub dump: Option<PathBuf>,
+    /// No status lines on stderr.
+    pub quiet: bool,
+    /// `--json`, `--junit-xml`, `--markdown` and the gates beyond `--fail-on-exceed`.
+    pub ci: CiOutputs,
 }
 
 /// Re-runs one seed; returns the process exit code.
@@ -42,7 +48,17 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
     }
+    let ctx = crate::verdict::ReproContext {
+        configs: o
+            .common
+            .configs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+        rng: o.common.rng.map(|r| r.name().to_string()),
+    };
     let outcome = repro(
+        &ctx,
         &catalog,
         &groups,
         |g| {
@@ -52,13 +68,22 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
         o.comparison,
         o.dump.as_deref(),
     )?;
-    emit(&outcome.text);
+    let data = o.ci.stdout_is_data();
+    emit_text(&outcome.text, data);
+    for d in &outcome.dumped {
+        status(o.quiet, &format!("dumped {d}"));
+    }
     note_unrevealed();
-    Ok(if o.fail_on_exceed && outcome.exceeded {
-        EXIT_EXCEEDED
-    } else {
-        0
-    })
+    let mut verdict = crate::verdict::of_repro(outcome.cases, outcome.mutants);
+    verdict.apply_gates(o.ci.gates(o.fail_on_exceed));
+    let files = o.ci.write(&verdict)?;
+    if !files.is_empty() {
+        status(o.quiet, &format!("wrote {}", files.join(", ")));
+    }
+    if let Some(line) = verdict.failure_line() {
+        eprintln!("{line}");
+    }
+    Ok(if verdict.failed() { EXIT_EXCEEDED } else { 0 })
 }
 
 /// On stderr: the matmul shapes a profile's revealed orders did not cover in this run (the
@@ -98,6 +123,34 @@ fn note_unrevealed() {
     );
 }
 
+/// torch's mismatch message for check `check` under policy `policy` of group `g` at `seed`
+/// and `step`, in `comparison` (None when the check is within its tolerance there): the
+/// message the test raises on that seed, for the CI verdict of a sweep. Reruns the seed.
+#[allow(clippy::too_many_arguments)]
+pub fn message_at(
+    catalog: &Catalog,
+    g: &Group,
+    seed: u64,
+    check: usize,
+    policy: usize,
+    comparison: Comparison,
+    step: crate::check::StepLabel,
+    ws: &mut Workspace,
+) -> Option<String> {
+    let mut results = Vec::new();
+    crate::engine::unit(catalog, g, seed, ws, &mut results);
+    let s = &catalog.scenarios[g.scenario];
+    let c = &s.checks(g.param)[check];
+    let tol = g.tolerances[policy][check];
+    let mut msg = None;
+    for_each_pair(&ws.traces, check, c, comparison, |at, a, e| {
+        if msg.is_none() && at == step && compare(a, e, tol).usage > 1.0 {
+            msg = torch_mismatch_message(a, e, &c.shape, tol, comparison.both_f32());
+        }
+    });
+    msg
+}
+
 /// What `repro` found.
 pub struct ReproOutcome {
     /// The report text.
@@ -105,6 +158,13 @@ pub struct ReproOutcome {
     /// Whether any check of the messaged comparison exceeded its tolerance in a clean
     /// (non-mutant) group.
     pub exceeded: bool,
+    /// The dump files written (`--dump`).
+    pub dumped: Vec<String>,
+    /// Per clean group, check, comparison and policy: the seed's case for the verdict
+    /// (comparison `asserted` = the messaged one), without gates.
+    pub cases: Vec<crate::verdict::Case>,
+    /// Per mutant group and policy: whether the seed catches it.
+    pub mutants: Vec<crate::verdict::MutantCase>,
 }
 
 /// Runs `seed` for every group and reports usages and torch-style messages for every
@@ -118,6 +178,7 @@ pub struct ReproOutcome {
 /// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv`, with `__<mutant>` before `__seed`
 /// for a mutant group (see [`crate::export::dump`]).
 pub fn repro(
+    ctx: &crate::verdict::ReproContext,
     catalog: &Catalog,
     groups: &[Group],
     seed_for: impl Fn(&Group) -> u64,
@@ -128,6 +189,9 @@ pub fn repro(
     let mut text = String::new();
     let mut exceeded = false;
     let mut results: Vec<SeedCheck> = Vec::new();
+    let mut dumped = Vec::new();
+    let mut cases = Vec::new();
+    let mut mutants = Vec::new();
     for g in groups {
         let s = &catalog.scenarios[g.scenario];
         let seed = seed_for(g);
@@ -147,12 +211,26 @@ pub fn repro(
                 mutant.map(|m| format!("__{m}")).unwrap_or_default(),
                 seed
             );
-            let path = dir.join(name);
+            let path = dir.join(&name);
             crate::export::write_atomic(
                 &path,
                 &crate::export::dump::dump_csv(checks, &ws.traces)?,
             )?;
-            let _ = writeln!(text, "dumped {}", path.display());
+            dumped.push(path.display().to_string());
+            // The same tensors as .npy files, one per tensor, in a folder of that name.
+            let npy_dir = dir.join(name.trim_end_matches(".csv"));
+            std::fs::create_dir_all(&npy_dir).with_context(|| {
+                format!("--dump: cannot create directory {}", npy_dir.display())
+            })?;
+            let files = crate::export::dump::dump_npy(checks, &ws.traces)?;
+            for (file, bytes) in &files {
+                crate::export::write_atomic(&npy_dir.join(file), bytes)?;
+            }
+            dumped.push(format!(
+                "{} ({} .npy files)",
+                npy_dir.display(),
+                files.len()
+            ));
         }
         let seed_note = if s.seed_dependent() {
             format!("seed {seed}")
@@ -197,6 +275,74 @@ pub fn repro(
             }
         }
         text.push_str(&render(&header, &rows, 2));
+        // The seed's cases for the verdict: a clean group's every check, comparison and
+        // policy, with the first message of the messaged comparison; a mutant group's
+        // policies.
+        let meta = crate::engine::plan::GroupMeta::of(catalog, g);
+        let first_case = cases.len();
+        let mut k = 0;
+        for (ci, c) in checks.iter().enumerate() {
+            for cmp in Comparison::ALL {
+                for (pi, policy) in g.policy_names.iter().enumerate() {
+                    let r = &results[k];
+                    k += 1;
+                    if mutant.is_some() {
+                        continue;
+                    }
+                    let fails = r.usage > 1.0;
+                    cases.push(crate::verdict::Case {
+                        scenario: meta.scenario.clone(),
+                        param: meta.param.clone(),
+                        profile: meta.profile.clone(),
+                        check: c.name.to_string(),
+                        comparison: cmp,
+                        asserted: cmp == message_comparison,
+                        policy: policy.clone(),
+                        tolerance: g.tolerances[pi][ci],
+                        seeds: 1,
+                        worst_usage_pct: r.usage * 100.0,
+                        worst_seed: seed,
+                        worst_step: r.worst_step,
+                        failing_seeds: usize::from(fails),
+                        failing_seed_list: if fails { vec![seed] } else { Vec::new() },
+                        tail: None,
+                        mutants_caught: Vec::new(),
+                        mutants_missed: Vec::new(),
+                        repro: crate::verdict::repro_command(ctx, &meta, policy, cmp, seed),
+                        message: None,
+                        failures: Vec::new(),
+                    });
+                }
+            }
+        }
+        if mutant.is_some() {
+            let np = g.policy_names.len();
+            for (pi, policy) in g.policy_names.iter().enumerate() {
+                let ci = Comparison::ALL
+                    .iter()
+                    .position(|c| *c == message_comparison)
+                    .expect("one of ALL");
+                let missing: Vec<String> = checks
+                    .iter()
+                    .enumerate()
+                    .filter(|(c, _)| {
+                        results[(c * Comparison::ALL.len() + ci) * np + pi].usage <= 1.0
+                    })
+                    .map(|(_, ch)| ch.name.to_string())
+                    .collect();
+                mutants.push(crate::verdict::MutantCase {
+                    scenario: meta.scenario.clone(),
+                    param: meta.param.clone(),
+                    profile: meta.profile.clone(),
+                    mutant: meta.mutant.clone(),
+                    policy: policy.clone(),
+                    caught_seeds: usize::from(missing.len() < checks.len()),
+                    seeds: 1,
+                    checks_missing: missing,
+                    fails_gate: false,
+                });
+            }
+        }
         // Messages, check by check and step by step, as the test would raise them.
         for (ci, c) in checks.iter().enumerate() {
             for (pi, policy) in g.policy_names.iter().enumerate() {
@@ -223,11 +369,30 @@ pub fn repro(
                         );
                         text.push_str(&msg);
                         text.push('\n');
+                        if mutant.is_none() {
+                            // The verdict carries the message of the worst step.
+                            let cmp = Comparison::ALL
+                                .iter()
+                                .position(|c| *c == message_comparison)
+                                .expect("one of ALL");
+                            let case = &mut cases[first_case
+                                + (ci * Comparison::ALL.len() + cmp) * g.policy_names.len()
+                                + pi];
+                            if step == case.worst_step || case.message.is_none() {
+                                case.message = Some(msg);
+                            }
+                        }
                     }
                 });
             }
         }
         text.push('\n');
     }
-    Ok(ReproOutcome { text, exceeded })
+    Ok(ReproOutcome {
+        text,
+        exceeded,
+        dumped,
+        cases,
+        mutants,
+    })
 }

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use crate::backend::{Backend, F32Backend, F64Backend};
 use crate::check::Tolerance;
-use crate::commands::{emit, emitln, load_catalog, Common};
+use crate::commands::{emit, load_catalog, status, Common};
 use crate::engine::plan::in_order;
 use crate::error::InputError;
 use crate::export::{prepare_dir, write_atomic};
@@ -186,7 +186,7 @@ fn measure(
 
 /// Runs the sweep on the current rayon pool, the seeds of each K through the engine's
 /// ordered parallel loop ([`in_order`]); points in (K, TP) order, TP 1 first per K.
-pub fn run(spec: &ScaleSpec, profile: &Profile) -> Vec<ScalePoint> {
+pub fn run(spec: &ScaleSpec, profile: &Profile, pb: &indicatif::ProgressBar) -> Vec<ScalePoint> {
     let mut points = Vec::new();
     for &k in &spec.ks {
         let mut per_seed: Vec<SeedMeasure> = Vec::new();
@@ -195,6 +195,7 @@ pub fn run(spec: &ScaleSpec, profile: &Profile) -> Vec<ScalePoint> {
             MatmulScratch::default,
             |scratch, &seed| measure(spec, profile, k, seed, scratch),
             |_, chunk| {
+                pb.inc(chunk.len() as u64);
                 per_seed.extend(chunk);
                 Ok(())
             },
@@ -253,6 +254,8 @@ pub struct ScaleOptions {
     pub threads: Option<usize>,
     /// Output directory.
     pub out: PathBuf,
+    /// No progress bar and no status lines.
+    pub quiet: bool,
 }
 
 /// Runs `scale`: writes `scale.csv` (and `scale.svg`) into `--out` and prints a table.
@@ -354,7 +357,14 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         seeds: o.seeds,
         policies,
     };
-    let points = pool.install(|| run(&spec, &profile));
+    let pb = crate::progress::bar_of(
+        spec.ks.len() as u64 * spec.seeds,
+        o.quiet,
+        "scale",
+        "seeds (all TP degrees)",
+    );
+    let points = pool.install(|| run(&spec, &profile, &pb));
+    pb.finish_and_clear();
     let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
     write_atomic(&o.out.join("scale.csv"), &csv)?;
     let svg = crate::export::svg::scale_plot(&points, &o.policies[0], 0);
@@ -389,16 +399,19 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
             r
         })
         .collect();
-    emitln(&format!(
-        "{} on x (rows x K, tanh N(0,1)) . W^T (cols x K, N(0,1)), {} seeds per point; errors against float64 in units of u*sum|x*w| (u = 2^-24), usage of sharded vs unsharded fp32",
+    emit(&format!(
+        "{} on x (rows x K, tanh N(0,1)) . W^T (cols x K, N(0,1)), {} seeds per point; errors against float64 in units of u*sum|x*w| (u = 2^-24), usage of sharded vs unsharded fp32\n",
         profile.name, o.seeds
     ));
     emit(&crate::export::table::render(&header, &rows, 0));
-    emitln(&format!(
-        "wrote {} and {}",
-        o.out.join("scale.csv").display(),
-        o.out.join("scale.svg").display()
-    ));
+    status(
+        o.quiet,
+        &format!(
+            "wrote {} and {}",
+            o.out.join("scale.csv").display(),
+            o.out.join("scale.svg").display()
+        ),
+    );
     Ok(0)
 }
 
@@ -424,7 +437,7 @@ mod tests {
             .unwrap()
             .resolve("cpu-fma", "--profile")
             .unwrap();
-        let pts = run(&spec(), &p);
+        let pts = run(&spec(), &p, &indicatif::ProgressBar::hidden());
         assert_eq!(pts.len(), 2 * 3);
         for pt in &pts {
             // γ_K = K·u/(1 − K·u) ≈ K in units of u·Σ|xw|, plus the all-reduce and f32
@@ -462,12 +475,12 @@ mod tests {
             .num_threads(1)
             .build()
             .unwrap()
-            .install(|| run(&spec(), &p));
+            .install(|| run(&spec(), &p, &indicatif::ProgressBar::hidden()));
         let two = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .unwrap()
-            .install(|| run(&spec(), &p));
+            .install(|| run(&spec(), &p, &indicatif::ProgressBar::hidden()));
         for (a, b) in one.iter().zip(&two) {
             assert_eq!(a.max_err.to_bits(), b.max_err.to_bits());
             assert_eq!(a.worst_usage_pct, b.worst_usage_pct);

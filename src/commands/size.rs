@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::catalog::{Catalog, Selection};
-use crate::commands::{emit, emitln, load_catalog, Common};
+use crate::commands::{emit_text, is_stdout, load_catalog, status, Common};
 use crate::engine::aggregate::collect_frontiers;
 use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
 use crate::error::InputError;
@@ -36,6 +36,8 @@ pub struct SizeOptions {
     pub out: Option<PathBuf>,
     /// Fresh seeds to validate the recommendation on.
     pub validate: Option<u64>,
+    /// No progress bar and no status lines.
+    pub quiet: bool,
 }
 
 /// Whether `name` passes an optional name filter.
@@ -154,6 +156,7 @@ fn validate(
     report: &crate::sizing::SizeReport,
     n: u64,
     flake: f64,
+    quiet: bool,
 ) -> anyhow::Result<(String, String)> {
     use crate::check::py_repr;
     use crate::export::table::{pct, render};
@@ -202,7 +205,7 @@ fn validate(
                 count: n,
                 shard: None,
             };
-            let fr = collect_frontiers(catalog, &[group], &range, "validate")
+            let fr = collect_frontiers(catalog, &[group], &range, "validate", quiet)
                 .pop()
                 .unwrap_or_default();
             let seeds = fr.first().map(|c| c.len()).unwrap_or(0);
@@ -396,7 +399,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
                     o.common.max_memory,
                 )?;
             }
-            let fr = pool.install(|| collect_frontiers(&catalog, &groups, &range, "size"));
+            let fr = pool.install(|| collect_frontiers(&catalog, &groups, &range, "size", o.quiet));
             groups
                 .iter()
                 .zip(fr)
@@ -425,7 +428,8 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     let mut report = pool.install(|| crate::sizing::size(&data, o.flake_rate, o.target));
     let mut vtext = String::new();
     if let Some(n) = o.validate {
-        let (t, m) = pool.install(|| validate(&catalog, &data, &report, n, o.flake_rate))?;
+        let (t, m) =
+            pool.install(|| validate(&catalog, &data, &report, n, o.flake_rate, o.quiet))?;
         vtext = t;
         report.markdown.push_str(&m);
     }
@@ -435,20 +439,25 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     if let Some(path) = &o.markdown {
         write_atomic(path, report.markdown.as_bytes())?;
     }
-    emit(&report.text);
-    emit(&vtext);
+    // With `--out -` or `--markdown -` stdout carries that file alone.
+    let stdout_is_data = [&csv_path, &o.markdown]
+        .into_iter()
+        .flatten()
+        .any(|p| is_stdout(p));
+    emit_text(&report.text, stdout_is_data);
+    emit_text(&vtext, stdout_is_data);
     for path in [&csv_path, &o.markdown]
         .into_iter()
         .flatten()
-        .filter(|p| p.as_os_str() != "-")
+        .filter(|p| !is_stdout(p))
     {
-        emitln(&format!("wrote {}", path.display()));
+        status(o.quiet, &format!("wrote {}", path.display()));
     }
     if report.missed > 0 {
-        emitln(&format!(
+        eprintln!(
             "warning: {} mutant(s) are not caught on every seed under the recommended tolerances",
             report.missed
-        ));
+        );
     }
     Ok(0)
 }

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use crate::catalog::Catalog;
 use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
-use crate::commands::{emit, emitln, load_catalog, Common, EXIT_EXCEEDED};
+use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
+use crate::engine::evaluate::Comparison;
 use crate::engine::held::HELD_IN_MEMORY;
 use crate::engine::held_bytes;
 use crate::engine::plan::{
@@ -47,6 +48,8 @@ pub struct SweepOptions {
     pub resume: bool,
     /// Format of the per-seed file (`--format`).
     pub format: SeedsFormat,
+    /// `--json`, `--junit-xml`, `--markdown` and the gates beyond `--fail-on-exceed`.
+    pub ci: CiOutputs,
 }
 
 /// Runs a sweep; returns the process exit code.
@@ -151,10 +154,11 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
                 crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
             }
             let _ = std::fs::remove_file(&progress);
-            emitln(&format!(
+            // Printed even with --quiet: the command did none of the work it names.
+            eprintln!(
                 "nothing to resume: {} holds the finished sweep of this command",
                 o.out.display()
-            ));
+            );
             return Ok(0);
         }
         if std::fs::read(&plan_path).ok().as_deref() != Some(&plan_bytes[..]) {
@@ -204,19 +208,86 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             &mut sink,
         )
     })?;
+    // The last phase (tail fits, the summary, and with Parquet the row log's conversion) has
+    // no seed count to show: a ticking line says what it is doing.
+    let phase = crate::progress::phase(o.quiet, "sweep", "finishing frontiers.bin");
     let writer = sink.writer.take();
     let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
+    phase.set_message("summarizing: quantiles and tail fits");
     let summaries: Vec<Vec<SummaryEntry>> = pool.install(|| summarize_all(&metas, &aggs));
+    phase.set_message(format!("writing summary.csv and {}", o.format.file()));
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
+    phase.finish_and_clear();
     written.extend(frontiers_file);
     crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
     let _ = std::fs::remove_file(&progress);
     drop(lock);
-    emit(&sweep_summary(&metas, &aggs, &summaries));
-    emit(&mutant_summary(&metas, &aggs, &summaries));
-    emitln(&format!("wrote {}", written.join(", ")));
+    let data = o.ci.stdout_is_data();
+    emit_text(&sweep_summary(&metas, &aggs, &summaries), data);
+    emit_text(&mutant_summary(&metas, &aggs, &summaries), data);
+    status(o.quiet, &format!("wrote {}", written.join(", ")));
+    let failed = if o.ci.wanted() {
+        let outputs = o.ci.json.is_some() || o.ci.junit_xml.is_some() || o.ci.markdown.is_some();
+        let ctx = crate::verdict::ReproContext {
+            configs: o
+                .common
+                .configs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
+            rng: o.common.rng.map(|r| r.name().to_string()),
+        };
+        let mut ws = crate::scenario::Workspace::default();
+        // torch's message at the worst seed of each failing case: one seed rerun each.
+        let message = |gi: usize, k: usize| {
+            if !outputs {
+                return None;
+            }
+            let m = &metas[gi];
+            let e = &summaries[gi][k];
+            let np = m.policies.len();
+            let (c, p) = (k / (np * Comparison::ALL.len()), k % np);
+            crate::commands::repro::message_at(
+                &catalog,
+                &groups[gi],
+                e.worst_seed,
+                c,
+                p,
+                e.comparison,
+                e.worst_step,
+                &mut ws,
+            )
+        };
+        let verdict = crate::verdict::of_sweep(
+            &metas,
+            &aggs,
+            &summaries,
+            o.ci.gates(o.fail_on_exceed),
+            &ctx,
+            message,
+        );
+        let files = o.ci.write(&verdict)?;
+        if !files.is_empty() {
+            status(o.quiet, &format!("wrote {}", files.join(", ")));
+        }
+        if let Some(line) = verdict.failure_line() {
+            eprintln!("{line}");
+        }
+        verdict.failed()
+    } else {
+        let failed = o.fail_on_exceed && exceeded(&metas, &summaries);
+        if failed {
+            eprintln!(
+                "seedsweep sweep: FAILED: {}",
+                exceeded_line(&metas, &summaries)
+            );
+        }
+        failed
+    };
+    // A gate never passes on no data: an empty shard (more shards than seeds) evaluated none.
     let evaluated: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    if o.fail_on_exceed && evaluated == 0 {
+    let no_data = o.fail_on_exceed && evaluated == 0;
+    if no_data {
         eprintln!(
             "--fail-on-exceed: this run evaluated no seed-runs (shard {} of {} seeds holds \
              none), so nothing shows that the checks pass; failing",
@@ -226,13 +297,48 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
                 .unwrap_or_else(|| "the whole range".into()),
             o.seeds
         );
-        return Ok(EXIT_EXCEEDED);
     }
-    Ok(if o.fail_on_exceed && exceeded(&metas, &summaries) {
-        EXIT_EXCEEDED
-    } else {
-        0
-    })
+    Ok(if failed || no_data { EXIT_EXCEEDED } else { 0 })
+}
+
+/// One line naming what exceeded: how many checks, and the first with its worst seed.
+fn exceeded_line(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> String {
+    let mut n = 0;
+    let mut first = None;
+    for (m, entries) in metas.iter().zip(summaries) {
+        if !m.mutant.is_empty() {
+            continue;
+        }
+        for e in entries {
+            if e.comparison == m.asserted && e.failing_seeds > 0 {
+                n += 1;
+                first.get_or_insert((m, e));
+            }
+        }
+    }
+    match first {
+        None => "no check exceeded".into(),
+        Some((m, e)) => format!(
+            "{n} check x policy case(s) exceeded their tolerance, first {} [{}] {} {} policy {}: \
+             {} of {} seeds, worst {} at seed {} step {} (repro: seedsweep repro --scenario {} \
+             --param {} --profile {} --policy {} --seed {})",
+            m.scenario,
+            m.param,
+            m.profile,
+            e.check,
+            e.policy,
+            e.failing_seeds,
+            e.seeds,
+            crate::verdict::pct(e.worst_usage),
+            e.worst_seed,
+            e.worst_step,
+            m.scenario,
+            m.param,
+            m.profile,
+            e.policy,
+            e.worst_seed
+        ),
+    }
 }
 
 /// The shard this run computes. An existing folder that holds this same sweep (its

@@ -137,6 +137,9 @@ pub fn tail_keep(n: usize) -> usize {
         .min(n)
 }
 
+/// How many failing seeds an [`EntryAgg`] lists (the count is always exact).
+pub const FAILING_LISTED: usize = 20;
+
 /// The per-seed failure probabilities of the summary's tail columns.
 pub const TAIL_PROBS: [f64; 3] = [1e-2, 1e-3, 1e-4];
 
@@ -146,6 +149,8 @@ pub const TAIL_PROBS: [f64; 3] = [1e-2, 1e-3, 1e-4];
 pub struct EntryAgg {
     /// Seeds with usage > 100 %.
     pub failing: usize,
+    /// The first [`FAILING_LISTED`] of those seeds, in seed order (the verdict lists them).
+    pub failing_first: Vec<u64>,
     /// Largest usage so far (the first seed reaching it wins ties).
     pub worst_usage: f64,
     /// Its seed.
@@ -190,6 +195,7 @@ impl GroupAgg {
     pub fn new(meta: &GroupMeta, histogram: bool, expected_seeds: usize) -> Self {
         let entry = EntryAgg {
             failing: 0,
+            failing_first: Vec::new(),
             worst_usage: f64::NEG_INFINITY,
             worst_seed: 0,
             worst_step: StepLabel::default(),
@@ -225,6 +231,10 @@ impl GroupAgg {
                 e.min_usage = u;
             }
             if u > 100.0 {
+                // At most FAILING_LISTED pushes per entry over a whole sweep.
+                if e.failing < FAILING_LISTED {
+                    e.failing_first.push(seed);
+                }
                 e.failing += 1;
             }
             if u > e.worst_usage {
@@ -493,10 +503,11 @@ pub fn collect_frontiers(
     groups: &[Group],
     range: &SeedRange,
     what: &str,
+    quiet: bool,
 ) -> Vec<Frontiers> {
     let plan = plan::units(catalog, groups, range);
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    let pb = crate::progress::bar(total, false, what);
+    let pb = crate::progress::bar(total, quiet, what);
     let mut out: Vec<Frontiers> = groups
         .iter()
         .map(|g| vec![Vec::new(); catalog.scenarios[g.scenario].checks(g.param).len()])

@@ -1,6 +1,9 @@
-//! CSV export. The row structs below *are* the schema; `results/README.md` documents every
-//! column. Floats are written as Python's `repr` writes them (shortest round-trip digits,
-//! `1.25e-06`, `inf`), so the files read back exactly in pandas or numpy.
+//! CSV export. The row structs below serialize the columns [`crate::export::schema`]
+//! declares (tests compare their headers with it); `results/README.md` documents every
+//! column with its type. Floats are written as Python's `repr` writes them (shortest
+//! round-trip digits, `1.25e-06`, `inf`, `-inf`), except "not a number", which is `NaN`:
+//! the spellings pandas, polars and DuckDB all read as floats with no options (polars reads
+//! `nan` as text).
 
 use std::path::Path;
 
@@ -12,12 +15,32 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Deserialize;
 
-use crate::check::{py_repr, StepLabel};
+#[cfg(doc)]
+use crate::check::py_repr;
+use crate::check::StepLabel;
 use crate::engine::{aggregate::SummaryEntry, evaluate::SeedValues, plan::GroupMeta};
 use crate::evaluate::Comparison;
+use crate::export::schema;
 
 fn float<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&py_repr(*x))
+    let mut out = Vec::with_capacity(24);
+    float_into(*x, &mut out);
+    s.serialize_str(std::str::from_utf8(&out).expect("ASCII"))
+}
+
+/// One float field as the tables write it: [`py_repr`], except NaN, which is `NaN`.
+pub fn float_into(x: f64, out: &mut Vec<u8>) {
+    if x.is_nan() {
+        out.extend_from_slice(b"NaN");
+    } else {
+        crate::check::py_repr_into(x, out);
+    }
+}
+
+/// The `micro_step` column of a step label: the micro-step, or -1 for a check made once
+/// per optimizer step.
+pub fn micro_step(l: StepLabel) -> i64 {
+    l.micro.map_or(-1, i64::from)
 }
 
 /// One row of `seeds.csv`: one seed × check × comparison × policy. `usage_pct` is the value
@@ -44,8 +67,10 @@ pub struct SeedRow<'a> {
     /// Largest |actual - expected| over all steps.
     #[serde(serialize_with = "float")]
     pub max_abs_diff: f64,
-    /// Step of the worst usage (`s`, or `s.m` for a micro-step).
-    pub worst_step: String,
+    /// Optimizer step of the worst usage, from 0.
+    pub step: u32,
+    /// Its gradient-accumulation micro-step, from 0; -1 for a check made once per step.
+    pub micro_step: i64,
     /// Mismatched elements at the worst step.
     pub mismatched: u32,
     /// Elements compared at the worst step.
@@ -95,8 +120,10 @@ pub struct SummaryRow<'a> {
     pub worst_usage_pct: f64,
     /// First seed (in seed order) reaching the largest usage.
     pub worst_seed: u64,
-    /// Its step.
-    pub worst_step: String,
+    /// Its optimizer step.
+    pub worst_step: u32,
+    /// Its micro-step, -1 for a check made once per step.
+    pub worst_micro_step: i64,
     /// Median usage over seeds, percent (linear interpolation).
     #[serde(serialize_with = "float")]
     pub p50_usage_pct: f64,
@@ -189,13 +216,13 @@ fn to_bytes<T: Serialize>(rows: impl IntoIterator<Item = T>) -> anyhow::Result<V
 /// by field without allocating (once `memo` has room for the group's entries): the same
 /// bytes as serializing [`SeedRow`] with the csv writer ([`seed_rows_serde`], which the
 /// tests compare against): fields quoted only when they hold a comma, a quote or a line
-/// break (quotes doubled), floats as [`py_repr`], `\n` after each row.
+/// break (quotes doubled), floats as [`float_into`], `\n` after each row.
 ///
 /// Float fields come from `memo` where the value is one it formatted before. A worker
 /// keeps one memo for all its units: the groups of a family (a clean run and its mutants)
 /// share their `ref-vs-f64` entries, their |expected| and their theory bounds, and a
 /// check's two policies share its |diff| and |expected|, so most of a mutant's floats are
-/// copies. An entry is used only when its value's bits are equal, and [`py_repr`] is a
+/// copies. An entry is used only when its value's bits are equal, and [`float_into`] is a
 /// function of the bits, so the bytes are the same whatever the memo holds.
 pub fn seed_rows(
     meta: &GroupMeta,
@@ -240,9 +267,10 @@ pub fn seed_rows(
                 memo.write(k0, DIFF, sc.max_abs_diff, out);
                 out.push(b',');
                 decimal(out, u64::from(sc.worst_step.step));
-                if let Some(m) = sc.worst_step.micro {
-                    out.push(b'.');
-                    decimal(out, u64::from(m));
+                out.push(b',');
+                match sc.worst_step.micro {
+                    Some(m) => decimal(out, u64::from(m)),
+                    None => out.extend_from_slice(b"-1"),
                 }
                 for n in [sc.mismatched, sc.elements, sc.nonfinite] {
                     out.push(b',');
@@ -272,7 +300,7 @@ const DET: usize = 3;
 const PROB: usize = 4;
 
 /// The last value [`seed_rows`] formatted per result slot and float field, with its
-/// bytes (a [`py_repr`] is at most 24 bytes).
+/// bytes (a [`float_into`] is at most 24 bytes).
 #[derive(Debug, Default)]
 pub struct FloatMemo {
     entries: Vec<[MemoEntry; 5]>,
@@ -294,7 +322,7 @@ impl FloatMemo {
         }
     }
 
-    /// Appends [`py_repr`]`(x)` to `out`, copied from slot `k`'s entry for `field` when it
+    /// Appends [`float_into`]`(x)` to `out`, copied from slot `k`'s entry for `field` when it
     /// holds the same bits, formatted (and kept there) otherwise.
     #[inline]
     fn write(&mut self, k: usize, field: usize, x: f64, out: &mut Vec<u8>) {
@@ -303,7 +331,7 @@ impl FloatMemo {
             return out.extend_from_slice(&e.bytes[..e.len as usize]);
         }
         let start = out.len();
-        crate::check::py_repr_into(x, out);
+        float_into(x, out);
         let s = &out[start..];
         if s.len() <= e.bytes.len() {
             e.bits = x.to_bits();
@@ -370,7 +398,8 @@ pub fn seed_rows_serde(
                     policy,
                     usage_pct: sc.usage_pct,
                     max_abs_diff: sc.max_abs_diff,
-                    worst_step: sc.worst_step.to_string(),
+                    step: sc.worst_step.step,
+                    micro_step: micro_step(sc.worst_step),
                     mismatched: sc.mismatched,
                     elements: sc.elements,
                     nonfinite: sc.nonfinite,
@@ -386,36 +415,10 @@ pub fn seed_rows_serde(
     Ok(())
 }
 
-/// The header line of `seeds.csv`, as the csv writer writes it before the first row.
-fn seeds_header() -> anyhow::Result<Vec<u8>> {
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    w.serialize(SeedRow {
-        scenario: "",
-        param: "",
-        profile: "",
-        seed: 0,
-        check: "",
-        comparison: "",
-        policy: "",
-        usage_pct: 0.0,
-        max_abs_diff: 0.0,
-        worst_step: String::new(),
-        mismatched: 0,
-        elements: 0,
-        nonfinite: 0,
-        max_abs_expected: 0.0,
-        mutant: "",
-        theory_det_pct: 0.0,
-        theory_prob_pct: 0.0,
-    })?;
-    let bytes = w
-        .into_inner()
-        .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))?;
-    let end = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(bytes.len(), |i| i + 1);
-    Ok(bytes[..end].to_vec())
+/// The header line of `seeds.csv`: the columns [`schema::SEEDS`] declares (the header the
+/// csv writer writes for [`SeedRow`], which a test checks).
+fn seeds_header() -> Vec<u8> {
+    schema::header(schema::SEEDS).into_bytes()
 }
 
 /// Streams `seeds.csv` rows to a file: group order, then seed order, then check, comparison,
@@ -438,7 +441,7 @@ impl SeedsWriter {
         Ok(Self {
             w: std::io::BufWriter::with_capacity(1 << 20, file),
             path: path.to_path_buf(),
-            header: if append { None } else { Some(seeds_header()?) },
+            header: if append { None } else { Some(seeds_header()) },
             buf: Vec::new(),
             memo: FloatMemo::default(),
         })
@@ -513,7 +516,8 @@ pub fn summary_csv(
                 failing_seeds: e.failing_seeds,
                 worst_usage_pct: e.worst_usage,
                 worst_seed: e.worst_seed,
-                worst_step: e.worst_step.to_string(),
+                worst_step: e.worst_step.step,
+                worst_micro_step: micro_step(e.worst_step),
                 p50_usage_pct: e.p50_usage,
                 p95_usage_pct: e.p95_usage,
                 max_abs_diff: e.max_abs_diff,
@@ -717,12 +721,14 @@ pub(crate) struct SeedRowIn {
     pub(crate) policy: String,
     pub(crate) usage_pct: f64,
     pub(crate) max_abs_diff: f64,
-    pub(crate) worst_step: String,
+    pub(crate) step: u32,
+    pub(crate) micro_step: i64,
     pub(crate) mismatched: u32,
     pub(crate) elements: u32,
     pub(crate) nonfinite: u32,
     pub(crate) max_abs_expected: f64,
-    pub(crate) mutant: String,
+    #[serde(default)]
+    pub(crate) mutant: Option<String>,
     // Files written before the theory columns existed read as "no bound".
     #[serde(default = "nan")]
     pub(crate) theory_det_pct: f64,
@@ -788,7 +794,7 @@ impl<'a> UnitCollector<'a> {
                     m.scenario == next.scenario
                         && m.param == next.param
                         && m.profile == next.profile
-                        && m.mutant == next.mutant
+                        && m.mutant == next.mutant.as_deref().unwrap_or("")
                 })
                 .ok_or_else(|| bad("row of a group that is not in the plan".into()))?,
         };
@@ -823,8 +829,17 @@ impl<'a> UnitCollector<'a> {
                 next.usage_pct
             )));
         }
-        let step = parse_step(&next.worst_step)
-            .ok_or_else(|| bad(format!("bad worst_step `{}`", next.worst_step)))?;
+        let step = StepLabel {
+            step: next.step,
+            micro: match next.micro_step {
+                -1 => None,
+                m => Some(u32::try_from(m).map_err(|_| {
+                    bad(format!(
+                        "micro_step {m} is not allowed; a micro-step is -1 (none) or 0..=4294967295"
+                    ))
+                })?),
+            },
+        };
         vals.push(SeedValues {
             usage_pct: next.usage_pct,
             max_abs_diff: next.max_abs_diff,
@@ -899,13 +914,6 @@ pub fn read_units(
         }
     }
     units.finish()
-}
-
-fn parse_step(s: &str) -> Option<StepLabel> {
-    match s.split_once('.') {
-        None => Some(StepLabel::step(s.parse().ok()?)),
-        Some((a, b)) => Some(StepLabel::micro(a.parse().ok()?, b.parse().ok()?)),
-    }
 }
 
 /// One row of `scale.csv`: one (K, TP) point under one policy.
@@ -1002,6 +1010,158 @@ mod tests {
             asserted: Comparison::ShardedVsRef,
             seed_dependent: true,
         }
+    }
+
+    /// The header the csv writer derives from a row struct.
+    fn serde_header<T: Serialize>(row: T) -> String {
+        let bytes = to_bytes([row]).unwrap();
+        let s = String::from_utf8(bytes).unwrap();
+        s[..=s.find('\n').unwrap()].to_string()
+    }
+
+    #[test]
+    fn every_row_struct_serializes_the_declared_columns() {
+        let seed = SeedRow {
+            scenario: "",
+            param: "",
+            profile: "",
+            seed: 0,
+            check: "",
+            comparison: "",
+            policy: "",
+            usage_pct: 0.0,
+            max_abs_diff: 0.0,
+            step: 0,
+            micro_step: -1,
+            mismatched: 0,
+            elements: 0,
+            nonfinite: 0,
+            max_abs_expected: 0.0,
+            mutant: "",
+            theory_det_pct: 0.0,
+            theory_prob_pct: 0.0,
+        };
+        assert_eq!(serde_header(seed), schema::header(schema::SEEDS));
+        assert_eq!(
+            String::from_utf8(seeds_header()).unwrap(),
+            schema::header(schema::SEEDS)
+        );
+        let summary = SummaryRow {
+            scenario: "",
+            param: "",
+            profile: "",
+            check: "",
+            comparison: "",
+            policy: "",
+            atol: 0.0,
+            rtol: 0.0,
+            seeds: 0,
+            failing_seeds: 0,
+            worst_usage_pct: 0.0,
+            worst_seed: 0,
+            worst_step: 0,
+            worst_micro_step: -1,
+            p50_usage_pct: 0.0,
+            p95_usage_pct: 0.0,
+            max_abs_diff: 0.0,
+            max_abs_expected: 0.0,
+            nonfinite_seeds: 0,
+            mutant: "",
+            quantile_method: "",
+            tail_method: "",
+            tail_p1e2_pct: 0.0,
+            tail_p1e3_pct: 0.0,
+            tail_p1e3_lo_pct: 0.0,
+            tail_p1e3_hi_pct: 0.0,
+            tail_p1e4_pct: 0.0,
+            tail_p1e4_lo_pct: 0.0,
+            tail_p1e4_hi_pct: 0.0,
+            theory_det_usage_pct: 0.0,
+            theory_prob_usage_pct: 0.0,
+        };
+        assert_eq!(serde_header(summary), schema::header(schema::SUMMARY));
+        let mutant = MutantRow {
+            mutant: "",
+            scenario: "",
+            param: "",
+            profile: "",
+            check: "",
+            comparison: "",
+            policy: "",
+            detected_seeds: 0,
+            seeds: 0,
+            min_usage_pct: 0.0,
+        };
+        assert_eq!(serde_header(mutant), schema::header(schema::MUTANTS));
+        let plan = PlanRow {
+            scenario: String::new(),
+            param: String::new(),
+            profile: String::new(),
+            mutant: String::new(),
+            asserted: String::new(),
+            seed_dependent: true,
+            first_seed: 0,
+            seeds: 0,
+            check: String::new(),
+            comparison: String::new(),
+            policy: String::new(),
+            atol: 0.0,
+            rtol: 0.0,
+        };
+        assert_eq!(serde_header(plan), schema::header(schema::PLAN));
+        let scale = ScaleRow {
+            profile: "",
+            k: 0,
+            tp: 0,
+            seeds: 0,
+            policy: "",
+            worst_usage_pct: 0.0,
+            p95_usage_pct: 0.0,
+            p50_err_u: 0.0,
+            p95_err_u: 0.0,
+            max_err_u: 0.0,
+            sqrt_k: 0.0,
+            max_abs_diff: 0.0,
+            max_abs_y: 0.0,
+        };
+        assert_eq!(serde_header(scale), schema::header(schema::SCALE));
+        let rec = crate::sizing::RecRow {
+            scenario: String::new(),
+            param: String::new(),
+            profile: String::new(),
+            check: String::new(),
+            shape: "",
+            atol: None,
+            rtol: None,
+            flake_rate: 0.0,
+            target_pct: 0.0,
+            predicted_pct: None,
+            predicted_upper_pct: None,
+            tail_method: "",
+            seeds: 0,
+            seeds_needed_gpd: 0,
+            seeds_needed_empirical: 0,
+            binding_profile: String::new(),
+            binding_check: String::new(),
+            note: String::new(),
+        };
+        assert_eq!(serde_header(rec), schema::header(schema::RECOMMENDATIONS));
+    }
+
+    #[test]
+    fn not_a_number_is_written_as_every_reader_parses_it() {
+        let mut out = Vec::new();
+        for x in [
+            f64::NAN,
+            -f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1.25e-6,
+        ] {
+            float_into(x, &mut out);
+            out.push(b' ');
+        }
+        assert_eq!(out, b"NaN NaN inf -inf 1.25e-06 ");
     }
 
     #[test]

@@ -52,3 +52,58 @@ pub fn dump_csv(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<u8>
     w.into_inner()
         .map_err(|e| anyhow::anyhow!("csv buffer: {e}"))
 }
+
+/// The dump of one seed's traces as `.npy` files for `numpy.load`: one file per recorded
+/// tensor, named `<computation>__<check>__step<step>__<role>.npy` (step `2`, or `1.0` for a
+/// micro-step), holding the tensor with the check's shape (1-D when the recorded length is not
+/// the shape's product) in row-major order. The fp32 computations (`reference`, `sharded`) are
+/// written as `float32` (their values widen to f64 exactly, so this is lossless), the `f64`
+/// computation and the float64 expectations as `float64`. Returns (file name, bytes) in trace
+/// order; the bytes depend only on the traces.
+pub fn dump_npy(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    use ndarray::{ArrayViewD, IxDyn};
+    use ndarray_npy::WriteNpyExt;
+    let mut out = Vec::new();
+    for (name, trace) in [
+        ("f64", &traces.f64),
+        ("reference", &traces.reference),
+        ("sharded", &traces.sharded),
+    ] {
+        for slot in &trace.slots {
+            let role = match slot.role {
+                SlotRole::Value => "value",
+                SlotRole::SelfExpectedF32 => "expected-f32",
+                SlotRole::SelfExpectedF64 => "expected-f64",
+                SlotRole::Condition => "condition",
+            };
+            let check = &checks[slot.check];
+            let data = trace.data(slot);
+            let shape: Vec<usize> = if check.shape.iter().product::<usize>() == data.len() {
+                check.shape.to_vec()
+            } else {
+                vec![data.len()]
+            };
+            let file = format!("{name}__{}__step{}__{role}.npy", check.name, slot.step);
+            let mut bytes = Vec::new();
+            // float32 only where every value is an f32 (exact): fp32 computations' values.
+            let f32s: Option<Vec<f32>> = (name != "f64" && slot.role != SlotRole::SelfExpectedF64)
+                .then(|| data.iter().map(|&v| v as f32).collect::<Vec<f32>>())
+                .filter(|v| {
+                    v.iter().zip(data).all(|(&a, &b)| {
+                        f64::from(a).to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+                    })
+                });
+            let err = |e: ndarray_npy::WriteNpyError| anyhow::anyhow!("{file}: {e}");
+            match f32s {
+                Some(v) => ArrayViewD::from_shape(IxDyn(&shape), &v)?
+                    .write_npy(&mut bytes)
+                    .map_err(err)?,
+                None => ArrayViewD::from_shape(IxDyn(&shape), data)?
+                    .write_npy(&mut bytes)
+                    .map_err(err)?,
+            }
+            out.push((file, bytes));
+        }
+    }
+    Ok(out)
+}

@@ -81,14 +81,32 @@ struct SummaryIn {
     failing_seeds: usize,
     worst_usage_pct: f64,
     worst_seed: u64,
-    worst_step: String,
+    worst_step: u32,
+    /// -1 (or absent, in a file written before the column): none.
+    #[serde(default = "no_micro")]
+    worst_micro_step: i64,
     p50_usage_pct: f64,
     p95_usage_pct: f64,
     max_abs_diff: f64,
     max_abs_expected: f64,
     nonfinite_seeds: usize,
-    mutant: String,
+    #[serde(default)]
+    mutant: Option<String>,
     quantile_method: String,
+}
+
+fn no_micro() -> i64 {
+    -1
+}
+
+impl SummaryIn {
+    /// The worst seed's step as the tables print it: `s`, or `s.m` for a micro-step.
+    fn step_label(&self) -> String {
+        match self.worst_micro_step {
+            -1 => self.worst_step.to_string(),
+            m => format!("{}.{m}", self.worst_step),
+        }
+    }
 }
 
 /// One row of `mutants.csv` as read back.
@@ -132,6 +150,8 @@ struct Data {
     series: Option<Vec<Vec<Vec<Series>>>>,
     /// The per-seed file the series come from (`seeds.csv` or `seeds.parquet`).
     seeds_name: Option<String>,
+    /// `recommendations.csv` rows (written by `size DIR`), when present.
+    recommendations: Vec<verdict::RecIn>,
 }
 
 fn read_csv<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
@@ -151,7 +171,7 @@ impl Data {
 
         let mut summary: BTreeMap<ChartKey, BTreeMap<String, SummaryIn>> = BTreeMap::new();
         for r in read_csv::<SummaryIn>(&dir.join("summary.csv"))? {
-            if !r.mutant.is_empty() {
+            if r.mutant.as_deref().is_some_and(|m| !m.is_empty()) {
                 continue;
             }
             let key = chart_key(&r.scenario, &r.param, &r.profile, &r.check, &r.comparison);
@@ -223,12 +243,19 @@ impl Data {
             None
         };
 
+        let rpath = dir.join("recommendations.csv");
+        let recommendations = if rpath.exists() {
+            read_csv::<verdict::RecIn>(&rpath)?
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             plan,
             summary,
             mutants,
             series,
             seeds_name,
+            recommendations,
         })
     }
 }
@@ -288,10 +315,15 @@ table{border-collapse:collapse;margin:6px 0;font-size:12px}th,td{border:1px soli
 th{background:#f4f4f4}td.l,th.l{text-align:left}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace}
 .chart{margin:0 0 18px;padding:4px 0 8px;border-bottom:1px dashed #ddd}svg{display:block;max-width:100%;height:auto}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .limit{stroke:#c00;stroke-width:1.5;stroke-dasharray:5 3}svg text.limit-label{fill:#c00}
-svg .grid{stroke:#eee}svg .axis{stroke:#888}.note{color:#555;font-size:12px;margin:2px 0}
+svg .grid{stroke:#eee}svg .axis{stroke:#888}svg text.tail-label{font-size:9px}.note{color:#555;font-size:12px;margin:2px 0}
 .bad{color:#b00;font-weight:600}.swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px;vertical-align:baseline}
 td.caught{background:#dff0d8}td.partial{background:#fcf1d0}td.missed{background:#f6d5d5}
 nav ul{margin:4px 0;padding-left:20px}nav li{margin:2px 0}.legend{background:#fafafa;border:1px solid #eee;padding:6px 10px;margin:8px 0}
+table.grid{font-size:11px;margin:4px 0 8px}table.grid td{padding:1px 6px}table.grid a{color:inherit;text-decoration:none;display:block}
+td.fail{background:#f6d5d5;color:#900;font-weight:600}td.pass{background:#dff0d8}td.none{color:#aaa}
+.verdict-line{font-size:16px;margin:4px 0 6px}.verdict-line.fail{color:#b00}.verdict-line.pass{color:#1a7f37}
+.st-fail{color:#b00;font-weight:600}.st-pass{color:#1a7f37}
+.failbox{border-left:4px solid #c00;background:#fdf3f3;padding:4px 10px;margin:6px 0}.failbox p{margin:3px 0}
 ";
 
 /// Appends formatted text to a `String` (writing to a `String` cannot fail).
@@ -300,6 +332,9 @@ macro_rules! w {
         let _ = write!($out, $($arg)*);
     }};
 }
+
+#[path = "html_verdict.rs"]
+mod verdict;
 
 /// Ordered, de-duplicated list.
 fn push_unique(v: &mut Vec<String>, s: &str) {
@@ -354,6 +389,18 @@ fn render(data: &Data) -> (String, ReportStats) {
     out.push_str(STYLE);
     out.push_str("</style>\n</head>\n<body>\n");
 
+    // Chart ids in render order, so the verdict grid can link to the charts.
+    let mut chart_ids: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for (_, groups) in &sections {
+        for &gi in groups {
+            for c in 0..plan[gi].0.checks.len() {
+                let id = chart_ids.len();
+                chart_ids.insert((gi, c), id);
+            }
+        }
+    }
+    out.push_str("<header>\n<h1>seedsweep report</h1>\n");
+    verdict::grid(&mut out, &ctx, &sections, &policies, &chart_ids);
     header(&mut out, &ctx, &sections, &policies);
 
     let mut charts = 0usize;
@@ -380,6 +427,7 @@ fn render(data: &Data) -> (String, ReportStats) {
                 "<p class=\"note\">{}</p>\n",
                 escape(&seed_text(m, range))
             );
+            verdict::failing_box(&mut out, &ctx, m);
             for (c, check) in m.checks.iter().enumerate() {
                 check_names.insert(check.clone());
                 chart_block(&mut out, &ctx, gi, c, charts);
@@ -428,7 +476,6 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
     .into_iter()
     .flatten()
     .collect();
-    out.push_str("<header>\n<h1>seedsweep report</h1>\n");
     let nclean = plan.iter().filter(|(m, _)| m.mutant.is_empty()).count();
     let nmut = plan.len() - nclean;
     w!(
@@ -507,7 +554,7 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
     }
     out.push_str("</p>\n");
     if data.series.is_some() {
-        out.push_str("<p><b>Histograms:</b> seeds per log bin (5 per decade), one translucent series per policy; zero usages are counted in the <b>0</b> bar on the left, infinite ones (NaN or infinity mismatches) in the <b>inf</b> bar on the right. Above the plot, one row per policy: ▼ marks the worst seed (hover for seed and step); dashed ticks with a whisker mark the predicted usage exceeded with probability 1e-2, 1e-3, 1e-4 per seed and its 95 % confidence interval (tail estimate; hover for details).</p>\n");
+        out.push_str("<p><b>Histograms:</b> seeds per log bin (5 per decade), one translucent series per policy; zero usages are counted in the <b>0</b> bar on the left, infinite ones (NaN or infinity mismatches) in the <b>inf</b> bar on the right. Above the plot, one row per policy: ▼ marks the worst seed (hover for seed and step); dashed lines labelled <code>p=1e-2</code>, <code>p=1e-3</code>, <code>p=1e-4</code> with a whisker mark the predicted usage exceeded with that probability per seed and its 95 % confidence interval (tail estimate; hover for details).</p>\n");
     } else {
         out.push_str("<p><b>Quantile charts:</b> one row per policy: ● p50, ■ p95, ▼ worst (hover for the worst seed). p50/p95 of a --summary-only sweep are located in 0.23 % log bins.</p>\n");
     }
@@ -516,8 +563,8 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
     }
     out.push_str("</div>\n");
 
-    out.push_str("<nav>\n<ul>\n");
-    for (si, (name, groups)) in sections.iter().enumerate() {
+    out.push_str("<nav>\n<h2>Contents</h2>\n<ul>\n");
+    for (si, (name, groups)) in verdict::failing_first(ctx, sections) {
         w!(
             out,
             "<li><a href=\"#s{si}\"><code>{}</code></a><ul>\n",
@@ -527,7 +574,8 @@ fn header(out: &mut String, ctx: &Ctx, sections: &[(String, Vec<usize>)], polici
             let m = &plan[gi].0;
             w!(
                 out,
-                "<li><a href=\"#g{gi}\"><code>{}</code> · <code>{}</code></a></li>\n",
+                "<li>{} <a href=\"#g{gi}\"><code>{}</code> · <code>{}</code></a></li>\n",
+                verdict::group_status(ctx, m),
                 escape(&m.param),
                 escape(&m.profile)
             );
@@ -848,12 +896,28 @@ fn histogram(out: &mut String, ctx: &Ctx, m: &GroupMeta, c: usize, series: &[Ser
             yr,
             "stroke=\"#f3f3f3\"",
         ));
+        // Each marker is labelled with its p (`1e-3`) in the row, right of its line; a
+        // label that would overlap the one before it is left to the hover text.
+        let mut label_end = f64::NEG_INFINITY;
         for t in &tails[p] {
             let x = f.x(t.value);
             let (xl, xh) = (f.x(t.lo.max(0.0)), f.x(t.hi));
+            let label = format!("p={}", fmt_p(t.p));
+            let lw = 5.0 * label.len() as f64;
+            let text = if x + 2.0 >= label_end + 2.0 && x + 2.0 + lw <= W {
+                label_end = x + 2.0 + lw;
+                svg::text(
+                    x + 2.0,
+                    yr + 3.0,
+                    &label,
+                    &format!("class=\"tail-label\" style=\"fill:{col}\""),
+                )
+            } else {
+                String::new()
+            };
             w!(
                 out,
-                "<g>{}{}{}</g>",
+                "<g>{}{}{}{text}</g>",
                 svg::title(&format!(
                     "{}: usage exceeded with probability {} per seed: {} (95 % CI {} – {}), {} tail estimate from {} seeds",
                     policies[p],
@@ -1053,7 +1117,7 @@ fn quantile_chart(
                 policies[p],
                 pct(r.worst_usage_pct),
                 r.worst_seed,
-                r.worst_step,
+                r.step_label(),
                 r.failing_seeds,
                 r.seeds
             ))
@@ -1118,7 +1182,7 @@ fn summary_table(
             r.failing_seeds,
             cell(r.worst_usage_pct),
             r.worst_seed,
-            escape(&r.worst_step),
+            escape(&r.step_label()),
             cell(r.p50_usage_pct),
             cell(r.p95_usage_pct),
             escape(&sci(r.max_abs_diff)),

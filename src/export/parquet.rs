@@ -2,11 +2,13 @@
 //! ([`crate::export::csv::SeedRow`]), in the same order and with the same values, as one
 //! Parquet file that pandas, polars and DuckDB read directly.
 //!
-//! Layout (Apache Parquet format 2, written by the `parquet` crate without Arrow):
-//! - strings (`scenario`, `param`, `profile`, `check`, `comparison`, `policy`,
-//!   `worst_step`, `mutant`): `BYTE_ARRAY` annotated `STRING`, dictionary-encoded;
+//! Layout (Apache Parquet format 2, written by the `parquet` crate without Arrow), built
+//! from [`crate::export::schema::SEEDS`]:
+//! - strings (`scenario`, `param`, `profile`, `check`, `comparison`, `policy`, `mutant`):
+//!   `BYTE_ARRAY` annotated `STRING`, dictionary-encoded; `mutant` is `OPTIONAL`, null for
+//!   the clean run (empty in `seeds.csv`);
 //! - `seed`: `INT64` annotated unsigned 64-bit (the bits of the `u64`);
-//! - `mismatched`, `elements`, `nonfinite`: `INT64`;
+//! - `step`, `micro_step` (-1: none), `mismatched`, `elements`, `nonfinite`: `INT64`;
 //! - the five floats: `DOUBLE`, `BYTE_STREAM_SPLIT`-encoded, no dictionary: the encoding
 //!   groups the eight bytes of each double by position, which the compressor then shrinks
 //!   (exponents and leading mantissa bytes repeat); a dictionary would not (most values are
@@ -18,7 +20,6 @@
 //! Values are stored exactly: a float reads back with the same bits, so `merge` and `report`
 //! reproduce the summary of a Parquet sweep exactly as they do from CSV.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -34,11 +35,11 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
-use crate::check::StepLabel;
 use crate::engine::evaluate::Comparison;
 use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
-use crate::export::csv::SeedRowIn;
+use crate::export::csv::{micro_step, SeedRowIn};
+use crate::export::schema::{ColType, SEEDS};
 
 /// The file a Parquet sweep writes its per-seed table to.
 pub const FILE: &str = "seeds.parquet";
@@ -48,57 +49,60 @@ pub const FILE: &str = "seeds.parquet";
 /// buffers near 10 MB.
 pub const ROW_GROUP_ROWS: usize = 1 << 17;
 
-/// The schema, column for column as `seeds.csv`'s header.
-const SCHEMA: &str = "message seeds {
-  REQUIRED BYTE_ARRAY scenario (STRING);
-  REQUIRED BYTE_ARRAY param (STRING);
-  REQUIRED BYTE_ARRAY profile (STRING);
-  REQUIRED INT64 seed (INTEGER(64,false));
-  REQUIRED BYTE_ARRAY check (STRING);
-  REQUIRED BYTE_ARRAY comparison (STRING);
-  REQUIRED BYTE_ARRAY policy (STRING);
-  REQUIRED DOUBLE usage_pct;
-  REQUIRED DOUBLE max_abs_diff;
-  REQUIRED BYTE_ARRAY worst_step (STRING);
-  REQUIRED INT64 mismatched;
-  REQUIRED INT64 elements;
-  REQUIRED INT64 nonfinite;
-  REQUIRED DOUBLE max_abs_expected;
-  REQUIRED BYTE_ARRAY mutant (STRING);
-  REQUIRED DOUBLE theory_det_pct;
-  REQUIRED DOUBLE theory_prob_pct;
-}";
-
 /// Column kinds in schema order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     Str,
+    /// A string or null: only `mutant`.
+    OptStr,
     Int,
     Float,
 }
 
-const COLUMNS: [(&str, Kind); 17] = [
-    ("scenario", Kind::Str),
-    ("param", Kind::Str),
-    ("profile", Kind::Str),
-    ("seed", Kind::Int),
-    ("check", Kind::Str),
-    ("comparison", Kind::Str),
-    ("policy", Kind::Str),
-    ("usage_pct", Kind::Float),
-    ("max_abs_diff", Kind::Float),
-    ("worst_step", Kind::Str),
-    ("mismatched", Kind::Int),
-    ("elements", Kind::Int),
-    ("nonfinite", Kind::Int),
-    ("max_abs_expected", Kind::Float),
-    ("mutant", Kind::Str),
-    ("theory_det_pct", Kind::Float),
-    ("theory_prob_pct", Kind::Float),
-];
+/// The kind of each column of [`SEEDS`], in order.
+const COLUMNS: [(&str, Kind); SEEDS.len()] = {
+    let mut out = [("", Kind::Str); SEEDS.len()];
+    let mut i = 0;
+    while i < SEEDS.len() {
+        out[i] = (
+            SEEDS[i].0,
+            match SEEDS[i].1 {
+                ColType::Str => Kind::Str,
+                ColType::OptStr => Kind::OptStr,
+                ColType::UInt | ColType::Int => Kind::Int,
+                ColType::Float => Kind::Float,
+                ColType::OptFloat | ColType::Bool => panic!("no such column in seeds"),
+            },
+        );
+        i += 1;
+    }
+    out
+};
+
+/// The Parquet message type of [`SEEDS`].
+fn schema_text() -> String {
+    let mut s = String::from("message seeds {\n");
+    for (name, ty) in SEEDS {
+        let t = match ty {
+            ColType::Str => "REQUIRED BYTE_ARRAY",
+            ColType::OptStr => "OPTIONAL BYTE_ARRAY",
+            ColType::UInt | ColType::Int => "REQUIRED INT64",
+            ColType::Float => "REQUIRED DOUBLE",
+            ColType::OptFloat | ColType::Bool => unreachable!("checked in COLUMNS"),
+        };
+        let ann = match ty {
+            ColType::Str | ColType::OptStr => " (STRING)",
+            ColType::UInt => " (INTEGER(64,false))",
+            _ => "",
+        };
+        s.push_str(&format!("  {t} {name}{ann};\n"));
+    }
+    s.push('}');
+    s
+}
 
 fn schema() -> Arc<Type> {
-    Arc::new(parse_message_type(SCHEMA).expect("the built-in schema parses"))
+    Arc::new(parse_message_type(&schema_text()).expect("the built-in schema parses"))
 }
 
 fn properties() -> Arc<WriterProperties> {
@@ -124,9 +128,12 @@ fn properties() -> Arc<WriterProperties> {
 /// been seen.
 #[derive(Default)]
 struct Columns {
-    strings: [Vec<ByteArray>; 8],
-    ints: [Vec<i64>; 4],
+    strings: [Vec<ByteArray>; 6],
+    ints: [Vec<i64>; 6],
     floats: [Vec<f64>; 5],
+    /// `mutant`: its definition levels (1: a value, 0: null) and its non-null values.
+    mutant_def: Vec<i16>,
+    mutant: Vec<ByteArray>,
 }
 
 impl Columns {
@@ -137,6 +144,8 @@ impl Columns {
         self.strings.iter_mut().for_each(Vec::clear);
         self.ints.iter_mut().for_each(Vec::clear);
         self.floats.iter_mut().for_each(Vec::clear);
+        self.mutant_def.clear();
+        self.mutant.clear();
     }
 }
 
@@ -145,7 +154,8 @@ struct MetaStrings {
     scenario: ByteArray,
     param: ByteArray,
     profile: ByteArray,
-    mutant: ByteArray,
+    /// None for the clean run (a null).
+    mutant: Option<ByteArray>,
     checks: Vec<ByteArray>,
     policies: Vec<ByteArray>,
 }
@@ -162,7 +172,6 @@ pub struct ParquetSeedsWriter {
     writer: SerializedFileWriter<BufWriter<File>>,
     cols: Columns,
     metas: Vec<MetaStrings>,
-    steps: HashMap<StepLabel, ByteArray>,
     comparisons: [ByteArray; 3],
     path: std::path::PathBuf,
 }
@@ -182,7 +191,6 @@ impl ParquetSeedsWriter {
             writer,
             cols: Columns::default(),
             metas: Vec::new(),
-            steps: HashMap::new(),
             comparisons: Comparison::ALL.map(|c| bytes(c.name())),
             path: path.to_path_buf(),
         })
@@ -195,7 +203,7 @@ impl ParquetSeedsWriter {
             m.scenario.data() == meta.scenario.as_bytes()
                 && m.param.data() == meta.param.as_bytes()
                 && m.profile.data() == meta.profile.as_bytes()
-                && m.mutant.data() == meta.mutant.as_bytes()
+                && m.mutant.as_ref().map_or(&[][..], |b| b.data()) == meta.mutant.as_bytes()
         };
         if let Some(i) = self.metas.iter().position(same) {
             return i;
@@ -204,7 +212,7 @@ impl ParquetSeedsWriter {
             scenario: bytes(&meta.scenario),
             param: bytes(&meta.param),
             profile: bytes(&meta.profile),
-            mutant: bytes(&meta.mutant),
+            mutant: (!meta.mutant.is_empty()).then(|| bytes(&meta.mutant)),
             checks: meta.checks.iter().map(|c| bytes(c)).collect(),
             policies: meta.policies.iter().map(|p| bytes(p)).collect(),
         });
@@ -221,11 +229,6 @@ impl ParquetSeedsWriter {
                 for p in 0..meta.policies.len() {
                     let v = &res[k];
                     k += 1;
-                    let step = self
-                        .steps
-                        .entry(v.worst_step)
-                        .or_insert_with(|| bytes(&v.worst_step.to_string()))
-                        .clone();
                     let m = &self.metas[mi];
                     let s = &mut self.cols.strings;
                     s[0].push(m.scenario.clone());
@@ -234,13 +237,20 @@ impl ParquetSeedsWriter {
                     s[3].push(m.checks[c].clone());
                     s[4].push(self.comparisons[ci].clone());
                     s[5].push(m.policies[p].clone());
-                    s[6].push(step);
-                    s[7].push(m.mutant.clone());
+                    match &m.mutant {
+                        Some(b) => {
+                            self.cols.mutant_def.push(1);
+                            self.cols.mutant.push(b.clone());
+                        }
+                        None => self.cols.mutant_def.push(0),
+                    }
                     let i = &mut self.cols.ints;
                     i[0].push(seed as i64);
-                    i[1].push(i64::from(v.mismatched));
-                    i[2].push(i64::from(v.elements));
-                    i[3].push(i64::from(v.nonfinite));
+                    i[1].push(i64::from(v.worst_step.step));
+                    i[2].push(micro_step(v.worst_step));
+                    i[3].push(i64::from(v.mismatched));
+                    i[4].push(i64::from(v.elements));
+                    i[5].push(i64::from(v.nonfinite));
                     let f = &mut self.cols.floats;
                     f[0].push(v.usage_pct);
                     f[1].push(v.max_abs_diff);
@@ -275,6 +285,11 @@ impl ParquetSeedsWriter {
                         .write_batch(&self.cols.strings[si], None, None)
                         .map_err(err)?;
                     si += 1;
+                }
+                Kind::OptStr => {
+                    col.typed::<ByteArrayType>()
+                        .write_batch(&self.cols.mutant, Some(&self.cols.mutant_def), None)
+                        .map_err(err)?;
                 }
                 Kind::Int => {
                     col.typed::<Int64Type>()
@@ -340,7 +355,10 @@ pub(crate) fn for_each_row(
         ));
     }
     for (i, (got, want)) in fields.iter().zip(want.columns()).enumerate() {
-        if got.name() != want.name() || got.physical_type() != want.physical_type() {
+        if got.name() != want.name()
+            || got.physical_type() != want.physical_type()
+            || got.max_def_level() != want.max_def_level()
+        {
             return Err(anyhow!(
                 "{}: column {} is `{}` ({:?}); expected `{}` ({:?})",
                 path.display(),
@@ -372,6 +390,11 @@ pub(crate) fn for_each_row(
                     si += 1;
                     r.read_records(n, None, None, v).map_err(bad)?.0
                 }
+                (Kind::OptStr, ColumnReader::ByteArrayColumnReader(mut r)) => {
+                    r.read_records(n, Some(&mut cols.mutant_def), None, &mut cols.mutant)
+                        .map_err(bad)?
+                        .0
+                }
                 (Kind::Int, ColumnReader::Int64ColumnReader(mut r)) => {
                     let v = &mut cols.ints[ii];
                     ii += 1;
@@ -396,7 +419,28 @@ pub(crate) fn for_each_row(
                 ));
             }
         }
+        // The index of each row's mutant among the non-null values, or None.
+        let mut next_mutant = 0usize;
         for i in 0..n {
+            let mutant = match cols.mutant_def.get(i) {
+                Some(1) => {
+                    next_mutant += 1;
+                    let b = cols.mutant.get(next_mutant - 1).ok_or_else(|| {
+                        anyhow!("{}: row group {g}: column mutant is short", path.display())
+                    })?;
+                    Some(
+                        std::str::from_utf8(b.data())
+                            .map(str::to_string)
+                            .map_err(|_| {
+                                anyhow!(
+                                    "{}: row group {g}, row {i}: a string is not UTF-8",
+                                    path.display()
+                                )
+                            })?,
+                    )
+                }
+                _ => None,
+            };
             let s = |k: usize| -> anyhow::Result<String> {
                 let b = &cols.strings[k][i];
                 std::str::from_utf8(b.data())
@@ -413,7 +457,14 @@ pub(crate) fn for_each_row(
                     anyhow!(
                         "{}: row group {g}, row {i}: {} is {}; allowed: 0..=4294967295",
                         path.display(),
-                        ["seed", "mismatched", "elements", "nonfinite"][k],
+                        [
+                            "seed",
+                            "step",
+                            "micro_step",
+                            "mismatched",
+                            "elements",
+                            "nonfinite"
+                        ][k],
                         cols.ints[k][i]
                     )
                 })
@@ -428,12 +479,13 @@ pub(crate) fn for_each_row(
                 policy: s(5)?,
                 usage_pct: cols.floats[0][i],
                 max_abs_diff: cols.floats[1][i],
-                worst_step: s(6)?,
-                mismatched: count(1)?,
-                elements: count(2)?,
-                nonfinite: count(3)?,
+                step: count(1)?,
+                micro_step: cols.ints[2][i],
+                mismatched: count(3)?,
+                elements: count(4)?,
+                nonfinite: count(5)?,
                 max_abs_expected: cols.floats[2][i],
-                mutant: s(7)?,
+                mutant,
                 theory_det_pct: cols.floats[3][i],
                 theory_prob_pct: cols.floats[4][i],
             };
@@ -448,7 +500,7 @@ pub(crate) fn for_each_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::Tolerance;
+    use crate::check::{StepLabel, Tolerance};
     use crate::export::csv::{read_units, SeedsWriter};
 
     fn meta(param: &str, mutant: &str) -> GroupMeta {

@@ -310,10 +310,11 @@ pub fn scale_plot(
     policy_index: usize,
 ) -> String {
     const W: f64 = 460.0;
-    const H: f64 = 330.0;
+    const H: f64 = 350.0;
     const PAD_L: f64 = 60.0;
     const PAD_R: f64 = 15.0;
-    const PAD_T: f64 = 30.0;
+    // Titles at y 16, the shared legend row at y 34, the plots below it.
+    const PAD_T: f64 = 50.0;
     const PAD_B: f64 = 45.0;
     let colours = [
         "#444444", "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
@@ -334,15 +335,62 @@ pub fn scale_plot(
     };
     let mut out = open(2.0 * W, H, "font-family=\"sans-serif\" font-size=\"11\"");
     out.push('\n');
+    // One legend row for both panels, above the plots (inside them it covered the lines).
+    let mut x = 8.0;
+    for (ti, &tp) in tps.iter().enumerate() {
+        let colour = colours[ti % colours.len()];
+        let label = if tp == 1 {
+            "unsharded".to_string()
+        } else {
+            format!("TP {tp}")
+        };
+        out.push_str(&line(
+            x,
+            30.0,
+            x + 16.0,
+            30.0,
+            &format!("stroke=\"{colour}\" stroke-width=\"2\""),
+        ));
+        out.push_str(&text(x + 20.0, 34.0, &label, ""));
+        x += 20.0 + 6.5 * label.len() as f64 + 14.0;
+    }
+    for (shape, label) in [("4 3", "sqrt(K) shape"), ("1 3", "K shape")] {
+        out.push_str(&line(
+            x,
+            30.0,
+            x + 16.0,
+            30.0,
+            &format!("stroke=\"#999\" stroke-dasharray=\"{shape}\""),
+        ));
+        out.push_str(&text(x + 20.0, 34.0, label, "fill=\"#777\""));
+        x += 20.0 + 6.5 * label.len() as f64 + 14.0;
+    }
+    out.push_str(&line(
+        x,
+        30.0,
+        x + 16.0,
+        30.0,
+        "stroke=\"#c00\" stroke-dasharray=\"6 3\"",
+    ));
+    out.push_str(&text(x + 20.0, 34.0, "limit 100 %", "fill=\"#c00\""));
+    let base = points
+        .iter()
+        .find(|p| p.tp == 1 && p.k == ks[0])
+        .map(|p| p.p95_err)
+        .unwrap_or(1.0);
     let panel = |out: &mut String,
                  x0: f64,
                  title_text: &str,
                  ylabel: &str,
                  series: &dyn Fn(&crate::commands::scale::ScalePoint) -> f64,
+                 also: &[f64],
                  extra: &PanelExtra<'_>| {
+        // The axis spans the data and `also` (the guide lines' ends), so nothing is drawn
+        // outside the plot.
         let vals: Vec<f64> = points
             .iter()
             .map(series)
+            .chain(also.iter().copied())
             .filter(|v| *v > 0.0 && v.is_finite())
             .collect();
         let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
@@ -446,33 +494,19 @@ pub fn scale_plot(
                 d.join(" "),
                 title(&if tp == 1 { "unsharded".to_string() } else { format!("TP {tp}") })
             ));
-            let label = if tp == 1 {
-                "unsharded".to_string()
-            } else {
-                format!("TP {tp}")
-            };
-            out.push_str(&text(
-                x0 + PAD_L + 8.0 + 62.0 * (ti % 4) as f64,
-                PAD_T + 12.0 + 13.0 * (ti / 4) as f64,
-                &label,
-                &format!("fill=\"{colour}\""),
-            ));
         }
     };
     fn elo_min(lo: f64) -> i32 {
         lo.log10().floor() as i32
     }
-    let base = points
-        .iter()
-        .find(|p| p.tp == 1 && p.k == ks[0])
-        .map(|p| p.p95_err)
-        .unwrap_or(1.0);
+    let guide_ends = [base * (kmax / kmin).sqrt(), base * (kmax / kmin)];
     panel(
         &mut out,
         0.0,
         "error vs float64, p95 over seeds",
         "|y - y64| / (u * sum|x w|)",
         &|p| p.p95_err,
+        &guide_ends,
         &|out, lxf, ly| {
             for (shape, label, f) in [("4 3", "sqrt(K)", 0.5f64), ("1 3", "K", 1.0f64)] {
                 let y0 = base;
@@ -523,6 +557,7 @@ pub fn scale_plot(
         &format!("worst usage of sharded vs unsharded, {policy}"),
         "usage (%)",
         &|p| p.worst_usage_pct[policy_index],
+        &[100.0],
         &|out, lxf, ly| {
             let y = ly(100.0);
             out.push_str(&line(
@@ -547,6 +582,71 @@ pub fn scale_plot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `scale.svg`: the legend sits in its own row above both plots, its labels do not
+    /// overlap, and the √K and K guide lines stay inside the left plot.
+    #[test]
+    fn scale_legend_and_guides_stay_in_their_places() {
+        use crate::commands::scale::ScalePoint;
+        let mut points = Vec::new();
+        for (i, k) in [32usize, 256, 2048, 16384].into_iter().enumerate() {
+            for tp in [1usize, 2, 4, 8, 16, 32, 64] {
+                points.push(ScalePoint {
+                    k,
+                    tp,
+                    seeds: 10,
+                    p50_err: 1.0,
+                    p95_err: 3.0 / (1 + i) as f64,
+                    max_err: 4.0,
+                    sqrt_k: (k as f64).sqrt(),
+                    worst_usage_pct: vec![20.0 * (1 + i) as f64],
+                    p95_usage_pct: vec![10.0],
+                    max_abs_diff: 1e-6,
+                    max_abs_y: 10.0,
+                });
+            }
+        }
+        let svg = scale_plot(&points, "torch-default", 0);
+        let attr = |el: &str, name: &str| -> f64 {
+            let i = el.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+            el[i..i + el[i..].find('"').unwrap()].parse().unwrap()
+        };
+        // Legend labels: one row at y = 34, left to right, no two overlapping (at most 6.5
+        // px per character at font-size 11 sans-serif).
+        let mut end = f64::NEG_INFINITY;
+        let mut labels = 0;
+        for el in svg.split("<text").skip(1) {
+            if attr(el, "y") == 34.0 {
+                let x = attr(el, "x");
+                let label = &el[el.find('>').unwrap() + 1..el.find("</text>").unwrap()];
+                assert!(
+                    x >= end,
+                    "legend label {label} at {x} overlaps the one before ({end})"
+                );
+                end = x + 6.5 * label.len() as f64;
+                labels += 1;
+            }
+        }
+        assert_eq!(labels, 7 + 3, "7 TP degrees, 2 guide shapes, the limit");
+        assert!(end <= 920.0, "legend fits the 920 px width: {end}");
+        // Guide lines (dash patterns 4 3 and 1 3) outside the legend row: inside the plot,
+        // y from PAD_T = 50 to H - PAD_B = 305.
+        let mut guides = 0;
+        for el in svg.split("<line").skip(1) {
+            if (el.contains("stroke-dasharray=\"4 3\"") || el.contains("stroke-dasharray=\"1 3\""))
+                && attr(el, "y1") != 30.0
+            {
+                guides += 1;
+                for y in [attr(el, "y1"), attr(el, "y2")] {
+                    assert!(
+                        (50.0..=305.0).contains(&y),
+                        "guide line leaves the plot: {el}"
+                    );
+                }
+            }
+        }
+        assert_eq!(guides, 2);
+    }
 
     #[test]
     fn escapes_xml_special_characters() {
