@@ -2,6 +2,8 @@
 //! integrity, strict input, resource limits, and the smaller defects. Each test is named for
 //! what it protects.
 
+#[path = "common/checkpoint.rs"]
+mod checkpoint;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -1437,15 +1439,7 @@ fn a_truncated_frontiers_file_of_a_parquet_sweep_names_the_parquet_partial() {
     };
     // Killed after its first checkpoint.
     let mut child = args(false).spawn().unwrap();
-    let start = std::time::Instant::now();
-    while !out.join(".progress").exists() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before its first checkpoint"
-        );
-        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    checkpoint::wait_for_first_checkpoint(&mut child, &out);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

@@ -1,5 +1,7 @@
 //! Sharding, merging, resuming and summary-only sweeps, through the CLI.
 
+#[path = "common/checkpoint.rs"]
+mod checkpoint;
 use assert_cmd::Command;
 use std::path::Path;
 
@@ -358,15 +360,7 @@ fn killed_shard(out: &Path, seeds: u64, shard: &str) {
     .stderr(std::process::Stdio::null())
     .spawn()
     .unwrap();
-    let start = std::time::Instant::now();
-    while !out.join(".progress").exists() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the sweep ended before its first checkpoint; give it more seeds"
-        );
-        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    checkpoint::wait_for_first_checkpoint(&mut child, out);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
@@ -581,15 +575,7 @@ fn sigterm_keeps_the_shard_and_releases_its_lock() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    while !out.join(".progress").exists() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before its first checkpoint"
-        );
-        assert!(start.elapsed().as_secs() < 60, "no checkpoint within 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    checkpoint::wait_for_first_checkpoint(&mut child, &out);
     assert!(out.join(".seedsweep.lock").exists());
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
