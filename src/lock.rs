@@ -543,8 +543,10 @@ mod tests {
     fn a_live_writer_on_another_host_is_never_taken_over() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join(FILE);
-        std::fs::write(&path, line(77, "pod-2-bbbbb", "live", 0, 1)).unwrap();
-        // The other host's writer renews every quarter of its 1 s lease.
+        // A 5 s lease renewed every 250 ms (more often than the quarter the rule needs): a taker
+        // sees a change within about one renewal; the long lease keeps a stalled test thread on a
+        // loaded machine from passing for a dead writer.
+        std::fs::write(&path, line(77, "pod-2-bbbbb", "live", 0, 5)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (path.clone(), stop.clone());
         let other = std::thread::spawn(move || {
@@ -552,7 +554,7 @@ mod tests {
             while !s.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(250));
                 k += 1;
-                std::fs::write(&p, line(77, "pod-2-bbbbb", "live", k, 1)).unwrap();
+                std::fs::write(&p, line(77, "pod-2-bbbbb", "live", k, 5)).unwrap();
             }
         });
         for _ in 0..3 {
@@ -573,9 +575,14 @@ mod tests {
         std::fs::write(&path, line(std::process::id(), &host(), "mine", 0, 1)).unwrap();
         let l = Lock::start(path.clone(), "mine".into(), 1);
         let first = std::fs::read_to_string(&path).unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        let later = std::fs::read_to_string(&path).unwrap();
-        assert_ne!(first, later, "no renewal within 700 ms of a 1 s lease");
+        // Renewals come every 250 ms; 10 s allows for a loaded machine.
+        let start = Instant::now();
+        let mut later = first.clone();
+        while later == first && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+            later = std::fs::read_to_string(&path).unwrap();
+        }
+        assert_ne!(first, later, "no renewal within 10 s of a 1 s lease");
         assert_eq!(Holder::parse(&later).token.as_deref(), Some("mine"));
         // Another writer's lock in its place is left alone when this one is dropped (the
         // renewer stops first, so it cannot end the process here).
