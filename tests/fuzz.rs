@@ -688,8 +688,6 @@ fn no_scenario_file_mutation_panics() {
     let start = Instant::now();
     let (mut runs, mut ok, mut errors) = (0u64, 0u64, 0u64);
     let mut panics: Vec<String> = Vec::new();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
     // Every base file unchanged first, then mutations until the time is up.
     let mut k = 0usize;
     while k < bases.len() || start.elapsed() < Duration::from_secs(secs) {
@@ -730,7 +728,6 @@ fn no_scenario_file_mutation_panics() {
             assert_eq!(ok + errors, runs);
         }
     }
-    std::panic::set_hook(hook);
     eprintln!(
         "scenario fuzz: {runs} files, {ok} accepted, {errors} clear errors, {} failures",
         panics.len()
