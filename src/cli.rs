@@ -487,7 +487,7 @@ pub fn resolve_shard(
         });
     }
     if let Some(id) = env("SLURM_ARRAY_TASK_ID") {
-        return slurm_shard(&parse("SLURM_ARRAY_TASK_ID", &id)?, &env, &parse, &check);
+        return slurm_shard(parse("SLURM_ARRAY_TASK_ID", &id)?, &env, &parse, &check);
     }
     if let Some(i) = env("JOB_COMPLETION_INDEX") {
         let n = shard_count.ok_or_else(|| {
@@ -519,12 +519,11 @@ pub fn resolve_shard(
 
 /// The shard of a Slurm array task `id` (see [`resolve_shard`]).
 fn slurm_shard(
-    id: &u64,
+    id: u64,
     env: &impl Fn(&str) -> Option<String>,
     parse: &impl Fn(&str, &str) -> Result<u64, InputError>,
     check: &impl Fn(&str, u64, u64) -> Result<Shard, InputError>,
 ) -> Result<ShardChoice, InputError> {
-    let id = *id;
     let var = |k: &str| env(k).map(|v| parse(k, &v)).transpose();
     let count = var("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
         InputError::flag(

@@ -51,9 +51,10 @@ pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
         }
         h.update(&buf[..n]);
     }
+    use std::fmt::Write as _;
     let mut hex = String::with_capacity(64);
     for b in h.finalize().iter() {
-        hex.push_str(&format!("{b:02x}"));
+        let _ = write!(hex, "{b:02x}");
     }
     Ok(hex)
 }

@@ -161,16 +161,18 @@ pub fn check_ours(dir: &Path, flag: &str) -> anyhow::Result<()> {
 /// ([`check_ours`]), creates it, takes its lock, checks that every owned name is a regular
 /// file or absent, then removes the owned files and stale temporaries.
 pub fn prepare_new(dir: &Path, flag: &str) -> anyhow::Result<Lock> {
-    for f in FILES {
-        check_regular(dir, f.name, flag)?;
-    }
-    check_ours(dir, flag)?;
+    let checks = || -> anyhow::Result<()> {
+        for f in FILES {
+            check_regular(dir, f.name, flag)?;
+        }
+        check_ours(dir, flag)
+    };
+    // Before the probe and the lock touch the folder, and again once the lock is held (taking
+    // it may wait up to a lease, while another writer could change the folder).
+    checks()?;
     crate::export::prepare_dir(dir, flag)?;
     let lock = Lock::acquire(dir, flag)?;
-    check_ours(dir, flag)?;
-    for f in FILES {
-        check_regular(dir, f.name, flag)?;
-    }
+    checks()?;
     // In reverse order, the fingerprint last: a kill in between leaves a folder whose
     // fingerprint still describes what is left (which `--resume` either continues or refuses).
     for f in FILES.iter().rev() {

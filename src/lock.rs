@@ -29,7 +29,6 @@
 //! The lease is [`DEFAULT_LEASE_SECS`] seconds, or `SEEDSWEEP_LOCK_LEASE` (whole seconds,
 //! 1 to 86,400) where set; a taker waits for the lease the lock records, not its own.
 
-use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -257,9 +256,7 @@ fn renew(path: &Path, token: &str, renewed: u64, lease: u64) -> Renewal {
 }
 
 fn new_token() -> String {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
+    format!("{:016x}", crate::export::output::random_u64())
 }
 
 impl Lock {

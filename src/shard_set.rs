@@ -386,7 +386,12 @@ pub fn status(dirs: &[PathBuf]) -> (Vec<ShardStatus>, bool) {
                 None => seen[index as usize] = Some(i),
             }
         }
-        for (i, s) in seen.iter().enumerate() {
+        // (A bogus shard count past 2^20 is already `other`; no line per index for it.)
+        for (i, s) in seen
+            .iter()
+            .enumerate()
+            .take(if n > 1 << 20 { 0 } else { seen.len() })
+        {
             if s.is_none() {
                 lines.push(ShardStatus {
                     shard: Some(crate::engine::plan::Shard {

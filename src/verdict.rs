@@ -42,6 +42,20 @@ pub struct ReproContext {
     pub rng: Option<String>,
 }
 
+impl ReproContext {
+    /// The `--config` and `--rng` flags of a run's selection.
+    pub fn of(common: &crate::commands::Common) -> Self {
+        Self {
+            configs: common
+                .configs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
+            rng: common.rng.map(|r| r.name().to_string()),
+        }
+    }
+}
+
 /// The tail of one case's per-seed usage.
 #[derive(Debug, Clone)]
 pub struct Tail {

@@ -1224,6 +1224,19 @@ fn an_address_space_limit_gives_a_clear_refusal_in_every_command() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
     let out = out.to_str().unwrap();
+    let explain = vec![
+        "explain",
+        "--config",
+        cfg,
+        "--scenario",
+        "t1-h8192",
+        "--check",
+        "logits",
+        "--step",
+        "1",
+        "--observed",
+        "0.5",
+    ];
     for args in [
         vec![
             "sweep",
@@ -1238,19 +1251,7 @@ fn an_address_space_limit_gives_a_clear_refusal_in_every_command() {
             out,
         ],
         vec!["repro", "--config", cfg, "--scenario", "t1-h8192"],
-        vec![
-            "explain",
-            "--config",
-            cfg,
-            "--scenario",
-            "t1-h8192",
-            "--check",
-            "logits",
-            "--step",
-            "1",
-            "--observed",
-            "0.5",
-        ],
+        explain.clone(),
     ] {
         let o = under_ulimit(1_000_000, &args);
         let e = String::from_utf8_lossy(&o.stderr);
@@ -1262,21 +1263,8 @@ fn an_address_space_limit_gives_a_clear_refusal_in_every_command() {
     // explain honours --max-memory too.
     seedsweep()
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "explain",
-            "--config",
-            cfg,
-            "--scenario",
-            "t1-h8192",
-            "--check",
-            "logits",
-            "--step",
-            "1",
-            "--observed",
-            "0.5",
-            "--max-memory",
-            "64M",
-        ])
+        .args(&explain)
+        .args(["--max-memory", "64M"])
         .assert()
         .code(1)
         .stderr(contains("--max-memory"));

@@ -48,15 +48,7 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
     }
-    let ctx = crate::verdict::ReproContext {
-        configs: o
-            .common
-            .configs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect(),
-        rng: o.common.rng.map(|r| r.name().to_string()),
-    };
+    let ctx = crate::verdict::ReproContext::of(&o.common);
     let outcome = repro(
         &ctx,
         &catalog,

@@ -228,15 +228,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     status(o.quiet, &format!("wrote {}", written.join(", ")));
     let failed = if o.ci.wanted() {
         let outputs = o.ci.json.is_some() || o.ci.junit_xml.is_some() || o.ci.markdown.is_some();
-        let ctx = crate::verdict::ReproContext {
-            configs: o
-                .common
-                .configs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect(),
-            rng: o.common.rng.map(|r| r.name().to_string()),
-        };
+        let ctx = crate::verdict::ReproContext::of(&o.common);
         let mut ws = crate::scenario::Workspace::default();
         // torch's message at the worst seed of each failing case: one seed rerun each.
         let message = |gi: usize, k: usize| {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::check::py_repr;
 use crate::scenario::{CheckSpec, Traces};
-use crate::trace::SlotRole;
+use crate::trace::{SlotRole, Trace};
 
 #[derive(Serialize)]
 struct DumpRow<'a> {
@@ -21,21 +21,31 @@ struct DumpRow<'a> {
     value: String,
 }
 
-/// The dump of one seed's traces as CSV bytes.
-pub fn dump_csv(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<u8>> {
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    for (name, trace) in [
+/// The three computations' traces, in dump order, with their names.
+fn computations(traces: &Traces) -> [(&'static str, &Trace); 3] {
+    [
         ("f64", &traces.f64),
         ("reference", &traces.reference),
         ("sharded", &traces.sharded),
-    ] {
+    ]
+}
+
+/// A slot role as the dumps name it.
+fn role_name(role: SlotRole) -> &'static str {
+    match role {
+        SlotRole::Value => "value",
+        SlotRole::SelfExpectedF32 => "expected-f32",
+        SlotRole::SelfExpectedF64 => "expected-f64",
+        SlotRole::Condition => "condition",
+    }
+}
+
+/// The dump of one seed's traces as CSV bytes.
+pub fn dump_csv(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<u8>> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    for (name, trace) in computations(traces) {
         for slot in &trace.slots {
-            let role = match slot.role {
-                SlotRole::Value => "value",
-                SlotRole::SelfExpectedF32 => "expected-f32",
-                SlotRole::SelfExpectedF64 => "expected-f64",
-                SlotRole::Condition => "condition",
-            };
+            let role = role_name(slot.role);
             let step = slot.step.to_string();
             for (i, v) in trace.data(slot).iter().enumerate() {
                 w.serialize(DumpRow {
@@ -64,18 +74,9 @@ pub fn dump_npy(checks: &[CheckSpec], traces: &Traces) -> anyhow::Result<Vec<(St
     use ndarray::{ArrayViewD, IxDyn};
     use ndarray_npy::WriteNpyExt;
     let mut out = Vec::new();
-    for (name, trace) in [
-        ("f64", &traces.f64),
-        ("reference", &traces.reference),
-        ("sharded", &traces.sharded),
-    ] {
+    for (name, trace) in computations(traces) {
         for slot in &trace.slots {
-            let role = match slot.role {
-                SlotRole::Value => "value",
-                SlotRole::SelfExpectedF32 => "expected-f32",
-                SlotRole::SelfExpectedF64 => "expected-f64",
-                SlotRole::Condition => "condition",
-            };
+            let role = role_name(slot.role);
             let check = &checks[slot.check];
             let data = trace.data(slot);
             let shape: Vec<usize> = if check.shape.iter().product::<usize>() == data.len() {

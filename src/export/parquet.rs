@@ -422,27 +422,7 @@ pub(crate) fn for_each_row(
         // The index of each row's mutant among the non-null values, or None.
         let mut next_mutant = 0usize;
         for i in 0..n {
-            let mutant = match cols.mutant_def.get(i) {
-                Some(1) => {
-                    next_mutant += 1;
-                    let b = cols.mutant.get(next_mutant - 1).ok_or_else(|| {
-                        anyhow!("{}: row group {g}: column mutant is short", path.display())
-                    })?;
-                    Some(
-                        std::str::from_utf8(b.data())
-                            .map(str::to_string)
-                            .map_err(|_| {
-                                anyhow!(
-                                    "{}: row group {g}, row {i}: a string is not UTF-8",
-                                    path.display()
-                                )
-                            })?,
-                    )
-                }
-                _ => None,
-            };
-            let s = |k: usize| -> anyhow::Result<String> {
-                let b = &cols.strings[k][i];
+            let utf8 = |b: &ByteArray| -> anyhow::Result<String> {
                 std::str::from_utf8(b.data())
                     .map(str::to_string)
                     .map_err(|_| {
@@ -452,6 +432,17 @@ pub(crate) fn for_each_row(
                         )
                     })
             };
+            let mutant = match cols.mutant_def.get(i) {
+                Some(1) => {
+                    next_mutant += 1;
+                    let b = cols.mutant.get(next_mutant - 1).ok_or_else(|| {
+                        anyhow!("{}: row group {g}: column mutant is short", path.display())
+                    })?;
+                    Some(utf8(b)?)
+                }
+                _ => None,
+            };
+            let s = |k: usize| utf8(&cols.strings[k][i]);
             let count = |k: usize| -> anyhow::Result<u32> {
                 u32::try_from(cols.ints[k][i]).map_err(|_| {
                     anyhow!(
