@@ -5,7 +5,7 @@
 //! block. Inputs are fixed (no generator crate).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use seedsweep::fp::matmul::matmul_f64;
+use seedsweep::kernels::matmul::matmul_f64;
 
 fn products(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_f64");

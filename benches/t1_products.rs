@@ -5,7 +5,7 @@
 //! ten rows under AVX-512. Inputs are fixed (no generator crate).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use seedsweep::fp::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
+use seedsweep::kernels::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
 
 fn products(c: &mut Criterion) {
     let model = MatmulModel {

@@ -3,8 +3,8 @@
 //! pre-activations (|x| mostly below 3), from a fixed linear congruential sequence.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use seedsweep::fp::tanh_slice::tanh_slice;
-use seedsweep::fp::torch_ops::{tanh_cr_f32, tanh_mkl_f32, TanhKernel};
+use seedsweep::kernels::tanh_slice::tanh_slice;
+use seedsweep::kernels::torch_ops::{tanh_cr_f32, tanh_mkl_f32, TanhKernel};
 
 fn tanh(c: &mut Criterion) {
     // A 64-bit LCG (Knuth's MMIX constants) mapped to [-3, 3): fixed, cheap, no generator crate.

@@ -1,7 +1,7 @@
 //! Prints the f32 activation kernels of `model::activations` (gelu, gelu_tanh, silu and their
 //! backward passes with dy = 1) for f32 bit patterns read from stdin, one line per kernel;
 //! `scripts/activations_torch.py` compares them with torch.
-use seedsweep::model::activations::*;
+use seedsweep::ops::activations::*;
 use std::io::Read;
 fn main() {
     let mut s = String::new();

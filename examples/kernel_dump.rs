@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 
-use seedsweep::fp::torch_ops::{exp_f32, log_f32, tanh_cr_f32, tanh_mkl_f32};
+use seedsweep::kernels::torch_ops::{exp_f32, log_f32, tanh_cr_f32, tanh_mkl_f32};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

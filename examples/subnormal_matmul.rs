@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use seedsweep::fp::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
+use seedsweep::kernels::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
 
 fn main() {
     let model = MatmulModel {

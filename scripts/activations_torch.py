@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bit-for-bit agreement of seedsweep's f32 activation kernels (src/model/activations.rs) with
+"""Bit-for-bit agreement of seedsweep's f32 activation kernels (src/ops/activations.rs) with
 torch's CPU kernels: 8192 elements of SCALE * randn after torch.manual_seed(0), one thread.
 
     cargo build --release --example activation_probe

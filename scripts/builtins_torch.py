@@ -7,7 +7,7 @@ test's model twice in torch:
 - `sharded`: the sharded computation, every rank simulated in this one process: each rank's
   partial is computed with real torch ops on that rank's slices, and every collective sums the
   ranks' buffers in the order of seedsweep's default profile `cpu-fma` (NCCL ring,
-  `src/fp/allreduce.rs`: chunk c of a buffer of L elements is [c*L//n, (c+1)*L//n) and is
+  `src/kernels/allreduce.rs`: chunk c of a buffer of L elements is [c*L//n, (c+1)*L//n) and is
   summed ((x[c+1] + x[c+2]) + ...) + x[c], ranks mod n), in fp32 with torch's own `+`.
 and writes tests/data/builtin_<scenario>.json with every checked tensor of both computations
 as IEEE-754 binary32 bit patterns, plus the inputs and initial parameters the Rust test needs
@@ -109,7 +109,7 @@ def enc_int(t):
 # ---------------------------------------------------------------------------------------
 
 def ring_all_reduce(parts):
-    """NCCL ring all-reduce of equal-shape fp32 tensors, src/fp/allreduce.rs's `Ring` order."""
+    """NCCL ring all-reduce of equal-shape fp32 tensors, src/kernels/allreduce.rs's `Ring` order."""
     n = len(parts)
     shape = parts[0].shape
     flat = [p.detach().contiguous().reshape(-1) for p in parts]
@@ -168,7 +168,7 @@ def chunk_ranges(total, n):
 
 
 def deepspeed_shards(total, tp, grain):
-    """DeepSpeed's near-even rule with a grain (src/model/tp.rs::shard_size)."""
+    """DeepSpeed's near-even rule with a grain (src/ops/tp.rs::shard_size)."""
     grains = total // grain
     out, start = [], 0
     for r in range(tp):
@@ -723,7 +723,7 @@ def main():
                 "threads": torch.get_num_threads(),
                 "mode": "eager",
                 "machine": platform.machine(),
-                "collective_order": "ring (profile cpu-fma: src/fp/allreduce.rs AllReduceAlgo::Ring, wire f32)",
+                "collective_order": "ring (profile cpu-fma: src/kernels/allreduce.rs AllReduceAlgo::Ring, wire f32)",
             },
             "encoding": "hex: 8 hex digits per element (u32 bit pattern of the f32), row-major; "
                         "fnv1a64: FNV-1a 64 of the little-endian f32 bytes; values: integers",

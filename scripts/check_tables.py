@@ -5,7 +5,7 @@ floats) and each string column as strings or all-null.
 
     python3 scripts/check_tables.py DIR [DIR ...]
 
-Every `*.csv` and `seeds.parquet` under the given folders whose name `src/export/schema.rs`
+Every `*.csv` and `seeds.parquet` under the given folders whose name `src/results/schema.rs`
 declares is loaded. The declared types are read from that file (the one owner of the
 columns), so this script holds no copy of them. Needs pandas, polars, duckdb and pyarrow
 (e.g. `python3 -m venv /tmp/venv && /tmp/venv/bin/pip install pandas polars duckdb pyarrow`).
@@ -24,8 +24,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def declared():
-    """{file name: [(column, type)]} from src/export/schema.rs."""
-    src = (ROOT / "src/export/schema.rs").read_text()
+    """{file name: [(column, type)]} from src/results/schema.rs."""
+    src = (ROOT / "src/results/schema.rs").read_text()
     consts = {}
     for m in re.finditer(r"pub const (\w+): &\[Column\] = &\[(.*?)\];", src, re.S):
         consts[m.group(1)] = re.findall(r'\("(\w+)", (\w+)\)', m.group(2))

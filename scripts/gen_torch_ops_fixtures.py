@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate tests/data/torch_ops.json: torch CPU reference outputs (as u32 bit
-patterns) for the fp32 ops mirrored by src/fp/torch_ops.rs.
+patterns) for the fp32 ops mirrored by src/kernels/torch_ops.rs.
 
 Usage:  python3 scripts/gen_torch_ops_fixtures.py [--out PATH] [--scale K] [--seed S]
 

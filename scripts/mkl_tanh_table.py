@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measure torch's CPU f32 tanh (MKL vmsTanh) on ALL 2^32 f32 inputs against the correctly
-rounded tanh, and write the exception table seedsweep embeds (src/fp/data/mkl_tanh_f32.bin).
+rounded tanh, and write the exception table seedsweep embeds (src/kernels/data/mkl_tanh_f32.bin).
 
 For every f32 bit pattern x (in chunks of 2^24, in order), this computes
   * torch.tanh(x) with torch.set_num_threads(1), on one contiguous tensor per chunk;
@@ -253,7 +253,7 @@ def check_conditions(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="src/fp/data/mkl_tanh_f32.bin")
+    ap.add_argument("--out", default="src/kernels/data/mkl_tanh_f32.bin")
     ap.add_argument("--digests", default="tests/data/mkl_tanh_digests.txt")
     ap.add_argument("--sample", default="tests/data/mkl_tanh_sample.txt")
     ap.add_argument("--check-conditions", action="store_true")

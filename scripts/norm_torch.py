@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixture for src/model/norm.rs: torch's CPU LayerNorm and RMSNorm, forward and backward.
+"""Fixture for src/ops/norm.rs: torch's CPU LayerNorm and RMSNorm, forward and backward.
 
 For a few row widths N (one AVX2 vector, a tail, several vectors, several Welford chunks),
 3 rows each, this draws x, weight, bias and the output gradient dy with torch's generator,

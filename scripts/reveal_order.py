@@ -32,9 +32,9 @@ distinct element programs and which elements use which. A program is written as 
 reduction indices: `[a..b]f` is the chain c = a_a*b_a; c = fma(a_t, b_t, c) for t = a+1..b-1,
 `[a..b]r` the same chain with every product rounded first (c = c + fl(a_t*b_t)), `(X Y)` the
 sum of two subtrees, and a leaf `tf`/`tr` a single term entering its parent fused or rounded.
-seedsweep (`src/fp/revealed.rs`) executes exactly that.
+seedsweep (`src/kernels/revealed.rs`) executes exactly that.
 
-`--validate N` then draws N input sets per shape from SplitMix64 (seeds 1..N; src/revealed.rs
+`--validate N` then draws N input sets per shape from SplitMix64 (seeds 1..N; src/scenario/revealed_file.rs
 draws the same), runs torch, and writes torch's outputs as bit patterns (`--validation-out`), so
 that seedsweep's tests check the revealed programs against torch bit for bit.
 
@@ -351,7 +351,7 @@ def splitmix64(state):
 def draw(seed, count):
     """`count` f32 values from SplitMix64(seed): v = (u - 2^23) * 2^(e - 26) with u the top 24
     bits and e = bits 8..10 (0..7), so |v| < 16 with up to 24 significant bits.
-    src/revealed.rs draws the same values (exact: every step is exact in f64)."""
+    src/scenario/revealed_file.rs draws the same values (exact: every step is exact in f64)."""
     out = np.empty(count, np.float32)
     state = seed
     for i in range(count):

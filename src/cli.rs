@@ -5,15 +5,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::Selection;
 use crate::commands::bench::BenchOptions;
 use crate::commands::repro::ReproOptions;
 use crate::commands::sweep::SweepOptions;
 use crate::commands::Common;
-use crate::config::RngKind;
 use crate::engine::evaluate::Comparison;
 use crate::engine::plan::{Shard, ShardChoice};
-use crate::error::InputError;
+use crate::scenario::catalog::Selection;
+use crate::scenario::config::RngKind;
+use crate::sys::error::InputError;
 
 /// Seed-sweep numerical divergence harness: mirrors sharded-vs-unsharded ML tests bit-exactly
 /// on the CPU and reports how much of each check's tolerance every seed uses.
@@ -701,9 +701,9 @@ fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputE
     }
     let max_memory = match &select.max_memory {
         None => None,
-        Some(s) => {
-            Some(crate::limits::parse_size(s).map_err(|m| InputError::flag("--max-memory", m))?)
-        }
+        Some(s) => Some(
+            crate::sys::limits::parse_size(s).map_err(|m| InputError::flag("--max-memory", m))?,
+        ),
     };
     Ok(Common {
         configs: select.configs.clone(),
@@ -748,8 +748,8 @@ pub enum Action {
 fn seeds_format(
     value: &str,
     summary_only: bool,
-) -> Result<crate::export::seeds_file::SeedsFormat, InputError> {
-    use crate::export::seeds_file::SeedsFormat;
+) -> Result<crate::results::seeds_file::SeedsFormat, InputError> {
+    use crate::results::seeds_file::SeedsFormat;
     let f = SeedsFormat::parse(value).ok_or_else(|| {
         InputError::flag(
             "--format",

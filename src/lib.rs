@@ -1,51 +1,36 @@
 //! seedsweep: a seed-sweep numerical divergence harness.
 //!
-//! The pipeline, in module order:
+//! The pipeline, one folder per stage:
 //!
 //! ```text
-//! config (TOML) -> catalog (scenario × param × profile × mutant)
-//!   -> engine: plan (groups × seeds × shards -> work units)
-//!              run (one seed -> f64, unsharded fp32, sharded fp32 traces; the scenario's
-//!                   model/ code on backend, fp/ kernels, rng/ draws)
-//!              evaluate (checks under tolerance policies -> rows, frontiers)
-//!              aggregate (seed order -> summaries, tails)
-//!   -> commands/ (one file per command) -> export (csv, table, html, ...)
+//! scenario  the input: the scenario language (parse, resolve, validate, lower to the IR),
+//!           the catalog of scenarios × params × profiles × mutants, configs and policies
+//! engine    plan (groups × seeds × shards -> work units), run one seed, evaluate, aggregate
+//! exec      one computation of a scenario: the graph executor, backends, DP, outer loop
+//!   ops     the mirrored layers (linear, norms, activations, losses, optimizers)
+//!   kernels exact IEEE kernels in stated orders (matmul, all-reduce, transcendentals)
+//!   rng     torch's and JAX's generators
+//! check     tolerances, usage, torch's mismatch message
+//! stats     order statistics, tails, frontiers (maths only)
+//! results   the output tables: one schema, its CSV, Parquet and row-log codecs
+//! report    what reads the results: table, HTML, SVG, Markdown, JSON/JUnit verdicts, sizing
+//! sweepdir  the sweep folder: ownership, lock, fingerprint, checkpoint, shard set, atomic writes
+//! sys       process plumbing: allocation, interrupts, progress, memory limits, input errors
+//! commands  one file per command; cli parses the flags
 //! ```
 #![warn(missing_docs)]
 
-pub mod alloc;
-pub mod backend;
-pub mod catalog;
 pub mod check;
-pub mod checkpoint;
 pub mod cli;
 pub mod commands;
-pub mod config;
 pub mod engine;
-pub mod error;
-pub mod export;
-pub mod fingerprint;
-pub mod folder;
-pub mod fp;
-pub mod graph;
-pub mod interrupt;
-pub mod lang;
-pub mod limits;
-pub mod lock;
-pub mod model;
-pub mod mutant;
-pub mod profile;
-pub mod progress;
-pub mod real;
-pub mod revealed;
+pub mod exec;
+pub mod kernels;
+pub mod ops;
+pub mod report;
+pub mod results;
 pub mod rng;
 pub mod scenario;
-pub mod shard_set;
-pub mod sizing;
 pub mod stats;
-pub mod trace;
-pub mod verdict;
-
-/// The evaluation of one seed's traces, at its former path (scenario code names
-/// `crate::evaluate::Comparison`).
-pub use engine::evaluate;
+pub mod sweepdir;
+pub mod sys;

@@ -3,9 +3,9 @@
 
 use clap::Parser;
 
-/// Large blocks on transparent huge pages ([`seedsweep::alloc`]).
+/// Large blocks on transparent huge pages ([`seedsweep::sys::alloc`]).
 #[global_allocator]
-static ALLOCATOR: seedsweep::alloc::HugePageAlloc = seedsweep::alloc::HugePageAlloc;
+static ALLOCATOR: seedsweep::sys::alloc::HugePageAlloc = seedsweep::sys::alloc::HugePageAlloc;
 
 fn run() -> anyhow::Result<i32> {
     let cli = seedsweep::cli::Cli::parse();

@@ -20,11 +20,11 @@
 
 use std::collections::BTreeMap;
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::profile::ProfileRegistry;
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::trace::SlotRole;
+use seedsweep::exec::GraphScenario;
 use seedsweep::rng::torch::TorchGenerator;
-use seedsweep::scenario::{Scenario, Workspace};
-use seedsweep::trace::SlotRole;
+use seedsweep::scenario::profile::ProfileRegistry;
 use serde_json::Value;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
@@ -696,7 +696,7 @@ fn ordered(bits: u32) -> i64 {
 fn graph_scenario(file: &str) -> Result<GraphScenario, String> {
     let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
-    let sf = seedsweep::lang::file::parse_file(file, &text).unwrap_or_else(|e| panic!("{e}"));
+    let sf = seedsweep::scenario::file::parse_file(file, &text).unwrap_or_else(|e| panic!("{e}"));
     GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
         .map_err(|e| e.to_string())
 }
@@ -884,7 +884,7 @@ const LANG_FILES: &[&str] = &[
 fn scenario_files_pass_check_and_match_their_fixtures() {
     for file in LANG_FILES {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-        let text = seedsweep::lang::check::check_path(&path)
+        let text = seedsweep::scenario::describe::check_path(&path)
             .unwrap_or_else(|e| panic!("{file}: check failed: {e:#}"));
         let first = text.lines().next().unwrap();
         let scenario = first
@@ -917,7 +917,10 @@ fn a_check_on_the_value_of_a_sum_loss_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, bad).unwrap();
-    let err = format!("{:#}", seedsweep::lang::check::check_path(&p).unwrap_err());
+    let err = format!(
+        "{:#}",
+        seedsweep::scenario::describe::check_path(&p).unwrap_err()
+    );
     assert!(
         err.contains("bad.toml") && err.contains("checks[0]") && err.contains("sum"),
         "{err}"
@@ -991,7 +994,7 @@ fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     let text = std::fs::read_to_string(&path).unwrap();
     let no_sync = text.replace("zero_stage = 2 ", "grad_sync = \"step\"\nzero_stage = 2 ");
     assert_ne!(no_sync, text);
-    let sf = seedsweep::lang::file::parse_file("fsdp_no_sync.toml", &no_sync)
+    let sf = seedsweep::scenario::file::parse_file("fsdp_no_sync.toml", &no_sync)
         .unwrap_or_else(|e| panic!("{e}"));
     let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
     let agg = agreement("fsdp-zero2-grad-acc", &s);
@@ -1012,8 +1015,8 @@ fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     // path bit for bit.
     let ddp = text.replace("zero_stage = 2 ", "zero_stage = 0 ");
     assert_ne!(ddp, text);
-    let sf =
-        seedsweep::lang::file::parse_file("fsdp_ddp.toml", &ddp).unwrap_or_else(|e| panic!("{e}"));
+    let sf = seedsweep::scenario::file::parse_file("fsdp_ddp.toml", &ddp)
+        .unwrap_or_else(|e| panic!("{e}"));
     let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
     let agg = agreement("fsdp-zero2-grad-acc", &s);
     let (n, same) = agg.others["sharded_sync_at_step"];
@@ -1032,7 +1035,7 @@ fn data_parallel_refusals_name_the_file_and_key() {
     );
     let text = std::fs::read_to_string(&path).unwrap();
     let load = |t: &str| -> String {
-        let sf = match seedsweep::lang::file::parse_file("dp_bad.toml", t) {
+        let sf = match seedsweep::scenario::file::parse_file("dp_bad.toml", t) {
             Ok(sf) => sf,
             Err(e) => return format!("{e:#}"),
         };
@@ -1064,7 +1067,7 @@ fn data_parallel_refusals_name_the_file_and_key() {
 /// rounded products; the profile runs that shape by its revealed order; at plain `cpu-fma`
 /// the rate was 83.6 %). The gradients differ in a few elements: torch's `torch.exp` on a CPU
 /// tensor is MKL's `vmsExp`, which the product models by the correctly rounded exp
-/// ([`seedsweep::model::vocab_parallel`]); scripts/builtins_torch.py's own inputs show 2 to 7
+/// ([`seedsweep::ops::vocab_parallel`]); scripts/builtins_torch.py's own inputs show 2 to 7
 /// of the 512 exps per run rounded the other way by MKL, and each such exp changes one row of
 /// the head gradient and one row of the input gradient (the matmuls themselves reproduce
 /// torch's bits from torch's softmax gradient: 512 of 512 elements, measured). Asserted: the

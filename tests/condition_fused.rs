@@ -13,10 +13,10 @@
 //! sum, across seeds that reuse one workspace (a stale condition from an earlier step or seed
 //! would show).
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::profile::ProfileRegistry;
-use seedsweep::scenario::{Scenario, Workspace};
-use seedsweep::trace::{SlotRole, Trace};
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::trace::{SlotRole, Trace};
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::profile::ProfileRegistry;
 
 fn scenario() -> GraphScenario {
     let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
@@ -27,7 +27,7 @@ fn scenario() -> GraphScenario {
              [[checks]]\nname = \"logits\"",
         );
     assert!(text.contains("vocab = 2048") && text.contains("name = \"hidden\""));
-    let sf = seedsweep::lang::file::parse_file("t1_v2048.toml", &text).unwrap();
+    let sf = seedsweep::scenario::file::parse_file("t1_v2048.toml", &text).unwrap();
     GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
 }
 

@@ -4,9 +4,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::profile::ProfileRegistry;
-use seedsweep::scenario::{Scenario, Workspace};
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::profile::ProfileRegistry;
 
 struct Counting;
 
@@ -36,7 +36,7 @@ fn later_seeds_allocate_nothing() {
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap();
-    let sf = seedsweep::lang::file::parse_file("fsdp_zero2_grad_acc.toml", &text).unwrap();
+    let sf = seedsweep::scenario::file::parse_file("fsdp_zero2_grad_acc.toml", &text).unwrap();
     let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
     let profile = ProfileRegistry::builtin()
         .unwrap()

@@ -11,14 +11,14 @@
 //! short last ones. Every built-in profile, a revealed-order profile (whose fp32 products
 //! are computed whole: the fallback), every mutant, three seeds.
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::mutant::Mutant;
-use seedsweep::profile::{Profile, ProfileRegistry};
-use seedsweep::scenario::{Scenario, Workspace};
-use seedsweep::trace::Trace;
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::trace::Trace;
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::mutant::Mutant;
+use seedsweep::scenario::profile::{Profile, ProfileRegistry};
 
 fn scenario(text: &str) -> GraphScenario {
-    let sf = seedsweep::lang::file::parse_file("t1_h520.toml", text).unwrap();
+    let sf = seedsweep::scenario::file::parse_file("t1_h520.toml", text).unwrap();
     GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
 }
 

@@ -675,8 +675,8 @@ fn no_scenario_file_mutation_panics() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "toml") {
                 let text = std::fs::read_to_string(&p).unwrap();
-                let outer = seedsweep::lang::outer::is_outer_file(&text);
-                if seedsweep::lang::is_scenario_file(&text) || outer {
+                let outer = seedsweep::scenario::outer::is_outer_file(&text);
+                if seedsweep::scenario::is_scenario_file(&text) || outer {
                     bases.push((p.display().to_string(), text));
                 }
             }
@@ -699,8 +699,9 @@ fn no_scenario_file_mutation_panics() {
         };
         k += 1;
         runs += 1;
-        let got =
-            std::panic::catch_unwind(|| seedsweep::lang::check::check_source("fuzz.toml", &text));
+        let got = std::panic::catch_unwind(|| {
+            seedsweep::scenario::describe::check_source("fuzz.toml", &text)
+        });
         match got {
             Ok(Ok(_)) => ok += 1,
             Ok(Err(e)) => {

@@ -21,13 +21,13 @@
 mod legacy_graphs;
 
 use legacy_graphs::{t1_graphs, t2_graphs};
-use seedsweep::catalog::Catalog;
-use seedsweep::config::{parse_scenario_config, RngKind};
-use seedsweep::graph::scenario::merged_check_names;
-use seedsweep::graph::GraphScenario;
-use seedsweep::mutant::Mutant;
-use seedsweep::profile::ProfileRegistry;
-use seedsweep::scenario::{Scenario, Workspace};
+use seedsweep::exec::graph_scenario::merged_check_names;
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::catalog::Catalog;
+use seedsweep::scenario::config::{parse_scenario_config, RngKind};
+use seedsweep::scenario::mutant::Mutant;
+use seedsweep::scenario::profile::ProfileRegistry;
 
 const T1: &str = include_str!("data/legacy/deepspeed_tied_row_parallel.toml");
 const T2: &str = include_str!("data/legacy/deepspeed_row_parallel.toml");
@@ -54,8 +54,8 @@ fn pair(text: &str, file: &str, rng: Option<&str>) -> (Box<dyn Scenario>, Box<dy
 }
 
 fn same_traces(
-    a: &seedsweep::scenario::Traces,
-    b: &seedsweep::scenario::Traces,
+    a: &seedsweep::exec::scenario::Traces,
+    b: &seedsweep::exec::scenario::Traces,
 ) -> Result<(), String> {
     for (name, x, y) in [
         ("f64", &a.f64, &b.f64),
@@ -82,7 +82,7 @@ fn same_traces(
     Ok(())
 }
 
-fn profiles() -> Vec<seedsweep::profile::Profile> {
+fn profiles() -> Vec<seedsweep::scenario::profile::Profile> {
     let reg = ProfileRegistry::builtin().unwrap();
     let mut out: Vec<_> = reg.profiles().cloned().collect();
     for spec in [
@@ -139,7 +139,7 @@ fn gate(text: &str, file: &str, rng: Option<&str>, seeds: u64) {
 
 /// FNV-1a 64 over every slot (check, step, micro, role, length) and every value's bits of the
 /// three traces.
-fn digest(t: &seedsweep::scenario::Traces, h: &mut u64) {
+fn digest(t: &seedsweep::exec::scenario::Traces, h: &mut u64) {
     let mut eat = |x: u64| {
         for b in x.to_le_bytes() {
             *h ^= b as u64;

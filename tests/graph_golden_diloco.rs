@@ -13,9 +13,9 @@
 //! paths the built-in config does not; each is loaded with `--config` semantics (it replaces
 //! the built-in `diloco`).
 
-use seedsweep::catalog::{Catalog, Selection};
-use seedsweep::mutant::Mutant;
-use seedsweep::scenario::{Scenario, Traces, Workspace};
+use seedsweep::exec::scenario::{Scenario, Traces, Workspace};
+use seedsweep::scenario::catalog::{Catalog, Selection};
+use seedsweep::scenario::mutant::Mutant;
 
 /// FNV-1a 64 step.
 fn eat(h: &mut u64, x: u64) {

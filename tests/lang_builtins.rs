@@ -4,11 +4,11 @@
 //! tolerances, and the mutants derived from the graph equal today's lists. And
 //! `seedsweep check` prints the resolved graph (snapshot).
 
-use seedsweep::catalog::Catalog;
-use seedsweep::graph::ir::CheckTensor;
-use seedsweep::lang::{check::check_text, parse_file};
+use seedsweep::scenario::catalog::Catalog;
+use seedsweep::scenario::ir::CheckTensor;
+use seedsweep::scenario::{describe::check_text, parse_file};
 
-fn lang(path: &str) -> seedsweep::lang::ScenarioFile {
+fn lang(path: &str) -> seedsweep::scenario::ScenarioFile {
     let text = std::fs::read_to_string(path).unwrap();
     parse_file(path, &text).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -73,11 +73,11 @@ fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
             "head.weight"
         ]
     );
-    assert_eq!(g.params[3].tie, Some(seedsweep::graph::ir::ParamId(0)));
+    assert_eq!(g.params[3].tie, Some(seedsweep::scenario::ir::ParamId(0)));
     assert_eq!(g.params[0].shape, [67, 35]);
     assert_eq!(
         g.params[0].init,
-        seedsweep::graph::ir::ParamInit::Draw(seedsweep::graph::ir::TorchInit::Normal {
+        seedsweep::scenario::ir::ParamInit::Draw(seedsweep::scenario::ir::TorchInit::Normal {
             mean: 0.0,
             std: 1.0,
             zero_row: Some(3)
@@ -86,8 +86,8 @@ fn the_tied_head_lowers_to_the_tests_construction_order_and_tie() {
     // ids[0, 0] = padding_idx, after the draws of every step.
     assert_eq!(
         g.inputs.fixups,
-        [seedsweep::graph::ir::Fixup::Set {
-            input: seedsweep::graph::ir::InputId(0),
+        [seedsweep::scenario::ir::Fixup::Set {
+            input: seedsweep::scenario::ir::InputId(0),
             index: 0,
             value: 3
         }]
@@ -115,7 +115,7 @@ fn check_describes_the_outer_loop_files() {
         ("check_maxtext_diloco", "configs/maxtext_diloco.toml"),
         ("check_diloco", "configs/diloco.toml"),
     ] {
-        let text = seedsweep::lang::check::check_path(std::path::Path::new(path))
+        let text = seedsweep::scenario::describe::check_path(std::path::Path::new(path))
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         insta::assert_snapshot!(name, text);
     }
@@ -141,7 +141,7 @@ fn the_language_files_lower_to_the_graphs_proven_bit_identical() {
         ),
     ] {
         for rng in ["torch", "chacha"] {
-            let common = seedsweep::config::parse_scenario_config(
+            let common = seedsweep::scenario::config::parse_scenario_config(
                 "legacy.toml",
                 &legacy.replace("rng = \"torch\"", &format!("rng = \"{rng}\"")),
             )

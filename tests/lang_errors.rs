@@ -2,7 +2,7 @@
 //! that the message names the file, the key path and what is allowed. All of them are found
 //! while parsing and resolving, before anything runs.
 
-use seedsweep::lang::parse_file;
+use seedsweep::scenario::parse_file;
 
 const FILE: &str = "my_test.toml";
 

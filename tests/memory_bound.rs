@@ -15,10 +15,10 @@
 
 #![cfg(target_os = "linux")]
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::mutant::Mutant;
-use seedsweep::profile::{Profile, ProfileRegistry};
-use seedsweep::scenario::{Scenario, Workspace};
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::mutant::Mutant;
+use seedsweep::scenario::profile::{Profile, ProfileRegistry};
 
 /// A `kB` field of /proc/self/status, in bytes.
 fn status(field: &str) -> u128 {
@@ -38,7 +38,7 @@ fn status(field: &str) -> u128 {
 fn scenario(path: &str) -> GraphScenario {
     let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&full).unwrap();
-    let sf = seedsweep::lang::file::parse_file(path, &text).unwrap();
+    let sf = seedsweep::scenario::file::parse_file(path, &text).unwrap();
     GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
 }
 
@@ -62,7 +62,7 @@ fn measure(
     (bound, peak.saturating_sub(before))
 }
 
-/// What the memory check adds for the process itself (`seedsweep::limits::per_run`).
+/// What the memory check adds for the process itself (`seedsweep::sys::limits::per_run`).
 const BASE: u128 = 16 << 20;
 
 #[test]

@@ -14,10 +14,10 @@
 //!   Run it with `cargo test --release --test mkl_tanh -- --ignored`.
 
 use rayon::prelude::*;
-use seedsweep::fp::torch_ops::{mkl_tanh_table_len, tanh_cr_f32, tanh_mkl_f32};
+use seedsweep::kernels::torch_ops::{mkl_tanh_table_len, tanh_cr_f32, tanh_mkl_f32};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
-const TABLE: &[u8] = include_bytes!("../src/fp/data/mkl_tanh_f32.bin");
+const TABLE: &[u8] = include_bytes!("../src/kernels/data/mkl_tanh_f32.bin");
 
 fn read(name: &str) -> String {
     let path = format!("{DATA}{name}");

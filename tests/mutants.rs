@@ -2,10 +2,10 @@
 //! while the clean run of the same seed passes torch's default. Usages are read from the
 //! engine's run and evaluation of one seed (`engine::unit`, as a sweep runs it).
 
-use seedsweep::catalog::{Catalog, Group, Selection};
 use seedsweep::engine::evaluate::{Comparison, SeedCheck};
 use seedsweep::engine::unit;
-use seedsweep::scenario::Workspace;
+use seedsweep::exec::scenario::Workspace;
+use seedsweep::scenario::catalog::{Catalog, Group, Selection};
 
 fn run(
     scenario: &str,

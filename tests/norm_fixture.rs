@@ -1,9 +1,9 @@
-//! `src/model/norm.rs` against real PyTorch: `tests/data/torch_norm.json`, written by
+//! `src/ops/norm.rs` against real PyTorch: `tests/data/torch_norm.json`, written by
 //! `scripts/norm_torch.py` (torch 2.15 on the CPU, one thread, eager, `ATEN_CPU_CAPABILITY=avx2`):
 //! `F.layer_norm` and `F.rms_norm` with weight (and bias) on 3 rows of widths 16, 35, 64, 200
 //! and 300, forward and the backward of `(y · dy).sum()`. Every element is compared bit for bit.
 
-use seedsweep::model::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+use seedsweep::ops::norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 use serde_json::Value;
 
 fn bits(v: &Value, key: &str) -> Vec<f32> {
@@ -134,9 +134,9 @@ fn rms_norm_measured_against_torch() {
 /// roundoffs, 6e-8 each).
 #[test]
 fn the_prenorm_example_runs_replicated_and_sequence_parallel() {
-    use seedsweep::graph::GraphScenario;
-    use seedsweep::profile::ProfileRegistry;
-    use seedsweep::scenario::{Scenario, Workspace};
+    use seedsweep::exec::scenario::{Scenario, Workspace};
+    use seedsweep::exec::GraphScenario;
+    use seedsweep::scenario::profile::ProfileRegistry;
     let file = "configs/examples/tp2_prenorm_block.toml";
     let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
@@ -145,7 +145,8 @@ fn the_prenorm_example_runs_replicated_and_sequence_parallel() {
         .resolve("cpu-fma", "test")
         .unwrap();
     let run = |text: &str| {
-        let sf = seedsweep::lang::file::parse_file(file, text).unwrap_or_else(|e| panic!("{e}"));
+        let sf =
+            seedsweep::scenario::file::parse_file(file, text).unwrap_or_else(|e| panic!("{e}"));
         let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
             .unwrap_or_else(|e| panic!("{e}"));
         let mut ws = Workspace::default();

@@ -5,7 +5,7 @@
 use assert_cmd::Command;
 use std::path::Path;
 
-use seedsweep::export::csv::{read_plan, read_units};
+use seedsweep::results::csv::{read_plan, read_units};
 
 fn seedsweep() -> Command {
     Command::cargo_bin("seedsweep").expect("binary is built by cargo test")

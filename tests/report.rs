@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use assert_cmd::Command;
-use seedsweep::export::html::write_report;
+use seedsweep::report::html::write_report;
 
 fn sweep(dir: &Path, extra: &[&str]) {
     Command::cargo_bin("seedsweep")

@@ -1,15 +1,15 @@
 //! Revealed MKL orders against torch: `configs/revealed/mkl-threads-{1,2}.toml` (revealed by
 //! `scripts/reveal_order.py` with torch 2.15.0 (MKL), AVX512 capability, x86-64, at
-//! `torch.set_num_threads(N)`) executed by `seedsweep::fp::revealed` must reproduce
+//! `torch.set_num_threads(N)`) executed by `seedsweep::kernels::revealed` must reproduce
 //! torch's outputs on the SplitMix64 inputs recorded in `tests/data/mkl_threads_*_validation.toml`
 //! (one input set per role and shape of the built-in T1/T2 scenarios: 63 matmuls, 50,245
 //! elements per thread count) bit for bit. The one-thread FMA chain of `cpu-fma` is checked
 //! against both, so the test also shows what the thread count changes.
 
-use seedsweep::fp::matmul::MatmulScratch;
-use seedsweep::fp::revealed::Role;
-use seedsweep::profile::ProfileRegistry;
-use seedsweep::revealed::RevealedOrders;
+use seedsweep::kernels::matmul::MatmulScratch;
+use seedsweep::kernels::revealed::Role;
+use seedsweep::scenario::profile::ProfileRegistry;
+use seedsweep::scenario::revealed_file::RevealedOrders;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -240,9 +240,9 @@ fn the_mkl_thread_modifiers_carry_the_revealed_files() {
 fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     // The built-in files cover every (role, shape) T1 and T2 call at their default configs, so
     // no matmul of cpu-fma+mkl-threads-N falls back to the one-thread model.
-    use seedsweep::backend::UNREVEALED_MATMULS;
-    use seedsweep::catalog::{Catalog, Selection};
-    use seedsweep::scenario::Workspace;
+    use seedsweep::exec::backend::UNREVEALED_MATMULS;
+    use seedsweep::exec::scenario::Workspace;
+    use seedsweep::scenario::catalog::{Catalog, Selection};
     use std::sync::atomic::Ordering;
     let c = Catalog::load(&[] as &[&str], None).unwrap();
     for t in [2, 4, 8] {

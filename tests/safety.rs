@@ -859,7 +859,7 @@ fn long_names_and_repeated_modifiers_do_not_panic() {
         .stderr(contains("at most"));
     // A table with a cell wider than u16::MAX renders (it used to panic on the format width).
     let wide = "w".repeat(70_000);
-    let t = seedsweep::export::table::render(&["h".to_string()], &[vec![wide.clone()]], 1);
+    let t = seedsweep::report::table::render(&["h".to_string()], &[vec![wide.clone()]], 1);
     assert!(t.contains(&wide));
 }
 

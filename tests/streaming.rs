@@ -7,11 +7,11 @@
 //! - the fold: feeding the all-at-once traces of every built-in T1 group (clean and every
 //!   mutant) to `StreamedEval` one step at a time gives `evaluate` and `unit_frontiers`.
 
-use seedsweep::catalog::{Catalog, Selection};
 use seedsweep::engine::evaluate::{evaluate, unit_frontiers, StreamedEval};
 use seedsweep::engine::run::{run_group, run_group_streamed};
-use seedsweep::scenario::{Traces, Workspace};
-use seedsweep::trace::{SlotRole, Trace, View};
+use seedsweep::exec::scenario::{Traces, Workspace};
+use seedsweep::exec::trace::{SlotRole, Trace, View};
+use seedsweep::scenario::catalog::{Catalog, Selection};
 
 /// T1's file with one parametrization at hidden size `hidden` (the rest unchanged).
 fn t1_at_hidden(hidden: usize) -> tempfile::NamedTempFile {
@@ -249,8 +249,8 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
 /// with the fp32 values lent as f32 buffers, as a streamed run records parameters and
 /// gradients (`nonfinite`: whether the traces hold injected non-finite mismatches).
 fn assert_stepwise_fold_equals_whole(
-    s: &dyn seedsweep::scenario::Scenario,
-    g: &seedsweep::catalog::Group,
+    s: &dyn seedsweep::exec::scenario::Scenario,
+    g: &seedsweep::scenario::catalog::Group,
     ws: &Workspace,
     nonfinite: bool,
 ) {

@@ -2,7 +2,7 @@
 //! silences them on every long command.
 
 use assert_cmd::Command;
-use seedsweep::export::schema;
+use seedsweep::results::schema;
 
 fn seedsweep() -> Command {
     Command::cargo_bin("seedsweep").expect("binary is built by cargo test")

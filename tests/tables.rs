@@ -1,5 +1,5 @@
 //! Every table seedsweep writes matches the one declaration of its columns
-//! (`seedsweep::export::schema`): the header names the declared columns in order, and every
+//! (`seedsweep::results::schema`): the header names the declared columns in order, and every
 //! field parses as its column's type with the spellings pandas, polars and DuckDB read with no
 //! options. `results/README.md` documents each column with the same type. No Python needed;
 //! `scripts/check_tables.py` is the cross-check with the three readers themselves.
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use assert_cmd::Command;
-use seedsweep::export::schema::{self, ColType};
+use seedsweep::results::schema::{self, ColType};
 
 fn seedsweep() -> Command {
     Command::cargo_bin("seedsweep").expect("binary is built by cargo test")

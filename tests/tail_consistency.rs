@@ -12,11 +12,11 @@
 //! does not extrapolate a negative shape (see `sizing_bound`), is 52.7 %. The other windows
 //! fit ξ̂ from 0.03 to 0.20 and their intervals contain the 10,000-seed point 53.2 %.
 
-use seedsweep::catalog::{Catalog, Selection};
 use seedsweep::check::Tolerance;
 use seedsweep::engine::aggregate::collect_frontiers;
 use seedsweep::engine::plan::SeedRange;
-use seedsweep::sizing::usages;
+use seedsweep::report::size::usages;
+use seedsweep::scenario::catalog::{Catalog, Selection};
 use seedsweep::stats::tail::{sizing_bound, tail_estimate};
 
 #[test]

@@ -1,4 +1,4 @@
-//! Bit-for-bit check of `seedsweep::fp::torch_ops` against torch CPU outputs
+//! Bit-for-bit check of `seedsweep::kernels::torch_ops` against torch CPU outputs
 //! recorded in `tests/data/torch_ops.json` (regenerate with
 //! `python3 scripts/gen_torch_ops_fixtures.py`; the JSON `meta` block records
 //! the torch version and CPU capability it was produced with).
@@ -7,7 +7,7 @@
 //! `tanh_slice_with(_, TanhKernel::Mkl)` reproduces (correctly rounded tanh plus the
 //! measured exception table; `tests/mkl_tanh.rs` checks the table itself).
 
-use seedsweep::fp::torch_ops::{
+use seedsweep::kernels::torch_ops::{
     column_sums_f32, log_softmax_cross_entropy_f32, sgd_f32, tanh_backward_f32, tanh_cr_f32,
     tanh_slice_with, TanhKernel,
 };

@@ -5,9 +5,9 @@
 //! (The table gradient is the scatter-add of the head's input gradient, whose column-parallel
 //! all-reduce rounds differently from the unsharded matmul, so it is not compared bitwise.)
 
-use seedsweep::graph::GraphScenario;
-use seedsweep::profile::ProfileRegistry;
-use seedsweep::scenario::{Scenario, Workspace};
+use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::exec::GraphScenario;
+use seedsweep::scenario::profile::ProfileRegistry;
 
 const FILE: &str = r#"
 name = "vocab-parallel-embedding"
@@ -37,8 +37,8 @@ params = [
 
 #[test]
 fn vocab_parallel_embedding_equals_the_plain_lookup_in_the_executor() {
-    let sf =
-        seedsweep::lang::file::parse_file("inline.toml", FILE).unwrap_or_else(|e| panic!("{e}"));
+    let sf = seedsweep::scenario::file::parse_file("inline.toml", FILE)
+        .unwrap_or_else(|e| panic!("{e}"));
     let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
         .unwrap_or_else(|e| panic!("{e}"));
     let profile = ProfileRegistry::builtin()

@@ -37,7 +37,7 @@
 //! finite inputs, so a non-finite largest d is settled by a scan of `actual`.
 
 use super::{all_finite, PairStats, Tolerance};
-use crate::fp::avx512::{lanes, load_pair};
+use crate::kernels::avx512::{lanes, load_pair};
 use crate::stats::frontier::BlockScan;
 use std::arch::x86_64::*;
 

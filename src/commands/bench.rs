@@ -1,11 +1,11 @@
 //! `seedsweep bench`: seed-runs per second through the engine, fast kernels against the
 //! scalar-reference baseline in the same process.
 
-use crate::catalog::Catalog;
 use crate::commands::{load_catalog, Common};
 use crate::engine::plan::{families, in_order, seed_runs_memory};
-use crate::error::InputError;
-use crate::limits::pool;
+use crate::scenario::catalog::Catalog;
+use crate::sys::error::InputError;
+use crate::sys::limits::pool;
 
 /// Largest `bench --seeds` (a measurement, not a sweep).
 pub const MAX_BENCH_SEEDS: u64 = 10_000_000;
@@ -29,9 +29,9 @@ pub struct BenchOptions {
 /// computations run).
 pub fn measure(
     catalog: &Catalog,
-    groups: &[crate::catalog::Group],
+    groups: &[crate::scenario::catalog::Group],
     seeds: u64,
-    kernels: crate::backend::Kernels,
+    kernels: crate::exec::backend::Kernels,
     threads: usize,
 ) -> anyhow::Result<(u64, f64, u64)> {
     use crate::engine::{evaluate, run};
@@ -59,7 +59,7 @@ pub fn measure(
                 .flat_map(|(fi, f)| f.seeds.clone().map(move |seed| (fi, seed))),
             || {
                 (
-                    crate::scenario::Workspace::with_kernels(kernels),
+                    crate::exec::scenario::Workspace::with_kernels(kernels),
                     Vec::new(),
                     Vec::new(),
                 )
@@ -117,16 +117,16 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
         sel.scenarios = Some(vec!["deepspeed-tied-row-parallel".into()]);
     }
     let groups = catalog.plan(&sel)?;
-    crate::limits::check_seed_range(&catalog, &groups, None, o.seeds)?;
+    crate::sys::limits::check_seed_range(&catalog, &groups, None, o.seeds)?;
     let all = rayon::current_num_threads();
-    crate::limits::check_memory(
+    crate::sys::limits::check_memory(
         &[seed_runs_memory(&catalog, &groups, Some(all), o.seeds)],
         o.common.max_memory,
     )?;
-    use crate::backend::Kernels;
+    use crate::exec::backend::Kernels;
     // Per scenario (the plan lists a scenario's groups together): its groups, measured on
     // their own.
-    let scenarios: Vec<(usize, &[crate::catalog::Group])> = groups
+    let scenarios: Vec<(usize, &[crate::scenario::catalog::Group])> = groups
         .chunk_by(|a, b| a.scenario == b.scenario)
         .map(|gs| (gs[0].scenario, gs))
         .collect();

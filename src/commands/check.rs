@@ -1,6 +1,6 @@
 //! `seedsweep check FILE`: validates a scenario file and prints its resolved graph (every
 //! tensor's shape per rank, the collectives, the training, the checks with their tolerances);
-//! the work is [`crate::lang::check`].
+//! the work is [`crate::scenario::describe`].
 
 use std::path::Path;
 
@@ -9,6 +9,6 @@ use crate::commands::emit;
 /// Prints the resolved graph of `path`, or returns the file's first error (file, key path,
 /// what is allowed).
 pub fn check(path: &Path) -> anyhow::Result<i32> {
-    emit(&crate::lang::check::check_path(path)?);
+    emit(&crate::scenario::describe::check_path(path)?);
     Ok(0)
 }

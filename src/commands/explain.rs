@@ -6,16 +6,16 @@
 //! (ties keep the candidates' order).
 //!
 //! Default candidates: the scenario's default profiles, then every other known profile in name
-//! order; for a scenario with execution modes ([`crate::scenario::Scenario::execution_modifiers`],
+//! order; for a scenario with execution modes ([`crate::exec::scenario::Scenario::execution_modifiers`],
 //! JAX eager and jit) each of them once per mode (`f32+xla-eager`, `f32+xla-jit`, ...).
 
-use crate::catalog::{Catalog, Group, Selection};
 use crate::check::py_repr;
 use crate::commands::{emit, load_catalog, Common};
-use crate::error::{unknown_name, InputError};
-use crate::export::table::render;
-use crate::profile::Profile;
-use crate::scenario::Workspace;
+use crate::exec::scenario::Workspace;
+use crate::report::table::render;
+use crate::scenario::catalog::{Catalog, Group, Selection};
+use crate::scenario::profile::Profile;
+use crate::sys::error::{unknown_name, InputError};
 
 /// Runs `explain`: prints the ranked candidates as a table, or as CSV with `csv`.
 pub fn run(common: &Common, query: &ExplainQuery, csv: bool) -> anyhow::Result<i32> {
@@ -159,7 +159,7 @@ pub fn explain(
         mutants: None,
     })?;
     // One seed-run at a time, on this thread: refused before it starts when it cannot fit.
-    crate::limits::check_memory(
+    crate::sys::limits::check_memory(
         &[crate::engine::plan::seed_runs_memory(
             catalog,
             &groups,
@@ -180,7 +180,7 @@ pub fn explain(
         let steps: Vec<String> = trace
             .slots
             .iter()
-            .filter(|sl| sl.check == check && sl.role == crate::trace::SlotRole::Value)
+            .filter(|sl| sl.check == check && sl.role == crate::exec::trace::SlotRole::Value)
             .map(|sl| sl.step.to_string())
             .collect();
         let slot = trace
@@ -188,7 +188,7 @@ pub fn explain(
             .iter()
             .find(|sl| {
                 sl.check == check
-                    && sl.role == crate::trace::SlotRole::Value
+                    && sl.role == crate::exec::trace::SlotRole::Value
                     && sl.step.to_string() == q.step
             })
             .ok_or_else(|| {

@@ -58,7 +58,7 @@ pub fn list(common: &Common) -> anyhow::Result<String> {
         ));
     }
     out.push_str("\nMUTANTS (--mutants all|NAME,...; injected into the sharded computation)\n");
-    for m in crate::mutant::Mutant::ALL {
+    for m in crate::scenario::mutant::Mutant::ALL {
         let users: Vec<&str> = catalog
             .scenarios
             .iter()

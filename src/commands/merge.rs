@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 
-use crate::checkpoint::finish_outputs;
 use crate::commands::{emit, status};
 use crate::engine::aggregate::{summarize_all, GroupAgg, SummaryEntry};
-use crate::export::csv::plan_csv;
-use crate::export::seeds_file::SeedsOut;
-use crate::export::table::{mutant_summary, sweep_summary};
-use crate::export::write_atomic;
-use crate::fingerprint::SHARD_KEY;
+use crate::report::table::{mutant_summary, sweep_summary};
+use crate::results::csv::plan_csv;
+use crate::results::seeds_file::SeedsOut;
+use crate::sweepdir::atomic_write::write_atomic;
+use crate::sweepdir::checkpoint::finish_outputs;
+use crate::sweepdir::fingerprint::SHARD_KEY;
 
 /// `merge` options.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ pub struct MergeOptions {
 /// `missing` line (folder `-`) for each shard index no folder holds, and a one-line verdict
 /// on stderr. Exit 0 when shards `0..N` are all done, once each; 1 otherwise.
 pub fn check(dirs: &[PathBuf]) -> i32 {
-    let (lines, ok) = crate::shard_set::status(dirs);
+    let (lines, ok) = crate::sweepdir::shard_set::status(dirs);
     let mut out = String::from("shard\tstate\tfolder\tdetail\n");
     for l in &lines {
         out.push_str(&format!(
@@ -77,19 +77,19 @@ pub fn check(dirs: &[PathBuf]) -> i32 {
 }
 
 /// Combines shard outputs into the files one run over all seeds writes, byte for byte: the
-/// shards are read and checked ([`crate::shard_set::read`]), every group's rows are
+/// shards are read and checked ([`crate::sweepdir::shard_set::read`]), every group's rows are
 /// aggregated in seed order as a sweep aggregates them, and the folder is written as a sweep
 /// writes it.
 pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     if o.check {
         return Ok(check(&o.dirs));
     }
-    let set = crate::shard_set::read(&o.dirs, &o.out)?;
+    let set = crate::sweepdir::shard_set::read(&o.dirs, &o.out)?;
     let (metas, per_group) = (&set.metas, &set.per_group);
-    let lock = crate::folder::prepare_new(&o.out, "--out")?;
+    let lock = crate::sweepdir::folder::prepare_new(&o.out, "--out")?;
     let fingerprint = set.fingerprint.with(SHARD_KEY, "none").without_checksums();
     write_atomic(
-        &o.out.join(crate::fingerprint::FILE),
+        &o.out.join(crate::sweepdir::fingerprint::FILE),
         fingerprint.to_text().as_bytes(),
     )?;
     write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices)?)?;
@@ -108,16 +108,17 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         }
     }
     let summaries: Vec<Vec<SummaryEntry>> = summarize_all(metas, &aggs);
-    let frontiers = match crate::shard_set::merge_frontiers(&o.dirs, &o.out, metas, per_group)? {
-        Ok(path) => Some(path),
-        Err(note) => {
-            status(o.quiet, &note);
-            None
-        }
-    };
+    let frontiers =
+        match crate::sweepdir::shard_set::merge_frontiers(&o.dirs, &o.out, metas, per_group)? {
+            Ok(path) => Some(path),
+            Err(note) => {
+                status(o.quiet, &note);
+                None
+            }
+        };
     let mut written = finish_outputs(&o.out, metas, &aggs, &summaries, Some(writer), &partial)?;
     written.extend(frontiers);
-    crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
+    crate::sweepdir::fingerprint::record_checksums(&o.out, &fingerprint)?;
     drop(lock);
     emit(&sweep_summary(metas, &aggs, &summaries));
     emit(&mutant_summary(metas, &aggs, &summaries));

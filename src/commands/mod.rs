@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use crate::catalog::{Catalog, Selection};
 use crate::cli::Action;
-use crate::config::RngKind;
+use crate::scenario::catalog::{Catalog, Selection};
+use crate::scenario::config::RngKind;
 
 pub mod bench;
 pub mod check;
@@ -130,8 +130,8 @@ impl CiOutputs {
     }
 
     /// The gates, with `--fail-on-exceed`.
-    pub fn gates(&self, fail_on_exceed: bool) -> crate::verdict::Gates {
-        crate::verdict::Gates {
+    pub fn gates(&self, fail_on_exceed: bool) -> crate::report::verdict::Gates {
+        crate::report::verdict::Gates {
             fail_on_exceed,
             fail_on_missed_mutant: self.fail_on_missed_mutant,
             max_flake_rate: self.max_flake_rate,
@@ -139,13 +139,14 @@ impl CiOutputs {
     }
 
     /// Writes the outputs asked for (each atomically); returns the files written (not `-`).
-    pub fn write(&self, v: &crate::verdict::Verdict) -> anyhow::Result<Vec<String>> {
-        use crate::export::{json, junit, markdown, write_atomic};
+    pub fn write(&self, v: &crate::report::verdict::Verdict) -> anyhow::Result<Vec<String>> {
+        use crate::report::{json, junit, markdown};
+        use crate::sweepdir::atomic_write::write_atomic;
         let mut written = Vec::new();
         for (path, text) in [
             (
                 &self.json,
-                json::to_json as fn(&crate::verdict::Verdict) -> String,
+                json::to_json as fn(&crate::report::verdict::Verdict) -> String,
             ),
             (&self.junit_xml, junit::to_junit),
             (&self.markdown, markdown::to_markdown),

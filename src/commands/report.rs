@@ -8,10 +8,10 @@ use crate::commands::status;
 /// what it wrote (unless `quiet`). The folder's files must match the checksums its
 /// fingerprint records.
 pub fn report(dir: &Path, out: &Path, quiet: bool) -> anyhow::Result<i32> {
-    if let Ok(Some(fp)) = crate::fingerprint::Fingerprint::read(dir) {
-        crate::fingerprint::verify_checksums(dir, &fp, "report")?;
+    if let Ok(Some(fp)) = crate::sweepdir::fingerprint::Fingerprint::read(dir) {
+        crate::sweepdir::fingerprint::verify_checksums(dir, &fp, "report")?;
     }
-    let stats = crate::export::html::write_report(dir, out)?;
+    let stats = crate::report::html::write_report(dir, out)?;
     status(
         quiet,
         &format!(

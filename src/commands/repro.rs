@@ -9,14 +9,14 @@ use std::fmt::Write as _;
 use anyhow::Context;
 use std::path::PathBuf;
 
-use crate::catalog::{Catalog, Group};
 use crate::check::{compare, torch_mismatch_message};
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::evaluate::{for_each_pair, Comparison, SeedCheck};
 use crate::engine::plan::seed_runs_memory;
-use crate::export::prepare_dir;
-use crate::export::table::{pct, render, sci};
-use crate::scenario::Workspace;
+use crate::exec::scenario::Workspace;
+use crate::report::table::{pct, render, sci};
+use crate::scenario::catalog::{Catalog, Group};
+use crate::sweepdir::atomic_write::prepare_dir;
 
 /// `repro` options.
 #[derive(Debug, Clone)]
@@ -41,14 +41,14 @@ pub struct ReproOptions {
 pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
     let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
-    crate::limits::check_memory(
+    crate::sys::limits::check_memory(
         &[seed_runs_memory(&catalog, &groups, Some(1), 1)],
         o.common.max_memory,
     )?;
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
     }
-    let ctx = crate::verdict::ReproContext::of(&o.common);
+    let ctx = crate::report::verdict::ReproContext::of(&o.common);
     let outcome = repro(
         &ctx,
         &catalog,
@@ -66,7 +66,7 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
         status(o.quiet, &format!("dumped {d}"));
     }
     note_unrevealed();
-    let mut verdict = crate::verdict::of_repro(outcome.cases, outcome.mutants);
+    let mut verdict = crate::report::verdict::of_repro(outcome.cases, outcome.mutants);
     verdict.apply_gates(o.ci.gates(o.fail_on_exceed));
     let files = o.ci.write(&verdict)?;
     if !files.is_empty() {
@@ -82,8 +82,8 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
 /// profile's own kernel computed them, so they are not claimed bit-exact with the framework
 /// the orders came from), as `F.linear` dimensions `m x k x n` for `scripts/reveal_order.py`.
 fn note_unrevealed() {
-    use crate::fp::revealed::Role;
-    let shapes = crate::backend::unrevealed_shapes();
+    use crate::kernels::revealed::Role;
+    let shapes = crate::exec::backend::unrevealed_shapes();
     if shapes.is_empty() {
         return;
     }
@@ -154,9 +154,9 @@ pub struct ReproOutcome {
     pub dumped: Vec<String>,
     /// Per clean group, check, comparison and policy: the seed's case for the verdict
     /// (comparison `asserted` = the messaged one), without gates.
-    pub cases: Vec<crate::verdict::Case>,
+    pub cases: Vec<crate::report::verdict::Case>,
     /// Per mutant group and policy: whether the seed catches it.
-    pub mutants: Vec<crate::verdict::MutantCase>,
+    pub mutants: Vec<crate::report::verdict::MutantCase>,
 }
 
 /// Runs `seed` for every group and reports usages and torch-style messages for every
@@ -168,9 +168,9 @@ pub struct ReproOutcome {
 ///
 /// With `dump`, each group's raw traces are also written to
 /// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv`, with `__<mutant>` before `__seed`
-/// for a mutant group (see [`crate::export::dump`]).
+/// for a mutant group (see [`crate::results::dump`]).
 pub fn repro(
-    ctx: &crate::verdict::ReproContext,
+    ctx: &crate::report::verdict::ReproContext,
     catalog: &Catalog,
     groups: &[Group],
     seed_for: impl Fn(&Group) -> u64,
@@ -204,9 +204,9 @@ pub fn repro(
                 seed
             );
             let path = dir.join(&name);
-            crate::export::write_atomic(
+            crate::sweepdir::atomic_write::write_atomic(
                 &path,
-                &crate::export::dump::dump_csv(checks, &ws.traces)?,
+                &crate::results::dump::dump_csv(checks, &ws.traces)?,
             )?;
             dumped.push(path.display().to_string());
             // The same tensors as .npy files, one per tensor, in a folder of that name.
@@ -214,9 +214,9 @@ pub fn repro(
             std::fs::create_dir_all(&npy_dir).with_context(|| {
                 format!("--dump: cannot create directory {}", npy_dir.display())
             })?;
-            let files = crate::export::dump::dump_npy(checks, &ws.traces)?;
+            let files = crate::results::dump::dump_npy(checks, &ws.traces)?;
             for (file, bytes) in &files {
-                crate::export::write_atomic(&npy_dir.join(file), bytes)?;
+                crate::sweepdir::atomic_write::write_atomic(&npy_dir.join(file), bytes)?;
             }
             dumped.push(format!(
                 "{} ({} .npy files)",
@@ -282,7 +282,7 @@ pub fn repro(
                         continue;
                     }
                     let fails = r.usage > 1.0;
-                    cases.push(crate::verdict::Case {
+                    cases.push(crate::report::verdict::Case {
                         scenario: meta.scenario.clone(),
                         param: meta.param.clone(),
                         profile: meta.profile.clone(),
@@ -300,7 +300,7 @@ pub fn repro(
                         tail: None,
                         mutants_caught: Vec::new(),
                         mutants_missed: Vec::new(),
-                        repro: crate::verdict::repro_command(ctx, &meta, policy, cmp, seed),
+                        repro: crate::report::verdict::repro_command(ctx, &meta, policy, cmp, seed),
                         message: None,
                         failures: Vec::new(),
                     });
@@ -322,7 +322,7 @@ pub fn repro(
                     })
                     .map(|(_, ch)| ch.name.to_string())
                     .collect();
-                mutants.push(crate::verdict::MutantCase {
+                mutants.push(crate::report::verdict::MutantCase {
                     scenario: meta.scenario.clone(),
                     param: meta.param.clone(),
                     profile: meta.profile.clone(),

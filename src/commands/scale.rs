@@ -18,19 +18,19 @@
 
 use std::path::PathBuf;
 
-use crate::backend::{Backend, F32Backend, F64Backend};
 use crate::check::Tolerance;
 use crate::commands::{emit, load_catalog, status, Common};
 use crate::engine::plan::in_order;
-use crate::error::InputError;
-use crate::export::{prepare_dir, write_atomic};
-use crate::fp::matmul::MatmulScratch;
-use crate::limits::pool;
-use crate::model::tp::{row_parallel_forward, shard_ranges, RowParallelBuffers};
-use crate::mutant::TpFaults;
-use crate::profile::Profile;
+use crate::exec::backend::{Backend, F32Backend, F64Backend};
+use crate::kernels::matmul::MatmulScratch;
+use crate::ops::tp::{row_parallel_forward, shard_ranges, RowParallelBuffers};
 use crate::rng::chacha::ChaChaStream;
+use crate::scenario::mutant::TpFaults;
+use crate::scenario::profile::Profile;
 use crate::stats::quantile_sorted;
+use crate::sweepdir::atomic_write::{prepare_dir, write_atomic};
+use crate::sys::error::InputError;
+use crate::sys::limits::pool;
 
 /// The unit roundoff of fp32.
 pub const U32: f64 = 1.0 / (1u64 << 24) as f64;
@@ -287,7 +287,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    crate::limits::check_threads(o.threads)?;
+    crate::sys::limits::check_threads(o.threads)?;
     let catalog = load_catalog(&o.common)?;
     for name in &catalog.from_configs {
         let i = catalog.scenario_index(name, "--config")?;
@@ -317,17 +317,17 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
                 m.saturating_mul(n)
                     .saturating_mul(8 * 4 + 4 * (o.tps.len() as u64 + 2)),
             );
-        let t = (crate::limits::effective_threads(o.threads) as u64).min(o.seeds);
+        let t = (crate::sys::limits::effective_threads(o.threads) as u64).min(o.seeds);
         let measures = o.seeds.saturating_mul(
             (o.tps.len() as u64 + 1).saturating_mul(o.policies.len() as u64 + 2) * 8 + 128,
         );
-        crate::limits::check_memory(
+        crate::sys::limits::check_memory(
             &[
                 (
                     per_seed_run.saturating_mul(t),
                     format!(
                         "{t} thread(s) x {} per seed at K = {kmax} (--rows {m}, --cols {n})",
-                        crate::limits::human(per_seed_run)
+                        crate::sys::limits::human(per_seed_run)
                     ),
                 ),
                 (measures, format!("the measures of {} seeds", o.seeds)),
@@ -335,14 +335,14 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
             o.common.max_memory,
         )?;
     }
-    let shared = crate::config::builtin_policies()?;
+    let shared = crate::scenario::config::builtin_policies()?;
     let mut policies = Vec::new();
     for name in &o.policies {
         let p = shared.iter().find(|p| &p.name == name).ok_or_else(|| {
             let valid: Vec<&str> = shared.iter().map(|p| p.name.as_str()).collect();
             InputError::flag(
                 "--policy",
-                crate::error::unknown_name("policy", name, &valid),
+                crate::sys::error::unknown_name("policy", name, &valid),
             )
         })?;
         policies.push((p.name.clone(), p.default));
@@ -357,7 +357,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         seeds: o.seeds,
         policies,
     };
-    let pb = crate::progress::bar_of(
+    let pb = crate::sys::progress::bar_of(
         spec.ks.len() as u64 * spec.seeds,
         o.quiet,
         "scale",
@@ -365,9 +365,9 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
     );
     let points = pool.install(|| run(&spec, &profile, &pb));
     pb.finish_and_clear();
-    let csv = crate::export::csv::scale_csv(&profile.name, &o.policies, &points)?;
+    let csv = crate::results::csv::scale_csv(&profile.name, &o.policies, &points)?;
     write_atomic(&o.out.join("scale.csv"), &csv)?;
-    let svg = crate::export::svg::scale_plot(&points, &o.policies[0], 0);
+    let svg = crate::report::svg::scale_plot(&points, &o.policies[0], 0);
     write_atomic(&o.out.join("scale.svg"), svg.as_bytes())?;
     let mut header: Vec<String> = ["K", "TP", "p50 err/u·Σ|xw|", "p95", "max", "√K"]
         .iter()
@@ -393,8 +393,8 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
                 format!("{:.1}", pt.sqrt_k),
             ];
             for (w, p) in pt.worst_usage_pct.iter().zip(&pt.p95_usage_pct) {
-                r.push(crate::export::table::pct(w / 100.0));
-                r.push(crate::export::table::pct(p / 100.0));
+                r.push(crate::report::table::pct(w / 100.0));
+                r.push(crate::report::table::pct(p / 100.0));
             }
             r
         })
@@ -403,7 +403,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
         "{} on x (rows x K, tanh N(0,1)) . W^T (cols x K, N(0,1)), {} seeds per point; errors against float64 in units of u*sum|x*w| (u = 2^-24), usage of sharded vs unsharded fp32\n",
         profile.name, o.seeds
     ));
-    emit(&crate::export::table::render(&header, &rows, 0));
+    emit(&crate::report::table::render(&header, &rows, 0));
     status(
         o.quiet,
         &format!(
@@ -418,7 +418,7 @@ pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::ProfileRegistry;
+    use crate::scenario::profile::ProfileRegistry;
 
     fn spec() -> ScaleSpec {
         ScaleSpec {

@@ -1,17 +1,17 @@
 //! `seedsweep size`: recommend tolerances from a sweep folder's frontiers, or from seeds run
 //! in-process through the engine, and validate them on fresh seeds (the maths is in
-//! [`crate::sizing`]).
+//! [`crate::report::size`]).
 
 use std::path::PathBuf;
 
-use crate::catalog::{Catalog, Selection};
 use crate::commands::{emit_text, is_stdout, load_catalog, status, Common};
 use crate::engine::aggregate::collect_frontiers;
 use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
-use crate::error::InputError;
-use crate::export::csv::read_plan;
-use crate::export::write_atomic;
-use crate::limits::pool;
+use crate::results::csv::read_plan;
+use crate::scenario::catalog::{Catalog, Selection};
+use crate::sweepdir::atomic_write::write_atomic;
+use crate::sys::error::InputError;
+use crate::sys::limits::pool;
 
 /// `size` options.
 #[derive(Debug, Clone)]
@@ -61,8 +61,8 @@ fn load_sized(
     dir: &std::path::Path,
     catalog: &Catalog,
     sel: &Selection,
-) -> anyhow::Result<Vec<crate::sizing::GroupData>> {
-    use crate::export::frontiers::{read_frontiers, FILE};
+) -> anyhow::Result<Vec<crate::report::size::GroupData>> {
+    use crate::results::frontiers::{read_frontiers, FILE};
     let plan_path = dir.join("plan.csv");
     if !plan_path.exists() {
         return Err(InputError::flag(
@@ -87,9 +87,9 @@ fn load_sized(
         )
         .into());
     }
-    let mut data: Vec<crate::sizing::GroupData> = metas
+    let mut data: Vec<crate::report::size::GroupData> = metas
         .iter()
-        .map(|m| crate::sizing::GroupData {
+        .map(|m| crate::report::size::GroupData {
             meta: m.clone(),
             seeds: Vec::new(),
             fr: vec![Vec::new(); m.checks.len()],
@@ -152,15 +152,15 @@ fn load_sized(
 /// recommended per-check balanced pairs; returns (text, markdown).
 fn validate(
     catalog: &Catalog,
-    data: &[crate::sizing::GroupData],
-    report: &crate::sizing::SizeReport,
+    data: &[crate::report::size::GroupData],
+    report: &crate::report::size::SizeReport,
     n: u64,
     flake: f64,
     quiet: bool,
 ) -> anyhow::Result<(String, String)> {
     use crate::check::py_repr;
-    use crate::export::table::{pct, render};
-    use crate::sizing::{clopper_pearson, usages};
+    use crate::report::size::{clopper_pearson, usages};
+    use crate::report::table::{pct, render};
     use crate::stats::tail::seeds_needed_empirical;
     let mut text = String::new();
     let mut md = format!(
@@ -188,7 +188,7 @@ fn validate(
                     format!("scenario {scenario} has no parametrization {param} in this catalog"),
                 )
                     })?;
-            let group = crate::catalog::Group {
+            let group = crate::scenario::catalog::Group {
                 scenario: si,
                 param: pi,
                 profile: catalog.profiles.resolve(&d.meta.profile, "--validate")?,
@@ -331,7 +331,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    crate::limits::check_threads(o.threads)?;
+    crate::sys::limits::check_threads(o.threads)?;
     if o.validate == Some(0) {
         return Err(
             InputError::flag("--validate", "0 is not allowed; give at least 1 seed").into(),
@@ -356,21 +356,21 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     for (path, flag) in [(&o.markdown, "--markdown"), (&csv_path, "--out")] {
         if let Some(path) = path {
             // Fail on a bad path (a folder, an unwritable place) before the work starts.
-            crate::export::output::check(path, flag)?;
+            crate::sweepdir::atomic_write::check(path, flag)?;
         }
     }
     let pool = pool(o.threads)?;
     let data = match &o.dir {
         Some(dir) => {
-            if let Ok(Some(fp)) = crate::fingerprint::Fingerprint::read(dir) {
-                crate::fingerprint::verify_checksums(dir, &fp, "size")?;
+            if let Ok(Some(fp)) = crate::sweepdir::fingerprint::Fingerprint::read(dir) {
+                crate::sweepdir::fingerprint::verify_checksums(dir, &fp, "size")?;
             }
             load_sized(dir, &catalog, &o.common.selection)?
         }
         None => {
             let groups = catalog.plan(&o.common.selection)?;
             let seeds = o.seeds.unwrap_or(1000);
-            crate::limits::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
+            crate::sys::limits::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
             let range = SeedRange {
                 first: o.first_seed,
                 count: seeds,
@@ -388,7 +388,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
                     .saturating_mul(
                         std::mem::size_of::<crate::engine::evaluate::SeedCheck>() as u64 + 8,
                     );
-                crate::limits::check_memory(
+                crate::sys::limits::check_memory(
                     &[
                         seed_runs_memory(&catalog, &groups, o.threads, n),
                         (
@@ -405,7 +405,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
                 .zip(fr)
                 .map(|(g, fr)| {
                     let meta = GroupMeta::of(&catalog, g);
-                    crate::sizing::GroupData {
+                    crate::report::size::GroupData {
                         seeds: group_seeds(&catalog, g, &range).collect(),
                         jax: is_jax(&catalog, &meta.scenario),
                         meta,
@@ -425,7 +425,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
         )
         .into());
     }
-    let mut report = pool.install(|| crate::sizing::size(&data, o.flake_rate, o.target));
+    let mut report = pool.install(|| crate::report::size::size(&data, o.flake_rate, o.target));
     let mut vtext = String::new();
     if let Some(n) = o.validate {
         let (t, m) =
@@ -434,7 +434,10 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
         report.markdown.push_str(&m);
     }
     if let Some(path) = &csv_path {
-        write_atomic(path, &crate::sizing::recommendations_csv(&report.rows)?)?;
+        write_atomic(
+            path,
+            &crate::report::size::recommendations_csv(&report.rows)?,
+        )?;
     }
     if let Some(path) = &o.markdown {
         write_atomic(path, report.markdown.as_bytes())?;

@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 
-use crate::catalog::Catalog;
-use crate::checkpoint::{finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS};
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
 use crate::engine::evaluate::Comparison;
@@ -12,14 +10,18 @@ use crate::engine::held_bytes;
 use crate::engine::plan::{
     families, seed_runs_memory, units, Family, GroupMeta, SeedRange, Shard, ShardChoice,
 };
-use crate::error::InputError;
-use crate::export::csv::plan_csv;
-use crate::export::frontiers::FrontierWriter;
-use crate::export::seeds_file::{SeedsFormat, SeedsOut};
-use crate::export::table::{mutant_summary, sweep_summary};
-use crate::export::write_atomic;
-use crate::fingerprint::{Fingerprint, SHARD_KEY};
-use crate::limits::pool;
+use crate::report::table::{mutant_summary, sweep_summary};
+use crate::results::csv::plan_csv;
+use crate::results::frontiers::FrontierWriter;
+use crate::results::seeds_file::{SeedsFormat, SeedsOut};
+use crate::scenario::catalog::Catalog;
+use crate::sweepdir::atomic_write::write_atomic;
+use crate::sweepdir::checkpoint::{
+    finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS,
+};
+use crate::sweepdir::fingerprint::{Fingerprint, SHARD_KEY};
+use crate::sys::error::InputError;
+use crate::sys::limits::pool;
 
 /// `sweep` options.
 #[derive(Debug, Clone)]
@@ -54,7 +56,7 @@ pub struct SweepOptions {
 
 /// Runs a sweep; returns the process exit code.
 ///
-/// Files in `--out` (see [`crate::folder`]; a new sweep first removes the files of any earlier
+/// Files in `--out` (see [`crate::sweepdir::folder`]; a new sweep first removes the files of any earlier
 /// one): `fingerprint.txt` and `plan.csv` first (what this run computes, for `merge` and
 /// `--resume`), then `seeds.csv.partial` (or, with `--format parquet`, `seeds.bin.partial`)
 /// streamed chunk by chunk with a `.progress` checkpoint after each chunk, then
@@ -71,10 +73,10 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
         );
     }
-    crate::limits::check_threads(o.threads)?;
+    crate::sys::limits::check_threads(o.threads)?;
     let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
-    crate::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
+    crate::sys::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
     let mode = if o.summary_only {
         "summary-only"
@@ -116,7 +118,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     };
     if o.resume && old.is_none() {
         // Only a new or empty folder is started under --resume; anything else is not ours.
-        crate::folder::check_ours(&o.out, "--resume")?;
+        crate::sweepdir::folder::check_ours(&o.out, "--resume")?;
         // Killed before it wrote anything: --resume starts it, so that the same command
         // can always be rerun after a kill.
         eprintln!(
@@ -125,7 +127,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         );
     }
     let lock = if let Some(old) = old {
-        let lock = crate::folder::open_existing(&o.out, "--resume")?;
+        let lock = crate::sweepdir::folder::open_existing(&o.out, "--resume")?;
         let diff = fingerprint.diff(&old, "now", "in the folder", &[], 12);
         if !diff.is_empty() {
             return Err(InputError::flag(
@@ -140,18 +142,18 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             .into());
         }
         let finished = if o.summary_only {
-            crate::folder::has(&o.out, "summary.csv")
+            crate::sweepdir::folder::has(&o.out, "summary.csv")
         } else {
-            crate::folder::has(&o.out, o.format.file())
-                && !crate::folder::has(&o.out, o.format.partial())
+            crate::sweepdir::folder::has(&o.out, o.format.file())
+                && !crate::sweepdir::folder::has(&o.out, o.format.partial())
         };
         if finished {
             // Its files must be the ones it wrote; a sweep killed between its last file and
             // its checksums gets them now.
-            if crate::fingerprint::verify_checksums(&o.out, &old, "--resume")?
-                == crate::fingerprint::Checked::NoneRecorded
+            if crate::sweepdir::fingerprint::verify_checksums(&o.out, &old, "--resume")?
+                == crate::sweepdir::fingerprint::Checked::NoneRecorded
             {
-                crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
+                crate::sweepdir::fingerprint::record_checksums(&o.out, &fingerprint)?;
             }
             let _ = std::fs::remove_file(&progress);
             // Printed even with --quiet: the command did none of the work it names.
@@ -169,15 +171,15 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
             resume_units(&o.out, &metas, &plan, &mut aggs, o.summary_only, o.format)?;
         lock
     } else {
-        let lock = crate::folder::prepare_new(&o.out, "--out")?;
+        let lock = crate::sweepdir::folder::prepare_new(&o.out, "--out")?;
         write_atomic(
-            &o.out.join(crate::fingerprint::FILE),
+            &o.out.join(crate::sweepdir::fingerprint::FILE),
             fingerprint.to_text().as_bytes(),
         )?;
         write_atomic(&plan_path, &plan_bytes)?;
         lock
     };
-    crate::interrupt::hint_on_interrupt(format!(
+    crate::sys::interrupt::hint_on_interrupt(format!(
         "\ninterrupted: {} is kept; continue it with the same command and --resume\n",
         o.out.display()
     ));
@@ -186,7 +188,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     } else {
         Some(SeedsOut::open(o.format, &partial, skip > 0)?)
     };
-    let frontiers_partial = o.out.join(crate::export::frontiers::PARTIAL);
+    let frontiers_partial = o.out.join(crate::results::frontiers::PARTIAL);
     let mut sink = FileSink {
         writer,
         metas: &metas,
@@ -210,7 +212,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     })?;
     // The last phase (tail fits, the summary, and with Parquet the row log's conversion) has
     // no seed count to show: a ticking line says what it is doing.
-    let phase = crate::progress::phase(o.quiet, "sweep", "finishing frontiers.bin");
+    let phase = crate::sys::progress::phase(o.quiet, "sweep", "finishing frontiers.bin");
     let writer = sink.writer.take();
     let frontiers_file = finish_frontiers(&o.out, sink.frontiers.take())?;
     phase.set_message("summarizing: quantiles and tail fits");
@@ -219,7 +221,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let mut written = finish_outputs(&o.out, &metas, &aggs, &summaries, writer, &partial)?;
     phase.finish_and_clear();
     written.extend(frontiers_file);
-    crate::fingerprint::record_checksums(&o.out, &fingerprint)?;
+    crate::sweepdir::fingerprint::record_checksums(&o.out, &fingerprint)?;
     let _ = std::fs::remove_file(&progress);
     drop(lock);
     let data = o.ci.stdout_is_data();
@@ -228,8 +230,8 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     status(o.quiet, &format!("wrote {}", written.join(", ")));
     let failed = if o.ci.wanted() {
         let outputs = o.ci.json.is_some() || o.ci.junit_xml.is_some() || o.ci.markdown.is_some();
-        let ctx = crate::verdict::ReproContext::of(&o.common);
-        let mut ws = crate::scenario::Workspace::default();
+        let ctx = crate::report::verdict::ReproContext::of(&o.common);
+        let mut ws = crate::exec::scenario::Workspace::default();
         // torch's message at the worst seed of each failing case: one seed rerun each.
         let message = |gi: usize, k: usize| {
             if !outputs {
@@ -250,7 +252,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
                 &mut ws,
             )
         };
-        let verdict = crate::verdict::of_sweep(
+        let verdict = crate::report::verdict::of_sweep(
             &metas,
             &aggs,
             &summaries,
@@ -321,7 +323,7 @@ fn exceeded_line(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> String
             e.policy,
             e.failing_seeds,
             e.seeds,
-            crate::verdict::pct(e.worst_usage),
+            crate::report::verdict::pct(e.worst_usage),
             e.worst_seed,
             e.worst_step,
             m.scenario,
@@ -342,7 +344,7 @@ fn exceeded_line(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> String
 fn decide_shard(
     o: &SweepOptions,
     catalog: &Catalog,
-    groups: &[crate::catalog::Group],
+    groups: &[crate::scenario::catalog::Group],
     metas: &[GroupMeta],
     mode: &str,
 ) -> anyhow::Result<Option<Shard>> {
@@ -425,10 +427,10 @@ fn decide_shard(
     }
 }
 
-/// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::limits`]).
+/// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::sys::limits`]).
 fn check_sweep_memory(
     catalog: &Catalog,
-    groups: &[crate::catalog::Group],
+    groups: &[crate::scenario::catalog::Group],
     metas: &[GroupMeta],
     plan: &[(usize, std::ops::Range<u64>)],
     fams: &[Family],
@@ -465,5 +467,8 @@ fn check_sweep_memory(
                 .to_string(),
         ));
     }
-    Ok(crate::limits::check_memory(&parts, o.common.max_memory)?)
+    Ok(crate::sys::limits::check_memory(
+        &parts,
+        o.common.max_memory,
+    )?)
 }

@@ -5,12 +5,12 @@
 //! per group in seed order ([`collect_frontiers`]). Seed order makes every aggregate
 //! independent of the thread count and of how the seeds were split into shards.
 
-use crate::catalog::{Catalog, Group};
 use crate::check::{StepLabel, Tolerance};
 use crate::engine::evaluate::{unit_frontiers, Comparison, SeedValues};
 use crate::engine::plan::{self, GroupMeta, SeedRange};
 use crate::engine::run::run_family;
-use crate::scenario::Workspace;
+use crate::exec::scenario::Workspace;
+use crate::scenario::catalog::{Catalog, Group};
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
 use crate::stats::tail::{tail_estimate, TailEstimate};
@@ -507,7 +507,7 @@ pub fn collect_frontiers(
 ) -> Vec<Frontiers> {
     let plan = plan::units(catalog, groups, range);
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    let pb = crate::progress::bar(total, quiet, what);
+    let pb = crate::sys::progress::bar(total, quiet, what);
     let mut out: Vec<Frontiers> = groups
         .iter()
         .map(|g| vec![Vec::new(); catalog.scenarios[g.scenario].checks(g.param).len()])

@@ -15,12 +15,12 @@ use crate::check::{
     magnitude_stats, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan, usage_stats,
     PairStats, StepLabel, Tolerance,
 };
-use crate::scenario::{CheckSpec, Scenario, Traces, Workspace};
+use crate::exec::scenario::{CheckSpec, Scenario, Traces, Workspace};
+use crate::exec::trace::{Slot, SlotRole, Trace, View};
 use crate::stats::frontier::{
     frontier, keep_pairs, scan_anchors, scan_pairs, two_pass_is_vectorized, AnchorScan,
     FrontierStream,
 };
-use crate::trace::{Slot, SlotRole, Trace, View};
 
 /// One of the three comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -244,7 +244,7 @@ pub const THEORY_P: f64 = 1e-4;
 /// comparison of a reduction: the sum of the two sides' bounds (the float64 side counts as
 /// exact).
 fn theory_factors(
-    r: &crate::scenario::Reduction,
+    r: &crate::exec::scenario::Reduction,
     comparison: Comparison,
     elements: usize,
 ) -> (f64, f64) {
@@ -703,7 +703,7 @@ impl StreamedEval {
     }
 
     /// Folds one step's traces (`asserted`: the comparison the frontiers are taken in).
-    /// The traces may hold lent fp32 buffers ([`crate::trace::Trace::lend`]): they are read
+    /// The traces may hold lent fp32 buffers ([`crate::exec::trace::Trace::lend`]): they are read
     /// chunk by chunk, widened exactly, so the results are those of the widened copies.
     pub fn step(
         &mut self,

@@ -176,7 +176,7 @@ mod tests {
     }
 
     impl UnitSink for Record {
-        fn rows_format(&self) -> Option<crate::export::seeds_file::SeedsFormat> {
+        fn rows_format(&self) -> Option<crate::results::seeds_file::SeedsFormat> {
             None
         }
         fn wants_frontiers(&self) -> bool {

@@ -22,11 +22,11 @@ pub mod run;
 
 use std::ops::Range;
 
-use crate::catalog::{Catalog, Group};
-use crate::export::csv::FloatMemo;
-use crate::export::frontiers::SeedFrontiers;
-use crate::export::seeds_file::{format_unit, SeedsFormat};
-use crate::scenario::Workspace;
+use crate::exec::scenario::Workspace;
+use crate::results::csv::FloatMemo;
+use crate::results::frontiers::SeedFrontiers;
+use crate::results::seeds_file::{format_unit, SeedsFormat};
+use crate::scenario::catalog::{Catalog, Group};
 use crate::stats::frontier::AnchorScan;
 use aggregate::GroupAgg;
 use evaluate::{unit_frontiers_scanned, SeedCheck, SeedValues};
@@ -35,7 +35,7 @@ use plan::{Family, GroupMeta};
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
 /// computation), in `ws`, and evaluates every check × comparison × policy into `out`
 /// (layout of [`evaluate::evaluate`]). The traces stay in `ws.traces`, except for a
-/// parametrization that [`crate::scenario::Scenario::streams`]: that one runs and is
+/// parametrization that [`crate::exec::scenario::Scenario::streams`]: that one runs and is
 /// evaluated step by step ([`run::run_group_streamed`]), and `ws.traces` holds its last
 /// step only.
 pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &mut Vec<SeedCheck>) {
@@ -57,7 +57,7 @@ pub trait UnitSink {
     /// Whether frontier records are written.
     fn wants_frontiers(&self) -> bool;
     /// One unit's rows ([`format_unit`]) and frontier record
-    /// ([`crate::export::frontiers::record`]), each empty when not asked for.
+    /// ([`crate::results::frontiers::record`]), each empty when not asked for.
     fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
@@ -125,7 +125,7 @@ pub fn drive(
     sink: &mut dyn UnitSink,
 ) -> anyhow::Result<()> {
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
-    let pb = crate::progress::bar(total, quiet, "sweep");
+    let pb = crate::sys::progress::bar(total, quiet, "sweep");
     pb.inc(skip.min(total));
     // Units of the families before the current one, and units handed to the sink.
     let mut before = 0u64;
@@ -213,7 +213,7 @@ pub fn drive(
                         );
                     }
                     if want_frontiers {
-                        crate::export::frontiers::record(
+                        crate::results::frontiers::record(
                             gi,
                             seed,
                             &frontiers[f.source[j]],
@@ -262,7 +262,7 @@ pub fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Selection;
+    use crate::scenario::catalog::Selection;
 
     fn t1_groups(catalog: &Catalog, profiles: &str) -> Vec<Group> {
         catalog

@@ -11,10 +11,10 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::catalog::{Catalog, Group};
 use crate::check::Tolerance;
 use crate::engine::evaluate::Comparison;
-use crate::scenario::Parts;
+use crate::exec::scenario::Parts;
+use crate::scenario::catalog::{Catalog, Group};
 
 /// Units per parallel chunk: large enough to keep every thread busy, small enough that the
 /// chunk's results stay a few megabytes.
@@ -174,7 +174,7 @@ pub fn units(catalog: &Catalog, groups: &[Group], range: &SeedRange) -> Vec<(usi
 }
 
 /// Groups that share work at each seed: consecutive groups of one scenario whose
-/// parametrizations compute the same traces ([`crate::scenario::Scenario::same_computation`])
+/// parametrizations compute the same traces ([`crate::exec::scenario::Scenario::same_computation`])
 /// and which run the same seeds under the same tolerances. At one seed the family computes the float64 trace once,
 /// the reference once per run of consecutive equal profiles, and the sharded trace once per
 /// distinct (profile, mutant); every group reports the results of its run. Groups are
@@ -376,24 +376,24 @@ impl<S> Drop for Lease<'_, S> {
 }
 
 /// The memory of the seed-runs in flight: one per worker thread (at most one per unit), each
-/// as large as the largest group's (see [`crate::limits::per_run`]).
+/// as large as the largest group's (see [`crate::sys::limits::per_run`]).
 pub fn seed_runs_memory(
     catalog: &Catalog,
     groups: &[Group],
     threads: Option<usize>,
     units: u64,
 ) -> (u64, String) {
-    let t = (crate::limits::effective_threads(threads) as u64).min(units.max(1));
+    let t = (crate::sys::limits::effective_threads(threads) as u64).min(units.max(1));
     match groups
         .iter()
-        .map(|g| crate::limits::per_run(catalog, g))
+        .map(|g| crate::sys::limits::per_run(catalog, g))
         .max_by_key(|(b, _)| *b)
     {
         Some((b, what)) => (
             b.saturating_mul(t),
             format!(
                 "{t} thread(s) x {} per seed-run: {what}",
-                crate::limits::human(b)
+                crate::sys::limits::human(b)
             ),
         ),
         None => (0, String::new()),

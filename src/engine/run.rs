@@ -13,12 +13,12 @@
 //! whose traces would be large runs step by step instead ([`run_group_streamed`], through
 //! [`Scenario::run_stepwise`]). No other module calls [`Scenario::run`].
 
-use crate::catalog::{Catalog, Group};
 use crate::engine::evaluate::{SeedCheck, StreamedEval};
 use crate::engine::plan::Family;
-use crate::mutant::Mutant;
-use crate::profile::Profile;
-use crate::scenario::{Parts, Scenario, Workspace};
+use crate::exec::scenario::{Parts, Scenario, Workspace};
+use crate::scenario::catalog::{Catalog, Group};
+use crate::scenario::mutant::Mutant;
+use crate::scenario::profile::Profile;
 
 /// Runs `s` at parametrization `param` and `seed` in `profile`, with `mutant` (or none)
 /// injected into the sharded computation, leaving the three traces in `ws.traces`.

@@ -448,13 +448,13 @@ mod tests {
     #[target_feature(enable = "avx512f,avx512dq")]
     unsafe fn log1p_lanes(c: &[f64; 8]) -> [f64; 8] {
         use std::arch::x86_64::*;
-        crate::fp::avx512::lanes(avx512::log1p(_mm512_loadu_pd(c.as_ptr())))
+        crate::kernels::avx512::lanes(avx512::log1p(_mm512_loadu_pd(c.as_ptr())))
     }
 
     #[target_feature(enable = "avx512f,avx512dq")]
     unsafe fn log_lanes(c: &[f64; 8]) -> [f64; 8] {
         use std::arch::x86_64::*;
-        crate::fp::avx512::lanes(avx512::log(_mm512_loadu_pd(c.as_ptr())))
+        crate::kernels::avx512::lanes(avx512::log(_mm512_loadu_pd(c.as_ptr())))
     }
 
     /// `log1p` lane by lane against `libm::log1p`, bit for bit: log-spaced magnitudes of both

@@ -3,7 +3,7 @@
 pub mod frontier;
 pub mod gpd;
 mod gpd_sums;
-pub mod profile;
+pub mod profile_likelihood;
 pub mod tail;
 
 pub mod histogram;

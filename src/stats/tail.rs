@@ -3,7 +3,7 @@
 //! approach of FLEX, Dutta et al., FSE 2021), falling back to empirical order statistics.
 
 use super::gpd::{self, Gpd};
-use super::profile;
+use super::profile_likelihood as profile;
 use super::quantile_sorted;
 
 /// How a [`TailEstimate`] was made.
@@ -142,7 +142,7 @@ pub fn seeds_needed_gpd(p: f64) -> usize {
 ///    the GPD fitted by [`gpd::fit_mle`] to the excesses of the k largest values, q = p·n/k
 ///    (the conditional exceedance probability above u): value = u + `Gpd::isf(q)` at the
 ///    lowest accepted threshold, and the 95 % profile-likelihood interval of that quantile
-///    ([`crate::stats::profile::quantile_interval`]), shifted by u, united over every
+///    ([`crate::stats::profile_likelihood::quantile_interval`]), shifted by u, united over every
 ///    accepted threshold. The threshold's own
 ///    sampling variability is not propagated (k/n is treated as the exceedance rate), as is
 ///    usual for POT intervals; the coverage simulation (`tests/tail_coverage.rs`) measures

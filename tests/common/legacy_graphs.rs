@@ -1,8 +1,8 @@
 //! T1 and T2 as resolved graphs, built by hand from the legacy config tables (the tables the
 //! hand-written modules read). Used by the bit-identity test.
 
-use seedsweep::config::CommonConfig;
-use seedsweep::graph::ir::*;
+use seedsweep::scenario::config::CommonConfig;
+use seedsweep::scenario::ir::*;
 
 fn int(t: &toml::Table, k: &str) -> usize {
     t[k].as_integer().unwrap() as usize

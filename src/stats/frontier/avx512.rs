@@ -25,7 +25,7 @@
 use super::simd::{keep_pairs_portable, scan_anchors_portable};
 use super::stream::{BELOW_LEN, BELOW_SHIFT};
 use super::{AnchorScan, Anchors, HULL_MARGIN};
-use crate::fp::avx512::{lanes, load_pair};
+use crate::kernels::avx512::{lanes, load_pair};
 use std::arch::x86_64::*;
 
 /// 2⁻¹⁰⁰⁰, the smallest e (and best ratio) the screen's error bound is used for.

@@ -1,0 +1,1604 @@
+//! [`GraphScenario`]: a scenario given as one resolved graph per parametrization, run by the
+//! executor ([`crate::exec::graph`]).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use crate::engine::evaluate::Comparison;
+use crate::exec::backend::{F32Backend, F64Backend};
+use crate::exec::graph::{phase, Bufs, Phase, Plan};
+use crate::exec::init::{draw_inputs, draw_params, draw_teacher, InputValue};
+use crate::exec::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
+use crate::exec::scenario::{CheckSpec, Parts, Scenario, Workspace};
+use crate::rng::torch::TorchGenerator;
+use crate::scenario::config::{resolve_policies, CommonConfig, Policy};
+use crate::scenario::ir::{
+    Activation, At, CheckTensor, DrawKind, EmbeddingParallel, GradReduce, LinearParallel, LossKind,
+    NormParallel, Op, Optimizer, OuterData, ResolvedGraph, WeightLayout,
+};
+use crate::scenario::mutant::Mutant;
+use crate::scenario::profile::Profile;
+use crate::sys::error::InputError;
+
+/// A scenario described by resolved graphs.
+#[derive(Debug)]
+pub struct GraphScenario {
+    common: CommonConfig,
+    plans: Vec<Plan>,
+    /// Per parametrization: whether it runs step by step ([`plan_streams`]), decided once.
+    streams: Vec<bool>,
+    policies: Vec<Policy>,
+    check_names: &'static [&'static str],
+    mutants: &'static [Mutant],
+    summary: String,
+    compare: Comparison,
+    seed_dependent: bool,
+    modifiers: &'static [&'static str],
+}
+
+/// Per-thread buffers of every graph scenario.
+#[derive(Debug, Default)]
+pub struct GraphBuffers {
+    init: Vec<Vec<f32>>,
+    torch: Option<TorchGenerator>,
+    b32: Bufs<f32>,
+    /// The sharded computation's buffers when it runs in lockstep with the reference
+    /// ([`Scenario::run_stepwise`]); empty otherwise.
+    b32s: Bufs<f32>,
+    b64: Bufs<f64>,
+    f64_backend: F64Backend,
+    /// (plan address, seed) of the parameters in `init`.
+    drawn_key: Option<(usize, u64)>,
+    o32: OuterBufs<f32>,
+    o64: OuterBufs<f64>,
+    /// An outer loop's data drawn for this seed, and the draw's scratch.
+    drawn: OuterInputs,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    name: String,
+    teacher: Vec<f32>,
+}
+
+impl GraphBuffers {
+    /// The initial parameters of `plan` at `seed` in `init`. They depend on (graph, seed)
+    /// only: drawn again unless this workspace's last draw was for this very plan and seed.
+    fn draw(&mut self, plan: &Plan, seed: u64) {
+        let key = (plan as *const Plan as usize, seed);
+        if self.drawn_key != Some(key) {
+            draw_params(&plan.graph, seed, &mut self.torch, &mut self.init);
+            self.drawn_key = Some(key);
+        }
+    }
+}
+
+#[cfg(test)]
+impl GraphBuffers {
+    /// Every replica's parameters after the last outer-loop run: the sharded f32
+    /// computation's (it runs after the reference in the same buffers) and the f64 ground
+    /// truth's, flat and replica-major.
+    pub(crate) fn final_inner(&self) -> (&[f32], &[f64]) {
+        (self.o32.final_inner(), self.o64.final_inner())
+    }
+}
+
+/// A `'static` copy of `s`, shared by every caller asking for the same text (check names
+/// must be `'static` for [`CheckSpec`]); each distinct name is stored once per process.
+pub fn intern(s: &str) -> &'static str {
+    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let set = guard.get_or_insert_with(HashSet::new);
+    if let Some(&n) = set.get(s) {
+        return n;
+    }
+    let n: &'static str = Box::leak(s.to_string().into_boxed_str());
+    set.insert(n);
+    n
+}
+
+fn leak_slice<T>(v: Vec<T>) -> &'static [T] {
+    Box::leak(v.into_boxed_slice())
+}
+
+/// Every check name of `graphs`, merged so that each graph's own order is kept: a name a
+/// later graph adds goes right after the name preceding it in that graph.
+pub fn merged_check_names(graphs: &[ResolvedGraph]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for g in graphs {
+        let mut pos = 0;
+        for c in &g.checks {
+            match out.iter().position(|n| *n == c.name) {
+                Some(i) => pos = i + 1,
+                None => {
+                    out.insert(pos, c.name.clone());
+                    pos += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+impl GraphScenario {
+    /// Validates the graphs (what the executor supports, shapes it relies on) and prepares
+    /// them: inputs drawn, shards computed. `check_names` are the names policies may refer to
+    /// (in `list` order); `summary` is the one line `list` prints.
+    pub fn new(
+        common: CommonConfig,
+        graphs: Vec<ResolvedGraph>,
+        check_names: Vec<String>,
+        summary: String,
+    ) -> Result<Self, InputError> {
+        if graphs.is_empty() {
+            return Err(InputError::config(
+                &common.file,
+                "params",
+                "at least one parametrization is required",
+            ));
+        }
+        let mut plans = Vec::with_capacity(graphs.len());
+        let mut mutants: Vec<Mutant> = Vec::new();
+        for g in graphs {
+            validate(&common.file, &g)?;
+            for m in g.mutants() {
+                if !mutants.contains(&m) {
+                    mutants.push(m);
+                }
+            }
+            plans.push(plan(g));
+        }
+        mutants.sort_by_key(|m| Mutant::ALL.iter().position(|a| a == m));
+        let names: Vec<&'static str> = check_names.iter().map(|n| intern(n)).collect();
+        let policies = resolve_policies(&common, &names)?;
+        Ok(Self {
+            common,
+            streams: plans.iter().map(plan_streams).collect(),
+            plans,
+            policies,
+            check_names: leak_slice(names),
+            mutants: leak_slice(mutants),
+            summary,
+            compare: Comparison::ShardedVsRef,
+            seed_dependent: true,
+            modifiers: &[],
+        })
+    }
+
+    /// The scenario of one graph with an outer loop ([`crate::scenario::ir::OuterLoop`]), run by
+    /// the executor's outer-loop wrapper ([`crate::exec::outer_loop`]); `compare` is the
+    /// comparison the test asserts.
+    pub fn outer(
+        common: CommonConfig,
+        graph: ResolvedGraph,
+        compare: Comparison,
+    ) -> Result<Self, InputError> {
+        let file = common.file.clone();
+        validate(&file, &graph)?;
+        let Some(o) = graph.train.outer.as_ref() else {
+            return Err(err(&file, "train.outer".into(), "required"));
+        };
+        let np: usize = graph
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        let (checks, idx, names) = outer_loop::checks_of(&file, o, np)?;
+        let seed_dependent = !matches!(o.data, OuterData::Fixed { .. });
+        let summary = outer_loop::summary(&graph);
+        let mutants = graph.mutants();
+        let fixed = outer_loop::fixed_inputs(&graph);
+        let mut p = plan(graph);
+        p.checks = checks;
+        p.outer = Some(OuterPlan { idx, np, fixed });
+        let names: Vec<&'static str> = names.iter().map(|n| intern(n)).collect();
+        let policies = resolve_policies(&common, &names)?;
+        Ok(Self {
+            common,
+            plans: vec![p],
+            streams: vec![false],
+            policies,
+            check_names: leak_slice(names),
+            mutants: leak_slice(mutants),
+            summary,
+            compare,
+            seed_dependent,
+            modifiers: outer_loop::EXECUTION_MODIFIERS,
+        })
+    }
+
+    /// The scenario of a file in the scenario language ([`crate::scenario`]): its lowered
+    /// graphs, its check names in file order, its comparison; the summary `list` prints is
+    /// [`summary_of`] the first graph.
+    pub fn from_file(file: crate::scenario::ScenarioFile) -> Result<Self, InputError> {
+        let summary = file.lowered.first().map(summary_of).unwrap_or_default();
+        let mut s = Self::new(file.common, file.lowered, file.check_names, summary)?;
+        s.compare = file.compare;
+        Ok(s)
+    }
+
+    /// The outer loop's check indices (an outer-loop scenario).
+    #[cfg(test)]
+    pub(crate) fn outer_idx(&self) -> outer_loop::OuterIdx {
+        self.plans[0].outer.as_ref().expect("an outer loop").idx
+    }
+
+    /// The outer loop (an outer-loop scenario).
+    #[cfg(test)]
+    pub(crate) fn outer_loop(&self) -> &crate::scenario::ir::OuterLoop {
+        self.plans[0]
+            .graph
+            .train
+            .outer
+            .as_ref()
+            .expect("an outer loop")
+    }
+
+    /// The first graph.
+    #[cfg(test)]
+    pub(crate) fn graph0(&self) -> &ResolvedGraph {
+        &self.plans[0].graph
+    }
+
+    /// The prepared graphs, one per parametrization.
+    pub fn graphs(&self) -> impl Iterator<Item = &ResolvedGraph> {
+        self.plans.iter().map(|p| &p.graph)
+    }
+}
+
+/// One line on what a seed-run of `g` computes: its named dimensions, degrees, steps and
+/// optimizer (`hidden 32, vocab 67, TP 2, 3 steps, sgd lr 0.05`).
+pub fn summary_of(g: &ResolvedGraph) -> String {
+    let mut parts: Vec<String> = g.dims.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    if g.parallel.tp > 1 {
+        parts.push(format!("TP {}", g.parallel.tp));
+    }
+    if g.parallel.dp > 1 {
+        parts.push(format!("DP {}", g.parallel.dp));
+    }
+    let t = &g.train;
+    parts.push(if t.micro_steps > 1 {
+        format!("{} steps x {} micro-steps", t.steps, t.micro_steps)
+    } else {
+        format!("{} steps", t.steps)
+    });
+    let opt = match t.optimizer {
+        Optimizer::Sgd {
+            momentum, nesterov, ..
+        } if momentum != 0.0 => {
+            if nesterov {
+                "sgd nesterov"
+            } else {
+                "sgd momentum"
+            }
+        }
+        Optimizer::Sgd { .. } => "sgd",
+        Optimizer::Adam {
+            decoupled: true, ..
+        } => "adamw",
+        Optimizer::Adam { .. } => "adam",
+    };
+    parts.push(format!("{opt} lr {}", t.optimizer.lr() as f32));
+    parts.join(", ")
+}
+
+fn err(file: &str, key: String, msg: impl Into<String>) -> InputError {
+    InputError::config(file, key, msg)
+}
+
+/// The most elements one tensor may have (4 TiB of f32): far past any machine's memory, and
+/// small enough that sizes computed from it never overflow.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
+/// Validates every parametrization's graph as the executor will (`seedsweep check` refuses
+/// what a sweep would), without drawing or allocating anything.
+pub fn validate_graphs(file: &str, graphs: &[ResolvedGraph]) -> Result<(), InputError> {
+    graphs.iter().try_for_each(|g| validate(file, g))
+}
+
+/// What the executor supports today, and the shape facts it relies on.
+fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
+    let id = &g.id;
+    let at = |what: String| format!("params[{id}].{what}");
+    // Element counts in checked arithmetic first: a list-valued dim can make a product that
+    // wraps around, which every later size computation would take for a small tensor.
+    let shapes = g
+        .tensors
+        .iter()
+        .map(|t| (&t.name, &t.shape))
+        .chain(g.params.iter().map(|p| (&p.name, &p.shape)));
+    for (name, shape) in shapes {
+        let n = shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+            .filter(|n| *n <= MAX_ELEMENTS);
+        if n.is_none() {
+            return Err(err(
+                file,
+                at("dims".into()),
+                format!(
+                    "tensor {name} of shape {shape:?} has more than 2^40 elements (the most a \
+                     tensor may have); make its dims smaller"
+                ),
+            ));
+        }
+    }
+    let numel = |shape: &[usize]| shape.iter().product::<usize>();
+    if let Some(o) = &g.train.outer {
+        validate_outer(file, g, o)?;
+    } else if g.parallel.dp > 1 {
+        validate_dp(file, g)?;
+    }
+    let plain_sgd = matches!(
+        g.train.optimizer,
+        Optimizer::Sgd { momentum, weight_decay, .. } if momentum == 0.0 && weight_decay == 0.0
+    );
+    if !plain_sgd
+        && g.checks
+            .iter()
+            .any(|c| matches!(c.tensor, CheckTensor::SgdUpdate(_)))
+    {
+        return Err(err(
+            file,
+            at("checks".into()),
+            "an sgd-update check needs plain SGD (no momentum, no weight decay)",
+        ));
+    }
+    if g.train.steps == 0 || g.train.micro_steps == 0 {
+        return Err(err(
+            file,
+            at("train".into()),
+            "steps and micro_steps must be >= 1",
+        ));
+    }
+    let tensor = |t: crate::scenario::ir::TensorId, key: String| {
+        if t.0 < g.tensors.len() {
+            Ok(())
+        } else {
+            Err(err(file, key, format!("tensor index {} out of range", t.0)))
+        }
+    };
+    let param = |p: crate::scenario::ir::ParamId, key: String| {
+        if p.0 < g.params.len() {
+            Ok(())
+        } else {
+            Err(err(
+                file,
+                key,
+                format!("parameter index {} out of range", p.0),
+            ))
+        }
+    };
+    for (i, p) in g.params.iter().enumerate() {
+        if let Some(t) = p.tie {
+            if t.0 >= i || g.params[t.0].tie.is_some() || g.params[t.0].shape != p.shape {
+                return Err(err(
+                    file,
+                    at(format!("params[{i}].tie")),
+                    "must name an earlier, untied parameter of the same shape",
+                ));
+            }
+        }
+    }
+    for (i, d) in g.inputs.draws.iter().enumerate() {
+        if let DrawKind::Randint { high } = d.kind {
+            if high == 0 || high >= 1 << 32 {
+                return Err(err(
+                    file,
+                    at(format!("inputs[{i}].high")),
+                    format!("{high} is not allowed; allowed: 1..2^32"),
+                ));
+            }
+            if d.tensor.is_some() {
+                return Err(err(
+                    file,
+                    at(format!("inputs[{i}]")),
+                    "an integer input cannot feed an activation; layers read it by its id",
+                ));
+            }
+        }
+        if let Some(t) = d.tensor {
+            tensor(t, at(format!("inputs[{i}].tensor")))?;
+            // An outer loop's replica sees its block of the leading axis.
+            let mut shape = d.shape.clone();
+            if let (Some(o), Some(rows)) = (&g.train.outer, shape.first_mut()) {
+                *rows /= o.replicas.max(1);
+            }
+            if g.tensors[t.0].shape != shape {
+                return Err(err(
+                    file,
+                    at(format!("inputs[{i}].shape")),
+                    "must equal the shape of the tensor it feeds",
+                ));
+            }
+        }
+    }
+    let int_input = |inp: crate::scenario::ir::InputId, key: String| -> Result<usize, InputError> {
+        match g.inputs.draws.get(inp.0) {
+            Some(d) if matches!(d.kind, DrawKind::Randint { .. }) => Ok(numel(&d.shape)),
+            _ => Err(err(file, key, "must name an integer (randint) input")),
+        }
+    };
+    for f in &g.inputs.fixups {
+        let crate::scenario::ir::Fixup::Set { input, index, .. } = *f;
+        let n = int_input(input, at("inputs.fixups".into()))?;
+        if index >= n {
+            return Err(err(
+                file,
+                at("inputs.fixups".into()),
+                format!("index {index} is out of range for an input of {n} elements"),
+            ));
+        }
+    }
+    let mut produced = vec![false; g.tensors.len()];
+    for d in &g.inputs.draws {
+        if let Some(t) = d.tensor {
+            produced[t.0] = true;
+        }
+    }
+    for (li, l) in g.layers.iter().enumerate() {
+        let key = |k: &str| at(format!("layers[{li}].{k}"));
+        let out = l.op.output();
+        tensor(out, key("out"))?;
+        let read = |t: crate::scenario::ir::TensorId| -> Result<(), InputError> {
+            tensor(t, key("x"))?;
+            if produced[t.0] {
+                Ok(())
+            } else {
+                Err(err(
+                    file,
+                    key("x"),
+                    format!("reads `{}` before anything writes it", g.tensors[t.0].name),
+                ))
+            }
+        };
+        match l.op {
+            Op::Embedding {
+                ids,
+                table,
+                parallel,
+                padding_idx,
+                ..
+            } => {
+                param(table, key("table"))?;
+                let n = int_input(ids, key("ids"))?;
+                let ts = &g.params[table.0].shape;
+                if ts.len() != 2 || ts[1] != g.width(out) || n != g.rows(out) {
+                    return Err(err(
+                        file,
+                        key("table"),
+                        "the table must be [rows, dim] with dim the output's last dimension and \
+                         one output row per id",
+                    ));
+                }
+                if let Some(p) = padding_idx {
+                    if p < 0 || p as usize >= ts[0] {
+                        return Err(err(
+                            file,
+                            key("padding_idx"),
+                            format!("{p} is out of range; allowed: 0..{}", ts[0]),
+                        ));
+                    }
+                }
+                if let Some(d) = g.inputs.draws.get(ids.0) {
+                    if let DrawKind::Randint { high } = d.kind {
+                        if high as usize > ts[0] {
+                            return Err(err(
+                                file,
+                                key("ids"),
+                                format!("ids drawn below {high} exceed the table's {} rows", ts[0]),
+                            ));
+                        }
+                    }
+                }
+                for f in &g.inputs.fixups {
+                    let crate::scenario::ir::Fixup::Set { input, value, .. } = *f;
+                    if input == ids && (value < 0 || value as usize >= ts[0]) {
+                        return Err(err(
+                            file,
+                            at("inputs.fixups".into()),
+                            format!(
+                                "value {value} is out of range for the table's {} rows",
+                                ts[0]
+                            ),
+                        ));
+                    }
+                }
+                if parallel == EmbeddingParallel::Vocab
+                    && g.parallel.shard_rule.ranges(ts[0], g.parallel.tp).is_none()
+                {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        format!(
+                            "{} table rows do not split over tp = {} under the shard rule",
+                            ts[0], g.parallel.tp
+                        ),
+                    ));
+                }
+            }
+            Op::Linear {
+                x,
+                weight,
+                bias,
+                parallel,
+                layout,
+                ..
+            } => {
+                read(x)?;
+                param(weight, key("weight"))?;
+                if layout == WeightLayout::InOut && parallel != LinearParallel::None {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        "a flax kernel ([in, out]) layer is not tensor-parallel; allowed: none",
+                    ));
+                }
+                let (k, n) = (g.width(x), g.width(out));
+                if g.params[weight.0].shape != [n, k] || g.rows(x) != g.rows(out) {
+                    return Err(err(
+                        file,
+                        key("weight"),
+                        format!("the weight must be [{n}, {k}] (out, in) and rows must match"),
+                    ));
+                }
+                if let Some(b) = bias {
+                    param(b, key("bias"))?;
+                    if g.params[b.0].shape != [n] {
+                        return Err(err(file, key("bias"), format!("the bias must be [{n}]")));
+                    }
+                }
+                let split = match parallel {
+                    LinearParallel::None => None,
+                    LinearParallel::Row => Some(("input features", k)),
+                    LinearParallel::Column | LinearParallel::ColumnGather => {
+                        Some(("output features", n))
+                    }
+                };
+                if let Some((what, total)) = split {
+                    if g.parallel.shard_rule.ranges(total, g.parallel.tp).is_none() {
+                        return Err(err(
+                            file,
+                            key("parallel"),
+                            format!(
+                                "{total} {what} do not split over tp = {} under the shard rule",
+                                g.parallel.tp
+                            ),
+                        ));
+                    }
+                }
+            }
+            Op::Activation { kind, x, .. } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+                let _ = kind;
+            }
+            Op::Norm {
+                x,
+                weight,
+                bias,
+                parallel,
+                ..
+            } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+                let n = g.width(x);
+                for (p, what) in [(weight, "weight"), (bias, "bias")] {
+                    if let Some(p) = p {
+                        param(p, key(what))?;
+                        if g.params[p.0].shape != [n] {
+                            return Err(err(file, key(what), format!("the {what} must be [{n}]")));
+                        }
+                    }
+                }
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                if parallel == NormParallel::Sequence
+                    && g.parallel.shard_rule.ranges(seq, g.parallel.tp).is_none()
+                {
+                    return Err(err(
+                        file,
+                        key("parallel"),
+                        format!(
+                            "a sequence of {seq} tokens does not split over tp = {} under the \
+                             shard rule",
+                            g.parallel.tp
+                        ),
+                    ));
+                }
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                read(a)?;
+                read(b)?;
+                let shape = &g.tensors[out.0].shape;
+                if &g.tensors[a.0].shape != shape || &g.tensors[b.0].shape != shape {
+                    return Err(err(
+                        file,
+                        key("out"),
+                        "both operands must have the output's shape",
+                    ));
+                }
+            }
+        }
+        produced[out.0] = true;
+    }
+    tensor(g.loss.input, at("loss.input".into()))?;
+    match g.loss.kind {
+        LossKind::CrossEntropy { labels } | LossKind::VocabParallelCrossEntropy { labels } => {
+            let n = int_input(labels, at("loss.labels".into()))?;
+            if n != g.rows(g.loss.input) {
+                return Err(err(
+                    file,
+                    at("loss.labels".into()),
+                    "one label per logits row is required",
+                ));
+            }
+            if let Some(d) = g.inputs.draws.get(labels.0) {
+                if let DrawKind::Randint { high } = d.kind {
+                    if high as usize > g.width(g.loss.input) {
+                        return Err(err(
+                            file,
+                            at("loss.labels".into()),
+                            "labels are drawn beyond the number of classes",
+                        ));
+                    }
+                }
+            }
+        }
+        LossKind::Mse { target } => match g.inputs.draws.get(target.0) {
+            Some(d)
+                if d.kind == DrawKind::Randn
+                    && d.shape.iter().product::<usize>()
+                        == g.tensors[g.loss.input.0].shape.iter().product::<usize>() => {}
+            Some(d)
+                if d.kind == DrawKind::Given
+                    && g.train.outer.as_ref().is_some_and(|o| {
+                        d.shape.iter().product::<usize>()
+                            == o.replicas
+                                * g.tensors[g.loss.input.0].shape.iter().product::<usize>()
+                    }) => {}
+            _ => {
+                return Err(err(
+                    file,
+                    at("loss.target".into()),
+                    "must name a randn input with as many elements as the loss input",
+                ))
+            }
+        },
+        LossKind::Sum => {}
+    }
+    if let LossKind::VocabParallelCrossEntropy { .. } = g.loss.kind {
+        let v = g.width(g.loss.input);
+        if g.parallel.shard_rule.ranges(v, g.parallel.tp).is_none() {
+            return Err(err(
+                file,
+                at("loss.parallel".into()),
+                format!(
+                    "a vocabulary of {v} does not split over tp = {} under the shard rule",
+                    g.parallel.tp
+                ),
+            ));
+        }
+    }
+    for (ci, c) in g.checks.iter().enumerate() {
+        let key = at(format!("checks[{ci}]"));
+        let n = match c.tensor {
+            CheckTensor::Loss => 1,
+            CheckTensor::Activation(t) | CheckTensor::Grad(t) => {
+                tensor(t, key.clone())?;
+                numel(&g.tensors[t.0].shape)
+            }
+            CheckTensor::ParamGrad(p) | CheckTensor::Param(p) | CheckTensor::SgdUpdate(p) => {
+                param(p, key.clone())?;
+                numel(&g.params[p.0].shape)
+            }
+        };
+        if numel(&c.shape) != n {
+            return Err(err(
+                file,
+                format!("{key}.shape"),
+                format!(
+                    "{:?} does not hold the {n} elements of the checked tensor",
+                    c.shape
+                ),
+            ));
+        }
+        if let CheckTensor::Grad(t) = c.tensor {
+            let leaf = g.inputs.draws.iter().any(|d| d.tensor == Some(t));
+            if !leaf && g.producer(t).is_none() {
+                return Err(err(file, key, "the gradient of a tensor nothing writes"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The global batch (the leading dimension every input and activation shares) of a graph
+/// with `dp > 1`, with the rank's contiguous block of it (by the shard rule).
+fn dp_rows(g: &ResolvedGraph) -> Option<(usize, Vec<std::ops::Range<usize>>)> {
+    let batch = *g.inputs.draws.first()?.shape.first()?;
+    let ranges = g.parallel.shard_rule.ranges(batch, g.parallel.dp)?;
+    ranges
+        .iter()
+        .all(|r| !r.is_empty())
+        .then_some((batch, ranges))
+}
+
+/// What the data-parallel executor ([`crate::exec::graph`]'s `dp` module) relies on.
+fn validate_dp(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
+    let id = &g.id;
+    let at = |what: String| format!("params[{id}].{what}");
+    let dp = g.parallel.dp;
+    if g.parallel.tp > 1 {
+        return Err(err(
+            file,
+            at("parallel".into()),
+            format!(
+                "tp = {} with dp = {dp}: tensor and data parallelism together are not \
+                 supported by the executor yet; allowed: tp = 1 or dp = 1",
+                g.parallel.tp
+            ),
+        ));
+    }
+    let Some((batch, _)) = dp_rows(g) else {
+        return Err(err(
+            file,
+            at("parallel.dp".into()),
+            format!(
+                "the global batch (the first input's leading dimension) does not split into \
+                 {dp} non-empty rank blocks under the shard rule"
+            ),
+        ));
+    };
+    for (i, d) in g.inputs.draws.iter().enumerate() {
+        if d.shape.first() != Some(&batch) {
+            return Err(err(
+                file,
+                at(format!("inputs[{i}].shape")),
+                format!(
+                    "with dp = {dp} every input's leading dimension is the global batch \
+                     ({batch}); this one is {:?}",
+                    d.shape
+                ),
+            ));
+        }
+    }
+    for t in &g.tensors {
+        if t.shape.len() < 2 || t.shape[0] != batch {
+            return Err(err(
+                file,
+                at("layers".into()),
+                format!(
+                    "with dp = {dp} every activation must be [batch ({batch}), ...] with at \
+                     least two dimensions; `{}` is {:?}",
+                    t.name, t.shape
+                ),
+            ));
+        }
+    }
+    for (ci, c) in g.checks.iter().enumerate() {
+        let key = at(format!("checks[{ci}]"));
+        match c.tensor {
+            CheckTensor::Grad(_) => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "with dp = {dp} a rank's activation gradient is of its own loss, not \
+                         the global one; check activations, the loss or parameters"
+                    ),
+                ))
+            }
+            CheckTensor::ParamGrad(_) if g.train.grad_reduce != GradReduce::AllReduce => {
+                return Err(err(
+                    file,
+                    key,
+                    "under a reduce-scatter no rank holds a parameter's full gradient",
+                ))
+            }
+            CheckTensor::ParamGrad(_) if c.at == At::MicroStep && g.train.micro_steps > 1 => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "with dp = {dp} the gradient is all-reduced once per step; at = \
+                         \"micro-step\" is not allowed, allowed: \"step\""
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The graph one data-parallel rank runs: every input and activation cut to the rank's
+/// `rows` of the global batch (the leading dimension).
+fn rank_graph(g: &ResolvedGraph, rows: usize) -> ResolvedGraph {
+    let mut r = g.clone();
+    for d in &mut r.inputs.draws {
+        d.shape[0] = rows;
+    }
+    for t in &mut r.tensors {
+        t.shape[0] = rows;
+    }
+    r.parallel.dp = 1;
+    r
+}
+
+/// Rank `rows`' block of every micro-step's inputs (the leading dimension of each draw).
+fn rank_inputs(
+    g: &ResolvedGraph,
+    inputs: &[Vec<InputValue>],
+    rows: &std::ops::Range<usize>,
+) -> Vec<Vec<InputValue>> {
+    inputs
+        .iter()
+        .map(|step| {
+            step.iter()
+                .zip(&g.inputs.draws)
+                .map(|(v, d)| {
+                    let inner: usize = d.shape[1..].iter().product();
+                    let span = rows.start * inner..rows.end * inner;
+                    InputValue {
+                        f: v.f
+                            .get(span.clone())
+                            .map(<[f32]>::to_vec)
+                            .unwrap_or_default(),
+                        i: v.i.get(span).map(<[i64]>::to_vec).unwrap_or_default(),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A single shard covering `r`.
+fn one(r: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
+    std::iter::once(r).collect()
+}
+
+/// Prepares a validated graph: its inputs drawn, and with `dp > 1` one plan per rank on
+/// the rank's block of them.
+fn plan(g: ResolvedGraph) -> Plan {
+    // An outer loop's inputs are its data, per seed or written in the file, and its
+    // data-parallel ranks are its replicas (the outer-loop wrapper runs them).
+    if g.train.outer.is_some() {
+        return plan_with(g, Vec::new());
+    }
+    let inputs = draw_inputs(&g);
+    let ranks = match dp_rows(&g) {
+        Some((_, blocks)) if g.parallel.dp > 1 => blocks
+            .iter()
+            .map(|b| plan_with(rank_graph(&g, b.len()), rank_inputs(&g, &inputs, b)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut p = plan_with(g, inputs);
+    p.ranks = ranks;
+    for r in &mut p.ranks {
+        // A rank's gradients are reduced across the ranks before any step.
+        r.fused_sgd.fill(false);
+    }
+    p
+}
+
+/// Per parameter: whether its optimizer step may be taken panel by panel as its gradient is
+/// computed, without the gradient ever being whole ([`Plan::fused_sgd`]). That needs a step
+/// that is elementwise and reads nothing but the parameter and its gradient (plain SGD: no
+/// momentum, no weight decay), one micro-step per step (no accumulation), no outer loop, and a
+/// parameter that only its own torch-layout linear layer uses (not tied, not a table, not a
+/// bias) and whose gradient no check reads (no `.grad` or SGD-update check). The data-parallel
+/// ranks' plans never fuse ([`plan`]): their gradients are reduced first.
+fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) -> Vec<bool> {
+    let np = g.params.len();
+    let plain_sgd = matches!(
+        g.train.optimizer,
+        Optimizer::Sgd { momentum, weight_decay, .. } if momentum == 0.0 && weight_decay == 0.0
+    );
+    if !plain_sgd || g.train.micro_steps != 1 || g.train.outer.is_some() {
+        return vec![false; np];
+    }
+    let mut uses = vec![0usize; np];
+    let mut torch_weight = vec![false; np];
+    for l in &g.layers {
+        match l.op {
+            Op::Embedding { table, .. } => uses[storage[table.0]] += 1,
+            Op::Linear {
+                weight,
+                bias,
+                layout,
+                ..
+            } => {
+                uses[storage[weight.0]] += 1;
+                torch_weight[storage[weight.0]] = layout == WeightLayout::OutIn;
+                if let Some(b) = bias {
+                    uses[storage[b.0]] += 1;
+                }
+            }
+            Op::Norm { weight, bias, .. } => {
+                for p in weight.iter().chain(bias.iter()) {
+                    uses[storage[p.0]] += 1;
+                }
+            }
+            Op::Activation { .. } | Op::ResidualAdd { .. } => {}
+        }
+    }
+    let mut grad_read = vec![false; np];
+    for c in &g.checks {
+        if let CheckTensor::ParamGrad(p) | CheckTensor::SgdUpdate(p) = c.tensor {
+            grad_read[storage[p.0]] = true;
+        }
+    }
+    (0..np)
+        .map(|i| {
+            storage[i] == i
+                && storage.iter().filter(|&&s| s == i).count() == 1
+                && uses[i] == 1
+                && torch_weight[i]
+                && !grad_read[i]
+                && tied_table != Some(i)
+        })
+        .collect()
+}
+
+/// Prepares a validated graph with its inputs.
+fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
+    let storage: Vec<usize> = (0..g.params.len())
+        .map(|i| g.params[i].tie.map_or(i, |t| t.0))
+        .collect();
+    let numel: Vec<usize> = g.tensors.iter().map(|t| t.shape.iter().product()).collect();
+    // A tensor needs a gradient if a parameter or a checked leaf lies upstream of it.
+    let mut needs_grad = vec![false; g.tensors.len()];
+    for c in &g.checks {
+        if let CheckTensor::Grad(t) = c.tensor {
+            needs_grad[t.0] = true;
+        }
+    }
+    let mut sharded = Vec::new();
+    let mut whole = Vec::new();
+    for l in &g.layers {
+        let out = l.op.output();
+        match l.op {
+            Op::Embedding {
+                table,
+                parallel: EmbeddingParallel::Vocab,
+                ..
+            } => {
+                needs_grad[out.0] = true;
+                let rows = g.params[table.0].shape[0];
+                whole.push(one(0..rows));
+                sharded.push(
+                    g.parallel
+                        .shard_rule
+                        .ranges(rows, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..rows)),
+                );
+                continue;
+            }
+            Op::Embedding { .. } => needs_grad[out.0] = true,
+            Op::Linear { x, parallel, .. } => {
+                needs_grad[out.0] = true;
+                let k = g.width(x);
+                whole.push(one(0..k));
+                let n = g.width(out);
+                sharded.push(match parallel {
+                    LinearParallel::Row => g
+                        .parallel
+                        .shard_rule
+                        .ranges(k, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..k)),
+                    LinearParallel::Column | LinearParallel::ColumnGather => g
+                        .parallel
+                        .shard_rule
+                        .ranges(n, g.parallel.tp)
+                        .unwrap_or_else(|| one(0..n)),
+                    LinearParallel::None => one(0..k),
+                });
+                continue;
+            }
+            Op::Norm {
+                x,
+                weight,
+                parallel: NormParallel::Sequence,
+                ..
+            } => {
+                needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0] || weight.is_some();
+                // Token rows per rank: the first dimension split by the shard rule, each
+                // index covering `rows / seq` rows.
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                let per = g.rows(x) / seq.max(1);
+                let ranges = g
+                    .parallel
+                    .shard_rule
+                    .ranges(seq, g.parallel.tp)
+                    .unwrap_or_else(|| one(0..seq));
+                whole.push(one(0..g.rows(x)));
+                sharded.push(
+                    ranges
+                        .into_iter()
+                        .map(|r| r.start * per..r.end * per)
+                        .collect(),
+                );
+                continue;
+            }
+            Op::Norm {
+                weight: Some(_), ..
+            } => needs_grad[out.0] = true,
+            Op::Activation { x, .. } | Op::Norm { x, .. } => {
+                needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
+            }
+            Op::ResidualAdd { a, b, .. } => {
+                needs_grad[out.0] = needs_grad[out.0] || needs_grad[a.0] || needs_grad[b.0]
+            }
+        }
+        whole.push(one(0..g.width(out)));
+        sharded.push(one(0..g.width(out)));
+    }
+    needs_grad[g.loss.input.0] = true;
+    let mut by_phase: [Vec<usize>; 3] = Default::default();
+    let mut keeps_old = Vec::new();
+    for (i, c) in g.checks.iter().enumerate() {
+        let ph = match phase(c.tensor) {
+            Phase::Forward => 0,
+            Phase::Backward => 1,
+            Phase::Step => 2,
+        };
+        by_phase[ph].push(i);
+        if let CheckTensor::SgdUpdate(p) = c.tensor {
+            let s = storage[p.0];
+            if !keeps_old.contains(&s) {
+                keeps_old.push(s);
+            }
+        }
+    }
+    let tied_table = g.tied_embedding_head().map(|(t, _)| storage[t.0]);
+    let fused_sgd = fused_sgd(&g, &storage, tied_table);
+    let checks = g
+        .checks
+        .iter()
+        .map(|c| CheckSpec {
+            name: intern(&c.name),
+            shape: c.shape.clone(),
+            self_consistent: matches!(c.tensor, CheckTensor::SgdUpdate(_)),
+            reduction: c.reduction,
+        })
+        .collect();
+    let in_place = g
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(li, l)| match l.op {
+            Op::Activation {
+                kind: Activation::Tanh | Activation::Relu,
+                x,
+                ..
+            } => {
+                let other_reader = g.layers.iter().enumerate().any(|(lj, o)| {
+                    lj != li
+                        && match o.op {
+                            Op::Linear { x: r, .. }
+                            | Op::Activation { x: r, .. }
+                            | Op::Norm { x: r, .. } => r == x,
+                            Op::ResidualAdd { a, b, .. } => a == x || b == x,
+                            Op::Embedding { .. } => false,
+                        }
+                });
+                let checked = g
+                    .checks
+                    .iter()
+                    .any(|c| c.tensor == CheckTensor::Activation(x));
+                let drawn = g.inputs.draws.iter().any(|d| d.tensor == Some(x));
+                !other_reader && !checked && !drawn && g.loss.input != x
+            }
+            _ => false,
+        })
+        .collect();
+    let lr = g.train.optimizer.lr() as f32;
+    let loss_shards = match g.loss.kind {
+        LossKind::VocabParallelCrossEntropy { .. } => g
+            .parallel
+            .shard_rule
+            .ranges(g.width(g.loss.input), g.parallel.tp)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    Plan {
+        graph: g,
+        checks,
+        inputs,
+        sharded,
+        whole,
+        storage,
+        numel,
+        needs_grad,
+        by_phase,
+        keeps_old,
+        tied_table,
+        fused_sgd,
+        lr,
+        in_place,
+        loss_shards,
+        ranks: Vec::new(),
+        outer: None,
+    }
+}
+
+/// What the outer-loop wrapper runs ([`crate::exec::outer_loop`]): the replicas are the dp
+/// ranks, no tensor parallelism, linear layers as flax kernels, the mse loss on the last
+/// layer, plain sgd or adamw inside (optax's formulas) and sgd with momentum outside.
+fn validate_outer(
+    file: &str,
+    g: &ResolvedGraph,
+    o: &crate::scenario::ir::OuterLoop,
+) -> Result<(), InputError> {
+    if g.parallel.tp != 1 || g.parallel.dp != o.replicas {
+        return Err(err(
+            file,
+            "parallel".into(),
+            format!(
+                "an outer loop runs its replicas as the dp ranks: tp must be 1 and dp = {} (the replicas)",
+                o.replicas
+            ),
+        ));
+    }
+    for (li, l) in g.layers.iter().enumerate() {
+        match l.op {
+            Op::Linear {
+                bias: Some(_),
+                parallel: LinearParallel::None,
+                layout: WeightLayout::InOut,
+                ..
+            }
+            | Op::Activation {
+                kind: Activation::Tanh,
+                ..
+            } => {}
+            _ => {
+                return Err(err(
+                    file,
+                    format!("layers[{li}]"),
+                    "an outer-loop model is linear layers (flax kernels with a bias, no tensor                      parallelism) and tanh",
+                ))
+            }
+        }
+    }
+    let last = g.layers.last().map(|l| l.op.output());
+    if !matches!(g.loss.kind, LossKind::Mse { .. }) || Some(g.loss.input) != last {
+        return Err(err(
+            file,
+            "loss".into(),
+            "an outer loop trains on the mse loss of the last layer",
+        ));
+    }
+    if g.train.micro_steps != 1 || g.train.steps != o.steps {
+        return Err(err(
+            file,
+            "train".into(),
+            "an outer loop's inner steps are its steps, without micro-steps",
+        ));
+    }
+    let inner_ok = match g.train.optimizer {
+        Optimizer::Sgd {
+            momentum,
+            dampening,
+            nesterov,
+            weight_decay,
+            ..
+        } => momentum == 0.0 && dampening == 0.0 && !nesterov && weight_decay == 0.0,
+        Optimizer::Adam { decoupled, .. } => decoupled,
+    };
+    if !inner_ok {
+        return Err(err(
+            file,
+            "train.optimizer".into(),
+            "an outer loop's inner optimizer is plain sgd or adamw (optax's)",
+        ));
+    }
+    if !matches!(
+        o.optimizer,
+        Optimizer::Sgd { dampening, weight_decay, .. } if dampening == 0.0 && weight_decay == 0.0
+    ) {
+        return Err(err(
+            file,
+            "train.outer.optimizer".into(),
+            "the outer optimizer is sgd with momentum (optax.sgd), no dampening or weight decay",
+        ));
+    }
+    if o.sync_period == 0 || o.steps == 0 {
+        return Err(err(
+            file,
+            "train.outer".into(),
+            "sync_period and steps must be >= 1",
+        ));
+    }
+    if let OuterData::Fixed { init, x, y } = &o.data {
+        let np: usize = g
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        let per = |i: usize| {
+            g.inputs
+                .draws
+                .get(i)
+                .map_or(0, |d| d.shape.iter().product())
+        };
+        let target = match g.loss.kind {
+            LossKind::Mse { target } => target.0,
+            _ => 0,
+        };
+        let xi = (0..g.inputs.draws.len())
+            .find(|&i| i != target)
+            .unwrap_or(0);
+        for (what, got, n) in [
+            ("init", init.len(), np),
+            ("x", x.len(), per(xi)),
+            ("y", y.len(), per(target)),
+        ] {
+            if got != n {
+                return Err(err(
+                    file,
+                    "inputs".into(),
+                    format!("fixed {what} holds {got} values; the model needs {n}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Scenario for GraphScenario {
+    fn common(&self) -> &CommonConfig {
+        &self.common
+    }
+    fn param_ids(&self) -> Vec<&str> {
+        self.plans.iter().map(|p| p.graph.id.as_str()).collect()
+    }
+    fn checks(&self, param: usize) -> &[CheckSpec] {
+        &self.plans[param].checks
+    }
+    fn all_check_names(&self) -> &'static [&'static str] {
+        self.check_names
+    }
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+    fn mutants(&self) -> &'static [Mutant] {
+        self.mutants
+    }
+    fn summary(&self) -> String {
+        self.summary.clone()
+    }
+    fn asserted_comparison(&self) -> Comparison {
+        self.compare
+    }
+    fn seed_dependent(&self) -> bool {
+        self.seed_dependent
+    }
+    fn execution_modifiers(&self) -> &'static [&'static str] {
+        self.modifiers
+    }
+    fn run(&self, param: usize, seed: u64, profile: &Profile, ws: &mut Workspace) {
+        self.run_parts(param, seed, profile, Parts::ALL, ws)
+    }
+    fn run_parts(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        parts: Parts,
+        ws: &mut Workspace,
+    ) {
+        let plan = &self.plans[param];
+        if plan.outer.is_some() {
+            return run_outer(plan, seed, profile, ws);
+        }
+        let mut traces = std::mem::take(&mut ws.traces);
+        let kernels = ws.kernels;
+        let mutant = ws.mutant;
+        let (bufs, scratch) = ws.buffers::<GraphBuffers>();
+        bufs.draw(plan, seed);
+        if parts.f64 {
+            traces.f64.clear();
+            plan.compute(
+                &mut bufs.f64_backend,
+                &bufs.init,
+                false,
+                None,
+                true,
+                &mut bufs.b64,
+                &mut traces.f64,
+            );
+        }
+        let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+        if parts.reference {
+            traces.reference.clear();
+            plan.compute(
+                &mut be,
+                &bufs.init,
+                false,
+                None,
+                false,
+                &mut bufs.b32,
+                &mut traces.reference,
+            );
+        }
+        traces.sharded.clear();
+        plan.compute(
+            &mut be,
+            &bufs.init,
+            true,
+            mutant,
+            false,
+            &mut bufs.b32,
+            &mut traces.sharded,
+        );
+        ws.traces = traces;
+    }
+    fn run_bytes(&self, param: usize, profile: &Profile, mutant: Option<Mutant>) -> Option<u128> {
+        let plan = &self.plans[param];
+        // The outer loop's replicas run through their own buffers: the check-tensor estimate.
+        if plan.outer.is_some() {
+            return None;
+        }
+        Some(plan.run_bytes(&profile.matmul, mutant, self.streams[param]))
+    }
+    fn streams(&self, param: usize) -> bool {
+        self.streams[param]
+    }
+    fn run_stepwise(
+        &self,
+        param: usize,
+        seed: u64,
+        profile: &Profile,
+        ws: &mut Workspace,
+        each_step: &mut dyn FnMut(&crate::exec::scenario::Traces),
+    ) {
+        if !self.streams(param) {
+            self.run(param, seed, profile, ws);
+            return each_step(&ws.traces);
+        }
+        let plan = &self.plans[param];
+        let mut traces = std::mem::take(&mut ws.traces);
+        let kernels = ws.kernels;
+        let mutant = ws.mutant;
+        let (bufs, scratch) = ws.buffers::<GraphBuffers>();
+        bufs.draw(plan, seed);
+        // The three computations of [`Plan::compute`], each with its own buffers, advanced
+        // one step at a time: the same micro-steps on the same inputs in the same order per
+        // computation, so the same values.
+        let (c64, cref, csh) = (
+            plan.step_ctx(false, None, true, None),
+            plan.step_ctx(false, None, false, None),
+            plan.step_ctx(true, mutant, false, None),
+        );
+        plan.load_state(&c64, &bufs.init, &mut bufs.b64);
+        plan.load_state(&cref, &bufs.init, &mut bufs.b32);
+        // The last computation to load takes the drawn buffers instead of a copy (no
+        // parameter-sized copy is kept), and gives them back after the last step; `init`
+        // then holds no draw, so the next run draws again (a streamed group is alone in its
+        // family, so its seeds are not run twice in a row anyway).
+        plan.load_state_taking(&csh, &mut bufs.init, &mut bufs.b32s);
+        bufs.drawn_key = None;
+        // Gradients no check records: one set of buffers for the two fp32 computations,
+        // handed to the sharded one for its step and back after it.
+        let shared_grads = plan.unrecorded_grads();
+        let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+        // The checks of parameters and their gradients are lent, not copied: views of the
+        // computations' own buffers, which nothing modifies until the next step begins,
+        // and the traces are cleared before it does (and at the end).
+        for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
+            // SAFETY: every trace is cleared at the top of each step, before `plan.step`
+            // modifies the buffers, and lending ends (clearing it) after the last step.
+            unsafe { t.lend(true) };
+        }
+        for s in 0..plan.graph.train.steps {
+            traces.f64.clear();
+            traces.reference.clear();
+            traces.sharded.clear();
+            // The float64 step on one side of a join, the two fp32 steps (which share `be`
+            // and the unrecorded gradients) on the other: the three touch disjoint buffers,
+            // and each computes what it computes alone, so the values do not depend on which
+            // thread runs which side. A sweep of one big seed gets two cores; with every
+            // worker busy on its own seed, the join runs both sides on this thread.
+            let (f64_backend, b64, b32, b32s) = (
+                &mut bufs.f64_backend,
+                &mut bufs.b64,
+                &mut bufs.b32,
+                &mut bufs.b32s,
+            );
+            let (t64, tref, tsh) = (&mut traces.f64, &mut traces.reference, &mut traces.sharded);
+            rayon::join(
+                || plan.step(f64_backend, &c64, s, b64, t64),
+                || {
+                    plan.step(&mut be, &cref, s, b32, tref);
+                    b32.swap_unrecorded_grads(b32s, &shared_grads);
+                    plan.step(&mut be, &csh, s, b32s, tsh);
+                    b32.swap_unrecorded_grads(b32s, &shared_grads);
+                },
+            );
+            each_step(&traces);
+        }
+        for t in [&mut traces.f64, &mut traces.reference, &mut traces.sharded] {
+            // SAFETY: turning lending off clears the views.
+            unsafe { t.lend(false) };
+        }
+        plan.return_taken(&mut bufs.init, &mut bufs.b32s);
+        ws.traces = traces;
+    }
+    fn same_computation(&self, a: usize, b: usize) -> bool {
+        a == b || executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+    }
+}
+
+/// Trace bytes (three computations, f64 values, every recorded step) from which a
+/// parametrization runs step by step ([`Scenario::streams`]): 256 MiB.
+pub const STREAM_FROM: u128 = 256 << 20;
+
+/// Whether `plan` runs step by step: more than one step, no data-parallel ranks or outer
+/// loop (those run their own way), and traces over all steps of [`STREAM_FROM`] or more.
+fn plan_streams(plan: &Plan) -> bool {
+    if plan.outer.is_some() || !plan.ranks.is_empty() {
+        return false;
+    }
+    let t = &plan.graph.train;
+    let records = (t.steps.max(1) * t.micro_steps.max(1)) as u128;
+    let numel: u128 = plan
+        .checks
+        .iter()
+        .map(|c| c.shape.iter().map(|&d| d as u128).product::<u128>())
+        .sum();
+    t.steps > 1 && 3 * 8 * numel * records >= STREAM_FROM
+}
+
+/// `g` as the executor sees it: the id (a name) cleared, and an embedding's
+/// [`EmbeddingParallel::ColumnShardedLookup`] replaced by [`EmbeddingParallel::None`], which
+/// [`Plan::compute`] runs in one match arm with it and which nothing else in the executor,
+/// [`plan`] or [`validate`] tells apart. Two graphs with equal executed forms are
+/// prepared into equal plans and compute the same traces for every seed, profile and mutant.
+/// The mutants a graph admits ([`ResolvedGraph::mutants`]) may still differ; a mutant runs
+/// the same executor code on either graph.
+fn executed_form(g: &ResolvedGraph) -> ResolvedGraph {
+    let mut g = g.clone();
+    g.id.clear();
+    for l in &mut g.layers {
+        if let Op::Embedding { parallel, .. } = &mut l.op {
+            if *parallel == EmbeddingParallel::ColumnShardedLookup {
+                *parallel = EmbeddingParallel::None;
+            }
+        }
+    }
+    g
+}
+
+/// One seed-run of an outer-loop graph: its data (written in the file, or drawn for `seed`),
+/// then the f64 ground truth, the one-device reference and the sharded computation, all in
+/// the profile's execution mode (the graph's default when the profile leaves it unset).
+fn run_outer(plan: &Plan, seed: u64, profile: &Profile, ws: &mut Workspace) {
+    let (Some(o), Some(op)) = (plan.graph.train.outer.as_ref(), plan.outer.as_ref()) else {
+        return;
+    };
+    let mut traces = std::mem::take(&mut ws.traces);
+    traces.clear();
+    let kernels = ws.kernels;
+    let mutant = ws.mutant;
+    let (bufs, scratch) = ws.buffers::<GraphBuffers>();
+    let data = match (&op.fixed, &o.data) {
+        (Some(d), _) => d,
+        (None, OuterData::Teacher { noise_std }) => {
+            let b = &mut *bufs;
+            draw_teacher(
+                &plan.graph,
+                o.replicas,
+                *noise_std,
+                seed,
+                &mut b.drawn.init,
+                &mut b.x,
+                &mut b.y,
+                &mut b.name,
+                &mut b.teacher,
+            );
+            let values = outer_loop::input_values(&plan.graph, &b.x, &b.y);
+            b.drawn.split(o.replicas, &values);
+            &bufs.drawn
+        }
+        (None, OuterData::Fixed { .. }) => return,
+    };
+    let mode = profile.xla.unwrap_or(o.default_mode);
+    plan.compute_outer(
+        &mut bufs.f64_backend,
+        mode,
+        data,
+        false,
+        None,
+        &mut bufs.o64,
+        &mut traces.f64,
+    );
+    let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
+    plan.compute_outer(
+        &mut be,
+        mode,
+        data,
+        false,
+        None,
+        &mut bufs.o32,
+        &mut traces.reference,
+    );
+    plan.compute_outer(
+        &mut be,
+        mode,
+        data,
+        true,
+        mutant,
+        &mut bufs.o32,
+        &mut traces.sharded,
+    );
+    ws.traces = traces;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per parameter name: whether T1 (`deepspeed-tied-row-parallel`, param 0) with `edit`
+    /// applied to its file fuses the parameter's step ([`fused_sgd`]).
+    fn fused(edit: impl Fn(&str) -> String) -> Vec<(String, bool)> {
+        let text = edit(include_str!(
+            "../../configs/deepspeed_tied_row_parallel.toml"
+        ));
+        let sf = crate::scenario::file::parse_file("t1.toml", &text).expect("the edited T1 parses");
+        let g = sf.lowered[0].clone();
+        let names: Vec<String> = g.params.iter().map(|p| p.name.clone()).collect();
+        let p = plan(g);
+        names.into_iter().zip(p.fused_sgd).collect()
+    }
+
+    fn flag(v: &[(String, bool)], name: &str) -> bool {
+        v.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no parameter {name} in {v:?}"))
+            .1
+    }
+
+    /// T1 as written: only the projection weight, used by its own torch linear layer alone,
+    /// its gradient unread; not the tied table (two users, a recorded gradient), not the
+    /// bias. Each condition of `fused_sgd` turned off turns it off.
+    #[test]
+    fn which_steps_are_fused() {
+        let t1 = fused(|t| t.to_string());
+        assert!(flag(&t1, "projection.weight"), "{t1:?}");
+        assert!(!flag(&t1, "projection.bias"), "{t1:?}");
+        assert!(!flag(&t1, "embedding.weight"), "{t1:?}");
+        let graded = fused(|t| {
+            t.replace(
+                "[[checks]]\nname = \"head_weight\"",
+                "[[checks]]\nname = \"pg\"\ntensor = \"projection.weight.grad\"\nat = \"step\"\noptional = true\n\n\
+                 [[checks]]\nname = \"head_weight\"",
+            )
+        });
+        assert_eq!(graded.len(), t1.len());
+        assert!(
+            !flag(&graded, "projection.weight"),
+            "a recorded gradient: {graded:?}"
+        );
+        let momentum = fused(|t| t.replace("optimizer = \"sgd\"", "optimizer = \"momentum\""));
+        assert!(
+            !flag(&momentum, "projection.weight"),
+            "momentum: {momentum:?}"
+        );
+        let decay = fused(|t| t.replace("lr = 0.05", "lr = 0.05\nweight_decay = 0.01"));
+        let adam = fused(|t| t.replace("optimizer = \"sgd\"", "optimizer = \"adam\""));
+        assert!(!flag(&adam, "projection.weight"), "adam: {adam:?}");
+        assert!(
+            !flag(&decay, "projection.weight"),
+            "weight decay: {decay:?}"
+        );
+        let micro = fused(|t| t.replace("steps = 3", "steps = 3\nmicro_steps = 2"));
+        assert!(
+            !flag(&micro, "projection.weight"),
+            "accumulation: {micro:?}"
+        );
+    }
+}

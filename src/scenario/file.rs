@@ -1,0 +1,227 @@
+//! One scenario file: its top-level keys, policies and profiles, and one resolved graph per
+//! parametrization.
+
+use std::collections::BTreeMap;
+
+use crate::engine::evaluate::Comparison;
+use crate::scenario::config::{resolve_policies, CommonConfig, Policy, PolicyToml, RngKind};
+use crate::scenario::profile::{toml_error, ProfileToml, ProfilesToml};
+use crate::sys::error::InputError;
+
+use super::node::{check_name, Ctx, Obj};
+use super::params;
+use super::resolve::{resolve, Graph};
+use super::spec::{parse_spec, GRAPH_KEYS};
+
+/// Top-level keys of a scenario file.
+pub const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "first_seed",
+    "rng",
+    "default_profiles",
+    "default_policies",
+    "compare",
+    "dims",
+    "parallel",
+    "data",
+    "inputs",
+    "layers",
+    "loss",
+    "train",
+    "init",
+    "checks",
+    "params",
+    "policies",
+    "profiles",
+    "modifiers",
+];
+
+/// The scenario kind of files in the language (`CommonConfig::kind`).
+pub const KIND: &str = "graph";
+
+/// A parsed, validated scenario file.
+#[derive(Debug, Clone)]
+pub struct ScenarioFile {
+    /// The common part, as every scenario has it (`model` holds the graph tables, for fingerprints; `params` the raw
+    /// `[[params]]` entries).
+    pub common: CommonConfig,
+    /// The comparison the test asserts.
+    pub compare: Comparison,
+    /// One resolved graph per parametrization, in file order.
+    pub graphs: Vec<Graph>,
+    /// The same, lowered to the executor's IR.
+    pub lowered: Vec<crate::scenario::ir::ResolvedGraph>,
+    /// Every check name of the file, in file order.
+    pub check_names: Vec<String>,
+    /// The resolved policies (the shared built-ins plus the file's own).
+    pub policies: Vec<Policy>,
+}
+
+fn name_list(o: &Obj<'_>, key: &str, default: &str) -> Result<Vec<String>, InputError> {
+    match o.opt_strings(key)? {
+        None => Ok(vec![default.to_string()]),
+        Some(l) => {
+            if l.is_empty() {
+                return Err(o.err(
+                    key,
+                    "an empty list is not allowed; list at least one name (or leave the key out)",
+                ));
+            }
+            if let Some((i, n)) = l.iter().enumerate().find(|(i, n)| l[..*i].contains(n)) {
+                return Err(o.ctx.err(
+                    &format!("{key}[{i}]"),
+                    format!("`{n}` is listed twice; list each name once"),
+                ));
+            }
+            Ok(l.iter().map(|s| s.to_string()).collect())
+        }
+    }
+}
+
+/// Parses and validates a scenario file: every parametrization is resolved (shapes, shards,
+/// collectives, checks) before this returns.
+pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(file, e))?;
+    let ctx = Ctx::new(file);
+    let top = Obj::new(&ctx, "", &table, TOP_KEYS)?;
+    let name = top.str("name")?;
+    check_name(&top, "name", name, true)?;
+    let description = top.opt_str("description")?.unwrap_or("").to_string();
+    let first_seed = top.int("first_seed", 0, i64::MAX, 0)? as u64;
+    let rng = match top.choice("rng", &["torch", "chacha"], "torch")? {
+        "chacha" => RngKind::ChaCha,
+        _ => RngKind::Torch,
+    };
+    let compare = match top.choice(
+        "compare",
+        &["sharded-vs-ref", "sharded-vs-f64"],
+        "sharded-vs-ref",
+    )? {
+        "sharded-vs-f64" => Comparison::ShardedVsF64,
+        _ => Comparison::ShardedVsRef,
+    };
+    let profiles = name_list(&top, "default_profiles", "cpu-fma")?;
+    let default_policies = name_list(&top, "default_policies", "torch-default")?;
+    // Policies, profiles and modifiers: the same tables as every config.
+    let (policy_tables, extra) = policy_and_profile_tables(&ctx, &table)?;
+    // The graph part, once per parametrization.
+    let mut graph_doc = toml::Table::new();
+    for k in GRAPH_KEYS.iter().chain(["params"].iter()) {
+        if let Some(v) = table.get(*k) {
+            graph_doc.insert(k.to_string(), v.clone());
+        }
+    }
+    let patched = params::apply(file, &graph_doc)?;
+    let mut graphs = Vec::new();
+    let mut lowered = Vec::new();
+    for p in &patched {
+        let doc = Obj::new(&p.ctx, "", &p.doc, GRAPH_KEYS)?;
+        let spec = parse_spec(&doc)?;
+        let g = resolve(&p.ctx, &p.id, &spec)?;
+        lowered.push(super::lower::lower(&p.ctx, &g, rng)?);
+        graphs.push(g);
+    }
+    let mut check_names: Vec<String> = Vec::new();
+    for g in &graphs {
+        for c in &g.spec.checks {
+            if !check_names.contains(&c.name) {
+                check_names.push(c.name.clone());
+            }
+        }
+    }
+    let raw_params = match table.get("params") {
+        Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_table().cloned()).collect(),
+        _ => Vec::new(),
+    };
+    let common = CommonConfig {
+        file: file.to_string(),
+        kind: KIND.to_string(),
+        name: name.to_string(),
+        description,
+        first_seed,
+        rng,
+        profiles,
+        default_policies,
+        policy_tables,
+        extra_profiles: extra,
+        // Every graph key, for the sweep folder's fingerprint (`--resume` names a changed key).
+        model: {
+            let mut m = graph_doc.clone();
+            m.remove("params");
+            m
+        },
+        params: raw_params,
+    };
+    let names: Vec<&str> = check_names.iter().map(|s| s.as_str()).collect();
+    let policies = resolve_policies(&common, &names)?;
+    let known: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+    for (i, p) in common.default_policies.iter().enumerate() {
+        if !known.contains(&p.as_str()) {
+            return Err(ctx.err(
+                &format!("default_policies[{i}]"),
+                format!(
+                    "unknown policy `{p}`; allowed: {} (the shared ones and this file's [policies.*])",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(ScenarioFile {
+        common,
+        compare,
+        graphs,
+        lowered,
+        check_names,
+        policies,
+    })
+}
+
+/// Whether a config text is a scenario file in the language (it has `[[layers]]` and no
+/// `scenario = "..."` kind), as opposed to a hand-written scenario's config.
+pub fn is_scenario_file(text: &str) -> bool {
+    match toml::from_str::<toml::Table>(text) {
+        Ok(t) => t.contains_key("layers") && !t.contains_key("scenario"),
+        Err(_) => false,
+    }
+}
+
+/// The `[policies.*]`, `[profiles.*]` and `[modifiers.*]` tables of a scenario file (the same
+/// tables as every config), each entry parsed, errors naming `policies.<name>` and so on.
+pub(crate) fn policy_and_profile_tables(
+    ctx: &Ctx,
+    table: &toml::Table,
+) -> Result<(BTreeMap<String, PolicyToml>, ProfilesToml), InputError> {
+    let mut policy_tables: BTreeMap<String, PolicyToml> = BTreeMap::new();
+    if let Some(v) = table.get("policies") {
+        let toml::Value::Table(t) = v else {
+            return Err(ctx.err(
+                "policies",
+                "must be a table of policies ([policies.<name>])",
+            ));
+        };
+        for (n, v) in t {
+            let p: PolicyToml = v.clone().try_into().map_err(|e: toml::de::Error| {
+                ctx.err(&format!("policies.{n}"), e.message().to_string())
+            })?;
+            policy_tables.insert(n.clone(), p);
+        }
+    }
+    let mut extra = ProfilesToml::default();
+    for (key, dst) in [
+        ("profiles", &mut extra.profiles),
+        ("modifiers", &mut extra.modifiers),
+    ] {
+        let Some(v) = table.get(key) else { continue };
+        let toml::Value::Table(t) = v else {
+            return Err(ctx.err(key, "must be a table"));
+        };
+        for (n, v) in t {
+            let p: ProfileToml = v.clone().try_into().map_err(|e: toml::de::Error| {
+                ctx.err(&format!("{key}.{n}"), e.message().to_string())
+            })?;
+            dst.insert(n.clone(), p);
+        }
+    }
+    Ok((policy_tables, extra))
+}

@@ -1,0 +1,250 @@
+//! Checkpoint and resume of a sweep folder, and the finishing renames.
+//!
+//! While a sweep runs, `seeds.csv.partial` and `frontiers.bin.partial` grow chunk by chunk
+//! and, after every chunk, `.progress` records `(units, bytes)`: how many work units the
+//! partial files hold and how long `seeds.csv.partial` was then. `--resume` trusts only that
+//! checkpoint: it cuts both partial files back to it, feeds the units they hold to the
+//! aggregates, and runs the rest. The last steps ([`finish_outputs`]) write the summaries and
+//! rename the partial files into place, so a folder with `seeds.csv` (or, with
+//! `--summary-only`, `summary.csv`) and no `seeds.csv.partial` is a finished sweep and a kill
+//! at any moment before leaves a folder `--resume` completes byte-identically.
+
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::engine::aggregate::{GroupAgg, SummaryEntry};
+use crate::engine::plan::GroupMeta;
+use crate::engine::UnitSink;
+use crate::results::csv::{mutants_csv, summary_csv};
+use crate::results::frontiers::FrontierWriter;
+use crate::results::seeds_file::{for_each_partial_unit, SeedsFormat, SeedsOut};
+use crate::sweepdir::atomic_write::write_atomic;
+use crate::sys::error::InputError;
+
+/// The checkpoint file in a sweep folder.
+pub const PROGRESS: &str = ".progress";
+
+/// The sweep's sink: rows to the partial per-seed file (`seeds.csv.partial`, or
+/// `seeds.bin.partial` with `--format parquet`), and after every chunk a flush and a
+/// `.progress` checkpoint `(units, bytes)` that `--resume` trusts.
+pub struct FileSink<'a> {
+    /// The partial per-seed file (none with `--summary-only`).
+    pub writer: Option<SeedsOut>,
+    /// The groups, for the rows' layout.
+    pub metas: &'a [GroupMeta],
+    /// Path of the partial per-seed file.
+    pub partial: &'a Path,
+    /// Path of `.progress`.
+    pub progress: &'a Path,
+    /// `frontiers.bin.partial`, flushed before each checkpoint (so it never holds fewer
+    /// units than the checkpoint says).
+    pub frontiers: Option<FrontierWriter>,
+}
+
+impl UnitSink for FileSink<'_> {
+    fn rows_format(&self) -> Option<SeedsFormat> {
+        self.writer.as_ref().map(SeedsOut::format)
+    }
+    fn wants_frontiers(&self) -> bool {
+        self.frontiers.is_some()
+    }
+    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()> {
+        if let Some(w) = self.writer.as_mut() {
+            w.write_formatted(rows)?;
+        }
+        match self.frontiers.as_mut() {
+            Some(w) => w.write_record(frontiers),
+            None => Ok(()),
+        }
+    }
+    fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()> {
+        if let Some(f) = self.frontiers.as_mut() {
+            f.flush()?;
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.flush()?;
+        let bytes = std::fs::metadata(self.partial)
+            .with_context(|| format!("cannot stat {}", self.partial.display()))?
+            .len();
+        write_atomic(
+            self.progress,
+            format!("{units_so_far} {bytes}\n").as_bytes(),
+        )
+    }
+    fn spill_dir(&self) -> Option<&Path> {
+        // The sweep folder: results held back take about as much room as the rows the
+        // sweep writes there anyway.
+        self.partial.parent()
+    }
+}
+
+/// Flushes `frontiers.bin.partial` and moves it to `frontiers.bin`; returns the path.
+pub fn finish_frontiers(out: &Path, w: Option<FrontierWriter>) -> anyhow::Result<Option<String>> {
+    let Some(mut w) = w else { return Ok(None) };
+    w.flush()?;
+    drop(w);
+    let from = out.join(crate::results::frontiers::PARTIAL);
+    let to = out.join(crate::results::frontiers::FILE);
+    std::fs::rename(&from, &to)
+        .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))?;
+    Ok(Some(to.display().to_string()))
+}
+
+/// `--resume` of the per-seed rows: from the `.progress` checkpoint, cuts the partial
+/// per-seed file of `format` back to it, checks that its units follow `plan`, feeds them to `aggs`
+/// and cuts `frontiers.bin.partial` to the same units. Returns `(skip, append_frontiers)`:
+/// the units already done, and whether to append to `frontiers.bin.partial`. With nothing
+/// trustworthy to continue from (no checkpoint, a short file, `--summary-only`), the seeds
+/// start over in this folder: `(0, false)`.
+pub fn resume_units(
+    out: &Path,
+    metas: &[GroupMeta],
+    plan: &[(usize, Range<u64>)],
+    aggs: &mut [GroupAgg],
+    summary_only: bool,
+    format: SeedsFormat,
+) -> anyhow::Result<(u64, bool)> {
+    let partial = out.join(format.partial());
+    let progress = out.join(PROGRESS);
+    let mut skip = 0u64;
+    let (units_done, bytes) = read_progress(&progress);
+    let have = std::fs::metadata(&partial).map(|m| m.len()).ok();
+    if summary_only || units_done == 0 || have.is_none_or(|len| len < bytes) {
+        // Nothing trustworthy to continue from: start the seeds over in this folder.
+        let _ = std::fs::remove_file(&progress);
+    } else {
+        truncate(&partial, bytes)?;
+        let mut expected = plan
+            .iter()
+            .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
+        let mut read = 0u64;
+        for_each_partial_unit(format, &partial, metas, |group, seed, values| {
+            if expected.next() != Some((group, seed)) {
+                anyhow::bail!(
+                    "--resume: {} does not follow the plan at seed {seed}; delete it to start over",
+                    partial.display(),
+                );
+            }
+            aggs[group].feed(&metas[group], seed, values);
+            read += 1;
+            Ok(())
+        })?;
+        skip = read;
+    }
+    let frontiers_skip = resume_frontiers(out, metas, plan, skip, format.partial())?;
+    Ok((skip, frontiers_skip))
+}
+
+/// `--resume`: keeps the first `skip` records of `frontiers.bin.partial` (they must follow
+/// the plan, as the `seeds.csv.partial` units did) and cuts what was written after them.
+/// Returns whether to append (false: start the file afresh, nothing was done).
+fn resume_frontiers(
+    out: &Path,
+    metas: &[GroupMeta],
+    plan: &[(usize, Range<u64>)],
+    skip: u64,
+    rows_partial: &str,
+) -> anyhow::Result<bool> {
+    if skip == 0 {
+        return Ok(false);
+    }
+    let path = out.join(crate::results::frontiers::PARTIAL);
+    let done = out.join(crate::results::frontiers::FILE);
+    if !path.exists() && done.exists() {
+        // Killed between the rename of frontiers.bin and that of seeds.csv: the finished
+        // file goes back to being the partial one and is cut to the checkpoint below.
+        std::fs::rename(&done, &path)
+            .with_context(|| format!("cannot move {} to {}", done.display(), path.display()))?;
+    }
+    let bad = || {
+        InputError::flag(
+            "--resume",
+            format!(
+                "{} is missing or holds fewer units than {rows_partial}; delete {} to start over",
+                path.display(),
+                out.display()
+            ),
+        )
+    };
+    if !path.exists() {
+        return Err(bad().into());
+    }
+    let recs = crate::results::frontiers::read_frontiers(&path, metas, true)?;
+    if (recs.len() as u64) < skip {
+        return Err(bad().into());
+    }
+    let expected = plan
+        .iter()
+        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
+    for (r, (gi, seed)) in recs.iter().zip(expected).take(skip as usize) {
+        if (r.group, r.seed) != (gi, seed) {
+            anyhow::bail!(
+                "--resume: {} does not follow the plan at seed {}; delete it to start over",
+                path.display(),
+                r.seed
+            );
+        }
+    }
+    truncate(&path, recs[skip as usize - 1].end)?;
+    Ok(true)
+}
+
+/// Writes the summaries atomically (`mutants.csv` before `summary.csv`), then closes the
+/// per-seed file and renames it into place: the last step, so that a folder with `seeds.csv`
+/// (or, with `--summary-only`, `summary.csv`) and no `seeds.csv.partial` is a finished sweep
+/// and a kill before it leaves a folder `--resume` completes. Returns the paths written.
+pub fn finish_outputs(
+    out: &Path,
+    metas: &[GroupMeta],
+    aggs: &[GroupAgg],
+    summaries: &[Vec<SummaryEntry>],
+    writer: Option<SeedsOut>,
+    partial: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let mut written = Vec::new();
+    let mut writer = writer;
+    if let Some(w) = writer.as_mut() {
+        w.flush()?;
+    }
+    // Groups that ran no seed here (another shard's) have nothing to summarize.
+    let keep: Vec<usize> = (0..metas.len()).filter(|&i| aggs[i].seeds > 0).collect();
+    let ms: Vec<GroupMeta> = keep.iter().map(|&i| metas[i].clone()).collect();
+    let ss: Vec<Vec<SummaryEntry>> = keep.iter().map(|&i| summaries[i].clone()).collect();
+    if ms.iter().any(|m| !m.mutant.is_empty()) {
+        write_atomic(&out.join("mutants.csv"), &mutants_csv(&ms, &ss)?)?;
+        written.push(out.join("mutants.csv").display().to_string());
+    }
+    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
+    written.insert(0, out.join("summary.csv").display().to_string());
+    if let Some(w) = writer {
+        let seeds = w.finish(out, metas, partial)?;
+        written.insert(0, seeds.display().to_string());
+    }
+    Ok(written)
+}
+
+/// `(units, bytes)` from a `.progress` checkpoint, or zeros.
+pub(crate) fn read_progress(path: &Path) -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return (0, 0);
+    };
+    let mut it = text.split_whitespace().map(|t| t.parse::<u64>().ok());
+    match (it.next().flatten(), it.next().flatten()) {
+        (Some(u), Some(b)) => (u, b),
+        _ => (0, 0),
+    }
+}
+
+/// Cuts `path` to `len` bytes (drops rows written after the last checkpoint).
+fn truncate(path: &Path, len: u64) -> anyhow::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("--resume: cannot open {}", path.display()))?;
+    f.set_len(len)
+        .with_context(|| format!("--resume: cannot truncate {}", path.display()))
+}
