@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use seedsweep::engine::unit;
-use seedsweep::exec::backend::Kernels;
 use seedsweep::exec::scenario::Workspace;
+use seedsweep::ops::backend::Kernels;
 use seedsweep::scenario::catalog::{Catalog, Selection};
 
 fn t1_seed_runs(c: &mut Criterion) {

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::check::comparison::Comparison;
 use crate::commands::bench::BenchOptions;
 use crate::commands::repro::ReproOptions;
 use crate::commands::sweep::SweepOptions;
 use crate::commands::Common;
-use crate::engine::evaluate::Comparison;
 use crate::engine::plan::{Shard, ShardChoice};
 use crate::scenario::catalog::Selection;
 use crate::scenario::config::RngKind;

@@ -14,8 +14,9 @@
 //! stats     order statistics, tails, frontiers (maths only)
 //! results   the output tables: one schema, its CSV, Parquet and row-log codecs
 //! report    what reads the results: table, HTML, SVG, Markdown, JSON/JUnit verdicts, sizing
-//! sweepdir  the sweep folder: ownership, lock, fingerprint, checkpoint, shard set, atomic writes
-//! sys       process plumbing: allocation, interrupts, progress, memory limits, input errors
+//! sweepdir  the sweep folder: ownership, lock, fingerprint, checkpoint, shard set
+//! sys       process plumbing: allocation, atomic writes, interrupts, progress, memory
+//!           limits, input errors
 //! commands  one file per command; cli parses the flags
 //! ```
 #![warn(missing_docs)]

@@ -3,8 +3,8 @@
 //! (`fp::dot::dot_blocked`, one per output element). The two share no kernel code, so this
 //! checks the fast kernels inside the real models, in every profile without input passes.
 
-use seedsweep::exec::backend::Kernels;
 use seedsweep::exec::scenario::Workspace;
+use seedsweep::ops::backend::Kernels;
 use seedsweep::scenario::catalog::{Catalog, Selection};
 
 #[test]

@@ -2,7 +2,8 @@
 //! while the clean run of the same seed passes torch's default. Usages are read from the
 //! engine's run and evaluation of one seed (`engine::unit`, as a sweep runs it).
 
-use seedsweep::engine::evaluate::{Comparison, SeedCheck};
+use seedsweep::check::comparison::Comparison;
+use seedsweep::engine::evaluate::SeedCheck;
 use seedsweep::engine::unit;
 use seedsweep::exec::scenario::Workspace;
 use seedsweep::scenario::catalog::{Catalog, Group, Selection};

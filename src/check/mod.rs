@@ -12,6 +12,7 @@
 use std::fmt::Write as _;
 
 #[cfg(target_arch = "x86_64")]
+pub mod comparison;
 mod pair_avx512;
 #[cfg(target_arch = "x86_64")]
 pub use pair_avx512::max_ratio as max_ratio_avx512;

@@ -31,7 +31,7 @@ pub fn measure(
     catalog: &Catalog,
     groups: &[crate::scenario::catalog::Group],
     seeds: u64,
-    kernels: crate::exec::backend::Kernels,
+    kernels: crate::ops::backend::Kernels,
     threads: usize,
 ) -> anyhow::Result<(u64, f64, u64)> {
     use crate::engine::{evaluate, run};
@@ -123,7 +123,7 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
         &[seed_runs_memory(&catalog, &groups, Some(all), o.seeds)],
         o.common.max_memory,
     )?;
-    use crate::exec::backend::Kernels;
+    use crate::ops::backend::Kernels;
     // Per scenario (the plan lists a scenario's groups together): its groups, measured on
     // their own.
     let scenarios: Vec<(usize, &[crate::scenario::catalog::Group])> = groups

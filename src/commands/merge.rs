@@ -8,9 +8,9 @@ use crate::engine::aggregate::{summarize_all, GroupAgg, SummaryEntry};
 use crate::report::table::{mutant_summary, sweep_summary};
 use crate::results::csv::plan_csv;
 use crate::results::seeds_file::SeedsOut;
-use crate::sweepdir::atomic_write::write_atomic;
 use crate::sweepdir::checkpoint::finish_outputs;
 use crate::sweepdir::fingerprint::SHARD_KEY;
+use crate::sys::atomic_write::write_atomic;
 
 /// `merge` options.
 #[derive(Debug, Clone)]

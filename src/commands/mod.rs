@@ -141,7 +141,7 @@ impl CiOutputs {
     /// Writes the outputs asked for (each atomically); returns the files written (not `-`).
     pub fn write(&self, v: &crate::report::verdict::Verdict) -> anyhow::Result<Vec<String>> {
         use crate::report::{json, junit, markdown};
-        use crate::sweepdir::atomic_write::write_atomic;
+        use crate::sys::atomic_write::write_atomic;
         let mut written = Vec::new();
         for (path, text) in [
             (

@@ -9,14 +9,15 @@ use std::fmt::Write as _;
 use anyhow::Context;
 use std::path::PathBuf;
 
+use crate::check::comparison::Comparison;
 use crate::check::{compare, torch_mismatch_message};
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
-use crate::engine::evaluate::{for_each_pair, Comparison, SeedCheck};
+use crate::engine::evaluate::{for_each_pair, SeedCheck};
 use crate::engine::plan::seed_runs_memory;
 use crate::exec::scenario::Workspace;
 use crate::report::table::{pct, render, sci};
 use crate::scenario::catalog::{Catalog, Group};
-use crate::sweepdir::atomic_write::prepare_dir;
+use crate::sys::atomic_write::prepare_dir;
 
 /// `repro` options.
 #[derive(Debug, Clone)]
@@ -83,7 +84,7 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
 /// the orders came from), as `F.linear` dimensions `m x k x n` for `scripts/reveal_order.py`.
 fn note_unrevealed() {
     use crate::kernels::revealed::Role;
-    let shapes = crate::exec::backend::unrevealed_shapes();
+    let shapes = crate::ops::backend::unrevealed_shapes();
     if shapes.is_empty() {
         return;
     }
@@ -204,7 +205,7 @@ pub fn repro(
                 seed
             );
             let path = dir.join(&name);
-            crate::sweepdir::atomic_write::write_atomic(
+            crate::sys::atomic_write::write_atomic(
                 &path,
                 &crate::results::dump::dump_csv(checks, &ws.traces)?,
             )?;
@@ -216,7 +217,7 @@ pub fn repro(
             })?;
             let files = crate::results::dump::dump_npy(checks, &ws.traces)?;
             for (file, bytes) in &files {
-                crate::sweepdir::atomic_write::write_atomic(&npy_dir.join(file), bytes)?;
+                crate::sys::atomic_write::write_atomic(&npy_dir.join(file), bytes)?;
             }
             dumped.push(format!(
                 "{} ({} .npy files)",

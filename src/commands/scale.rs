@@ -21,14 +21,14 @@ use std::path::PathBuf;
 use crate::check::Tolerance;
 use crate::commands::{emit, load_catalog, status, Common};
 use crate::engine::plan::in_order;
-use crate::exec::backend::{Backend, F32Backend, F64Backend};
 use crate::kernels::matmul::MatmulScratch;
+use crate::ops::backend::{Backend, F32Backend, F64Backend};
 use crate::ops::tp::{row_parallel_forward, shard_ranges, RowParallelBuffers};
 use crate::rng::chacha::ChaChaStream;
 use crate::scenario::mutant::TpFaults;
 use crate::scenario::profile::Profile;
 use crate::stats::quantile_sorted;
-use crate::sweepdir::atomic_write::{prepare_dir, write_atomic};
+use crate::sys::atomic_write::{prepare_dir, write_atomic};
 use crate::sys::error::InputError;
 use crate::sys::limits::pool;
 

@@ -9,7 +9,7 @@ use crate::engine::aggregate::collect_frontiers;
 use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
 use crate::results::csv::read_plan;
 use crate::scenario::catalog::{Catalog, Selection};
-use crate::sweepdir::atomic_write::write_atomic;
+use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
 use crate::sys::limits::pool;
 
@@ -356,7 +356,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     for (path, flag) in [(&o.markdown, "--markdown"), (&csv_path, "--out")] {
         if let Some(path) = path {
             // Fail on a bad path (a folder, an unwritable place) before the work starts.
-            crate::sweepdir::atomic_write::check(path, flag)?;
+            crate::sys::atomic_write::check(path, flag)?;
         }
     }
     let pool = pool(o.threads)?;

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
+use crate::check::comparison::Comparison;
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
-use crate::engine::evaluate::Comparison;
 use crate::engine::held::HELD_IN_MEMORY;
 use crate::engine::held_bytes;
 use crate::engine::plan::{
@@ -15,11 +15,11 @@ use crate::results::csv::plan_csv;
 use crate::results::frontiers::FrontierWriter;
 use crate::results::seeds_file::{SeedsFormat, SeedsOut};
 use crate::scenario::catalog::Catalog;
-use crate::sweepdir::atomic_write::write_atomic;
 use crate::sweepdir::checkpoint::{
     finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS,
 };
 use crate::sweepdir::fingerprint::{Fingerprint, SHARD_KEY};
+use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
 use crate::sys::limits::pool;
 

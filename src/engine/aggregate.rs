@@ -5,8 +5,9 @@
 //! per group in seed order ([`collect_frontiers`]). Seed order makes every aggregate
 //! independent of the thread count and of how the seeds were split into shards.
 
+use crate::check::comparison::Comparison;
 use crate::check::{StepLabel, Tolerance};
-use crate::engine::evaluate::{unit_frontiers, Comparison, SeedValues};
+use crate::engine::evaluate::{unit_frontiers, SeedValues};
 use crate::engine::plan::{self, GroupMeta, SeedRange};
 use crate::engine::run::run_family;
 use crate::exec::scenario::Workspace;

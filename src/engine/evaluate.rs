@@ -11,6 +11,7 @@
 //! Besides the rows ([`evaluate`] into [`SeedCheck`], stored as [`SeedValues`]), one seed's
 //! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
+use crate::check::comparison::Comparison;
 use crate::check::{
     magnitude_stats, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan, usage_stats,
     PairStats, StepLabel, Tolerance,
@@ -21,50 +22,6 @@ use crate::stats::frontier::{
     frontier, keep_pairs, scan_anchors, scan_pairs, two_pass_is_vectorized, AnchorScan,
     FrontierStream,
 };
-
-/// One of the three comparisons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Comparison {
-    /// Sharded vs unsharded fp32.
-    ShardedVsRef,
-    /// Unsharded fp32 vs float64.
-    RefVsF64,
-    /// Sharded fp32 vs float64.
-    ShardedVsF64,
-}
-
-impl Comparison {
-    /// All three, in output order.
-    pub const ALL: [Comparison; 3] = [Self::ShardedVsRef, Self::RefVsF64, Self::ShardedVsF64];
-
-    /// The name used in CSV files and flags.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ShardedVsRef => "sharded-vs-ref",
-            Self::RefVsF64 => "ref-vs-f64",
-            Self::ShardedVsF64 => "sharded-vs-f64",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.name() == s)
-    }
-
-    /// (actual, expected) traces.
-    pub fn sides(self, t: &Traces) -> (&Trace, &Trace) {
-        match self {
-            Self::ShardedVsRef => (&t.sharded, &t.reference),
-            Self::RefVsF64 => (&t.reference, &t.f64),
-            Self::ShardedVsF64 => (&t.sharded, &t.f64),
-        }
-    }
-
-    /// Whether both sides are fp32 tensors (torch's messages then compute in f32).
-    pub fn both_f32(self) -> bool {
-        self == Self::ShardedVsRef
-    }
-}
 
 /// The worst case of one check × comparison × policy over the steps of one seed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,7 +85,7 @@ fn for_each_slot_pair<'t>(
     comparison: Comparison,
     mut f: impl FnMut(StepLabel, (&'t Trace, &'t Slot), (&'t Trace, &'t Slot)),
 ) {
-    let (actual, expected) = comparison.sides(traces);
+    let (actual, expected) = traces.sides(comparison);
     let self_role = match comparison {
         Comparison::ShardedVsRef => SlotRole::SelfExpectedF32,
         _ => SlotRole::SelfExpectedF64,
@@ -244,7 +201,7 @@ pub const THEORY_P: f64 = 1e-4;
 /// comparison of a reduction: the sum of the two sides' bounds (the float64 side counts as
 /// exact).
 fn theory_factors(
-    r: &crate::exec::scenario::Reduction,
+    r: &crate::scenario::ir::Reduction,
     comparison: Comparison,
     elements: usize,
 ) -> (f64, f64) {
@@ -990,8 +947,9 @@ pub fn unit_frontiers_scanned(
         .enumerate()
         .map(|(c, spec)| {
             pts.clear();
-            let n: usize = asserted
-                .sides(&ws.traces)
+            let n: usize = ws
+                .traces
+                .sides(asserted)
                 .0
                 .slots
                 .iter()

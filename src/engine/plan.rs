@@ -11,8 +11,8 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use crate::check::comparison::Comparison;
 use crate::check::Tolerance;
-use crate::engine::evaluate::Comparison;
 use crate::exec::scenario::Parts;
 use crate::scenario::catalog::{Catalog, Group};
 

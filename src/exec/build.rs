@@ -2,7 +2,7 @@
 //! executor ([`crate::exec::GraphScenario`]), with the comparison the file says the test
 //! asserts.
 
-use crate::engine::evaluate::Comparison;
+use crate::check::comparison::Comparison;
 use crate::exec::scenario::{CheckSpec, Parts, Scenario, Workspace};
 use crate::exec::GraphScenario;
 use crate::scenario::config::{CommonConfig, Policy};

@@ -8,16 +8,15 @@
 use std::ops::Range;
 
 use crate::check::StepLabel;
-use crate::exec::backend::Backend;
+use crate::exec::condition::record_condition;
 use crate::exec::init::InputValue;
-use crate::exec::real::Real;
 use crate::exec::scenario::CheckSpec;
 use crate::exec::trace::{SlotRole, Trace};
 use crate::ops::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
     ActReal,
 };
-use crate::ops::condition::record_condition;
+use crate::ops::backend::Backend;
 use crate::ops::layers::{
     accumulate, add_row_bias, column_sums, column_sums_generic, embedding_backward,
     embedding_backward_add, embedding_lookup, linear, sgd, sgd_unfused, tanh_backward,
@@ -29,6 +28,7 @@ use crate::ops::norm::{
     sequence_parallel_norm_backward,
 };
 use crate::ops::optim::{adam_step, sgd_step, OptState};
+use crate::ops::real::Real;
 use crate::ops::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,

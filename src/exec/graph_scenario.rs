@@ -4,12 +4,12 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use crate::engine::evaluate::Comparison;
-use crate::exec::backend::{F32Backend, F64Backend};
+use crate::check::comparison::Comparison;
 use crate::exec::graph::{phase, Bufs, Phase, Plan};
 use crate::exec::init::{draw_inputs, draw_params, draw_teacher, InputValue};
 use crate::exec::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
 use crate::exec::scenario::{CheckSpec, Parts, Scenario, Workspace};
+use crate::ops::backend::{F32Backend, F64Backend};
 use crate::rng::torch::TorchGenerator;
 use crate::scenario::config::{resolve_policies, CommonConfig, Policy};
 use crate::scenario::ir::{

@@ -11,14 +11,13 @@
 //! `Scenario` implementation), [`outer_loop`] (DiLoCo's outer loop around the executor's
 //! inner step), `memory` (a bound on one seed-run's memory).
 
-pub mod backend;
 pub mod build;
+pub mod condition;
 pub mod graph;
 pub mod graph_scenario;
 pub mod init;
 mod memory;
 pub mod outer_loop;
-pub mod real;
 pub mod scenario;
 pub mod trace;
 

@@ -60,14 +60,14 @@
 //! (replicas keep their inner parameters).
 
 use crate::check::StepLabel;
-use crate::exec::backend::Backend;
 use crate::exec::graph::{Bufs, Plan};
 use crate::exec::graph_scenario::intern;
 use crate::exec::init::InputValue;
-use crate::exec::real::Real;
 use crate::exec::scenario::CheckSpec;
 use crate::exec::trace::{SlotRole, Trace};
 use crate::ops::activations::ActReal;
+use crate::ops::backend::Backend;
+use crate::ops::real::Real;
 use crate::scenario::ir::{Optimizer, OuterCheckKind, OuterData, OuterLoop, ResolvedGraph};
 use crate::scenario::mutant::Mutant;
 use crate::scenario::profile::XlaMode;
@@ -477,7 +477,7 @@ mod tests {
     //! loop, against the JAX fixture.
 
     use super::*;
-    use crate::engine::evaluate::Comparison;
+    use crate::check::comparison::Comparison;
     use crate::exec::scenario::{Scenario, Workspace};
     use crate::exec::GraphScenario;
     use crate::scenario::profile::ProfileRegistry;
@@ -926,7 +926,7 @@ mod diloco_tests {
             &ws.traces,
             c,
             &s.checks(0)[c],
-            crate::engine::evaluate::Comparison::ShardedVsRef,
+            crate::check::comparison::Comparison::ShardedVsRef,
             |_, a, e| {
                 assert_eq!(a, e, "inner == outer after every sync");
                 checked += 1;
@@ -948,7 +948,7 @@ mod diloco_tests {
             &ws.traces,
             c,
             &s.checks(0)[c],
-            crate::engine::evaluate::Comparison::ShardedVsRef,
+            crate::check::comparison::Comparison::ShardedVsRef,
             |_, a, e| differs |= a != e,
         );
         assert!(differs);

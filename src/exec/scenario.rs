@@ -11,9 +11,11 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 
+use crate::check::comparison::Comparison;
 use crate::exec::trace::Trace;
 use crate::kernels::matmul::MatmulScratch;
 use crate::scenario::config::{CommonConfig, Policy};
+pub use crate::scenario::ir::Reduction;
 use crate::scenario::profile::Profile;
 use crate::sys::error::{unknown_name, InputError};
 
@@ -30,19 +32,6 @@ pub struct CheckSpec {
     /// For matmul-like checks: the reduction behind each element, for the error-bound
     /// (theory) columns. The float64 computation then records `Σ|a_k·b_k|` per element.
     pub reduction: Option<Reduction>,
-}
-
-/// The reduction behind a matmul-like check: one unsharded dot product of length `k`, and
-/// the sharded one as a dot product of at most `max_shard` terms per rank followed by an
-/// all-reduce over `ranks` partials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reduction {
-    /// Unsharded length.
-    pub k: usize,
-    /// Largest shard.
-    pub max_shard: usize,
-    /// Ranks summed by the all-reduce.
-    pub ranks: usize,
 }
 
 impl CheckSpec {
@@ -69,6 +58,16 @@ pub struct Traces {
 }
 
 impl Traces {
+    /// The (actual, expected) traces of comparison `c`.
+    pub fn sides(&self, c: Comparison) -> (&Trace, &Trace) {
+        let t = self;
+        match c {
+            Comparison::ShardedVsRef => (&t.sharded, &t.reference),
+            Comparison::RefVsF64 => (&t.reference, &t.f64),
+            Comparison::ShardedVsF64 => (&t.sharded, &t.f64),
+        }
+    }
+
     /// Clears all three, keeping capacity.
     pub fn clear(&mut self) {
         self.f64.clear();
@@ -104,7 +103,7 @@ pub struct Workspace {
     pub traces: Traces,
     /// Which fp32 matmul kernels the scenarios use (the benchmark baseline and the
     /// kernel cross-check switch this to the scalar reference).
-    pub kernels: crate::exec::backend::Kernels,
+    pub kernels: crate::ops::backend::Kernels,
     /// The bug injected into the sharded computation, if any (one the scenario lists in
     /// [`Scenario::mutants`]).
     pub mutant: Option<crate::scenario::mutant::Mutant>,
@@ -113,7 +112,7 @@ pub struct Workspace {
 
 impl Workspace {
     /// A workspace whose fp32 matmuls use `kernels`.
-    pub fn with_kernels(kernels: crate::exec::backend::Kernels) -> Self {
+    pub fn with_kernels(kernels: crate::ops::backend::Kernels) -> Self {
         Self {
             kernels,
             ..Default::default()
@@ -163,8 +162,8 @@ pub trait Scenario: Send + Sync {
     /// The comparison the real test asserts: `sharded-vs-ref` for tests that compare a sharded
     /// run with an unsharded one, `sharded-vs-f64` for tests that compare against hand-computed
     /// float64 constants.
-    fn asserted_comparison(&self) -> crate::engine::evaluate::Comparison {
-        crate::engine::evaluate::Comparison::ShardedVsRef
+    fn asserted_comparison(&self) -> crate::check::comparison::Comparison {
+        crate::check::comparison::Comparison::ShardedVsRef
     }
     /// Runs one seed of one parametrization in `profile`, leaving the three computations in
     /// `ws.traces`.

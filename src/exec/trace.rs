@@ -7,7 +7,7 @@
 //! does not allocate once its buffers have grown.
 
 use crate::check::StepLabel;
-use crate::exec::real::Real;
+use crate::ops::real::Real;
 
 /// What a slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

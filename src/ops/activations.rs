@@ -16,8 +16,8 @@
 //! vectorizes, so forward agrees on 5,576 / 8,192 (68.1 %, s = 2) and 7,343 / 8,192 (89.6 %,
 //! s = 0.5), backward on 2,347 (28.6 %) and 1,835 (22.4 %). Relu copies or zeroes (exact).
 
-use crate::exec::real::Real;
 use crate::kernels::torch_ops::{exp_f32, row_sum_f32, sleef_tanhf_u10};
+use crate::ops::real::Real;
 
 /// `M_SQRT1_2` rounded to f32.
 const ALPHA: f32 = std::f64::consts::FRAC_1_SQRT_2 as f32;

@@ -1,7 +1,7 @@
 //! Layers: embedding, linear, tanh, cross-entropy, SGD, and their backward passes.
 
-use crate::exec::backend::Backend;
-use crate::exec::real::Real;
+use crate::ops::backend::Backend;
+use crate::ops::real::Real;
 
 /// `out[t] = table[ids[t]]` for t in token order (`nn.Embedding`): a copy, no arithmetic.
 /// `table` is `rows × dim`, `out` is `ids.len() × dim`.
@@ -329,7 +329,7 @@ pub fn accumulate<R: Real>(acc: &mut [R], g: &[R], first: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::backend::F64Backend;
+    use crate::ops::backend::F64Backend;
 
     /// The dispatched cross-entropy and embedding backward (AVX-512 compilations where the
     /// CPU has them) against their portable bodies, bit for bit, in f64 and f32 on random

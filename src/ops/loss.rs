@@ -1,7 +1,7 @@
 //! Losses besides cross-entropy ([`crate::ops::layers::cross_entropy`]): mean squared
 //! error and the plain sum.
 
-use crate::exec::real::Real;
+use crate::ops::real::Real;
 
 /// `F.mse_loss(y, target)` (mean) and its gradient for a backward pass seeded with `scale`.
 ///

@@ -16,7 +16,7 @@
 //! RMSNorm follows `torch.nn.functional.rms_norm`'s CPU composite as written in its doc
 //! comment; its agreement with torch is measured, not claimed.
 
-use crate::exec::real::Real;
+use crate::ops::real::Real;
 
 /// ATen's `Vectorized<float>::size()` in the AVX2 build.
 const LANES: usize = 8;
@@ -333,7 +333,7 @@ pub fn rms_norm_backward<R: Real>(
 /// summed over ranks by the backend's all-reduce (Megatron all-reduces the sequence-parallel
 /// norm weights' gradients over tp).
 #[allow(clippy::too_many_arguments)]
-pub fn sequence_parallel_norm_backward<B: crate::exec::backend::Backend>(
+pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
     be: &mut B,
     kind: crate::scenario::ir::NormKind,
     x: &[B::R],

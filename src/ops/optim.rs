@@ -11,7 +11,7 @@
 //! to the tensor's type where the kernel reads them. **Not verified bit for bit against torch
 //! for momentum, Nesterov or Adam** (plain SGD is: [`crate::ops::layers::sgd`]).
 
-use crate::exec::real::Real;
+use crate::ops::real::Real;
 
 /// Per-parameter optimizer state.
 #[derive(Debug, Default, Clone)]

@@ -1,43 +1,14 @@
-//! Tensor parallelism: DeepSpeed's shard sizes, the row-parallel and the column-parallel
-//! linear layers.
+//! Tensor parallelism: the row-parallel and the column-parallel linear layers (their shard
+//! sizes are [`crate::scenario::shard`]'s).
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 use std::ops::Range;
 
-use crate::exec::backend::Backend;
-use crate::exec::real::Real;
 use crate::kernels::round::bf16_rne;
+use crate::ops::backend::Backend;
+use crate::ops::real::Real;
 use crate::scenario::mutant::TpFaults;
-
-/// Shard size of rank `rank` when `total` is split over `tp` ranks, DeepSpeed AutoTP's
-/// near-even rule (`deepspeed/module_inject/tp_shard.py::get_shard_size`, no KV heads):
-/// with `g = total / grain` grains, rank r gets `(g / tp + (r < g % tp)) · grain`.
-/// DeepSpeed's default grain is 1, so 35 over 2 ranks is 18 + 17 and 32 is 16 + 16. When
-/// `total` is not a multiple of `grain` the remainder goes to the last rank, so the shards
-/// always cover `total` (DeepSpeed leaves that case to its callers).
-pub fn shard_size(total: usize, tp: usize, rank: usize, grain: usize) -> usize {
-    let grain = grain.max(1);
-    let grains = total / grain;
-    let mut size = (grains / tp + usize::from(rank < grains % tp)) * grain;
-    if rank + 1 == tp {
-        size += total - grains * grain;
-    }
-    size
-}
-
-/// The contiguous ranges of the `tp` shards of a dimension of size `total`, rank order.
-/// Ranks may be empty when `tp > total`.
-pub fn shard_ranges(total: usize, tp: usize, grain: usize) -> Vec<Range<usize>> {
-    let mut start = 0;
-    (0..tp)
-        .map(|r| {
-            let len = shard_size(total, tp, r, grain);
-            let range = start..start + len;
-            start += len;
-            range
-        })
-        .collect()
-}
+pub use crate::scenario::shard::{shard_ranges, shard_size};
 
 /// `buf` (at least `rows × cols` long) as a `rows × cols` row-major matrix view.
 fn matrix<R>(buf: &[R], rows: usize, cols: usize) -> ArrayView2<'_, R> {
@@ -468,7 +439,7 @@ mod tests {
         // the input gradient is a sum of per-rank partials (rank order in f64), which only
         // regroups the reduction over the outputs, so it agrees to f64 rounding (1e-12 on
         // O(1) values of 7 terms).
-        use crate::exec::backend::{Backend, F64Backend};
+        use crate::ops::backend::{Backend, F64Backend};
         let (m, k, n) = (2, 3, 7);
         let x: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
         let w: Vec<f64> = (0..n * k).map(|i| (i as f64 * 0.91).cos()).collect();
@@ -588,8 +559,8 @@ mod tests {
     /// by column and takes the ranks' own products.
     #[test]
     fn row_parallel_equals_the_ranks_computing_their_own_shards() {
-        use crate::exec::backend::{F32Backend, F64Backend};
         use crate::kernels::matmul::MatmulScratch;
+        use crate::ops::backend::{F32Backend, F64Backend};
         use crate::scenario::profile::ProfileRegistry;
         let registry = ProfileRegistry::builtin().unwrap();
         let value = |i: usize, s: f64| ((i as f64 * s).sin() * 1.7) as f32;

@@ -19,9 +19,9 @@
 
 use std::ops::Range;
 
-use crate::exec::backend::Backend;
-use crate::exec::real::Real;
 use crate::ops::activations::ActReal;
+use crate::ops::backend::Backend;
+use crate::ops::real::Real;
 
 /// Reusable buffers of [`vocab_parallel_cross_entropy`].
 #[derive(Debug, Default)]
@@ -199,7 +199,7 @@ fn max_nan<R: Real>(acc: Option<R>, x: R) -> Option<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::backend::F64Backend;
+    use crate::ops::backend::F64Backend;
 
     /// Logits of 3 tokens over a vocabulary of 6 in f64, against the textbook softmax
     /// cross-entropy: the sharded and the unsharded computations agree with it to f64

@@ -12,8 +12,8 @@
 //! Constants are rounded once to the computation's precision (f32: round to nearest, as JAX
 //! converts a weak-typed Python float).
 
-use crate::exec::real::Real;
 use crate::ops::optim::OptState;
+use crate::ops::real::Real;
 use crate::scenario::ir::Optimizer;
 use crate::scenario::profile::XlaMode;
 

@@ -16,8 +16,8 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::svg::{self, escape, num, pct, Bar, LogAxis};
+use crate::check::comparison::Comparison;
 use crate::check::py_repr;
-use crate::engine::evaluate::Comparison;
 use crate::engine::plan::GroupMeta;
 
 /// What [`write_report`] wrote.
@@ -48,12 +48,12 @@ const COLOURS: [&str; 7] = [
 
 /// Reads `DIR/plan.csv`, `DIR/summary.csv`, and when present `DIR/seeds.csv` and
 /// `DIR/mutants.csv`, and writes one self-contained HTML report to `out` (atomically, via
-/// [`crate::sweepdir::atomic_write::write_atomic`]). Errors name the file (and row) that cannot be read.
+/// [`crate::sys::atomic_write::write_atomic`]). Errors name the file (and row) that cannot be read.
 pub fn write_report(dir: &Path, out: &Path) -> anyhow::Result<ReportStats> {
     // A bad output path (a folder, an unwritable place) fails before the work.
-    crate::sweepdir::atomic_write::check(out, "--out")?;
+    crate::sys::atomic_write::check(out, "--out")?;
     let (html, stats) = render_report(dir)?;
-    crate::sweepdir::atomic_write::write_atomic(out, html.as_bytes())?;
+    crate::sys::atomic_write::write_atomic(out, html.as_bytes())?;
     Ok(stats)
 }
 

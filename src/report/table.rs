@@ -1,8 +1,8 @@
 //! Plain-text tables for the terminal.
 
+use crate::check::comparison::Comparison;
 use crate::check::py_repr;
 use crate::engine::aggregate::{GroupAgg, SummaryEntry};
-use crate::engine::evaluate::Comparison;
 use crate::engine::plan::GroupMeta;
 
 /// Left-aligns the first `left` columns and right-aligns the rest, two spaces apart.

@@ -9,9 +9,9 @@
 //!
 //! Built once per run from the aggregates, after the sweep: nothing here runs per seed.
 
+use crate::check::comparison::Comparison;
 use crate::check::{StepLabel, Tolerance};
 use crate::engine::aggregate::{GroupAgg, SummaryEntry};
-use crate::engine::evaluate::Comparison;
 use crate::engine::plan::GroupMeta;
 use crate::stats::tail::{TailMethod, TailPoint};
 

@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Deserialize;
 
+use crate::check::comparison::Comparison;
 #[cfg(doc)]
 use crate::check::py_repr;
 use crate::check::StepLabel;
-use crate::engine::evaluate::Comparison;
 use crate::engine::{aggregate::SummaryEntry, evaluate::SeedValues, plan::GroupMeta};
 use crate::results::schema;
 
@@ -436,7 +436,7 @@ pub struct SeedsWriter {
 impl SeedsWriter {
     /// Creates `path` (with a header), or appends to it without one.
     pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
-        let file = crate::sweepdir::atomic_write::open_owned(path, append)
+        let file = crate::sys::atomic_write::open_owned(path, append)
             .with_context(|| format!("cannot open {}", path.display()))?;
         Ok(Self {
             w: std::io::BufWriter::with_capacity(1 << 20, file),

@@ -41,7 +41,7 @@ pub struct FrontierWriter {
 impl FrontierWriter {
     /// Creates `path` with the header, or (`append`) opens it at its end.
     pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
-        let f = crate::sweepdir::atomic_write::open_owned(path, append)
+        let f = crate::sys::atomic_write::open_owned(path, append)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let mut w = BufWriter::new(f);
         if !append {
@@ -176,7 +176,7 @@ pub fn read_frontiers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::evaluate::Comparison;
+    use crate::check::comparison::Comparison;
 
     fn meta(checks: usize) -> GroupMeta {
         GroupMeta {

@@ -35,7 +35,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
-use crate::engine::evaluate::Comparison;
+use crate::check::comparison::Comparison;
 use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
 use crate::results::csv::{micro_step, SeedRowIn};
@@ -179,7 +179,7 @@ pub struct ParquetSeedsWriter {
 impl ParquetSeedsWriter {
     /// Creates (truncates) `path`.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        let file = crate::sweepdir::atomic_write::open_owned(path, false)
+        let file = crate::sys::atomic_write::open_owned(path, false)
             .with_context(|| format!("cannot create {}", path.display()))?;
         let writer = SerializedFileWriter::new(
             BufWriter::with_capacity(1 << 20, file),

@@ -45,7 +45,7 @@ pub struct RowLogWriter {
 impl RowLogWriter {
     /// Creates `path` with the header, or (`append`) opens it at its end.
     pub fn open(path: &Path, append: bool) -> anyhow::Result<Self> {
-        let f = crate::sweepdir::atomic_write::open_owned(path, append)
+        let f = crate::sys::atomic_write::open_owned(path, append)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
         if !append {
@@ -220,8 +220,8 @@ pub fn to_parquet(log: &Path, metas: &[GroupMeta], out: &Path) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::comparison::Comparison;
     use crate::check::Tolerance;
-    use crate::engine::evaluate::Comparison;
     use crate::results::csv::read_units;
 
     fn meta(param: &str) -> GroupMeta {

@@ -78,7 +78,7 @@ impl SeedsFormat {
     pub fn of_folder(dir: &Path) -> Option<Self> {
         Self::ALL
             .into_iter()
-            .find(|f| crate::sweepdir::folder::has(dir, f.file()))
+            .find(|f| std::fs::symlink_metadata(dir.join(f.file())).is_ok())
     }
 }
 

@@ -461,7 +461,7 @@ pub fn check_source(name: &str, text: &str) -> anyhow::Result<String> {
 pub fn outer_check_text(
     common: &crate::scenario::config::CommonConfig,
     g: &crate::scenario::ir::ResolvedGraph,
-    compare: crate::engine::evaluate::Comparison,
+    compare: crate::check::comparison::Comparison,
 ) -> Result<String, InputError> {
     use crate::scenario::ir::{self as ir, OuterCheckKind, OuterData};
     let Some(o) = g.train.outer.as_ref() else {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::evaluate::Comparison;
+use crate::check::comparison::Comparison;
 use crate::scenario::config::{resolve_policies, CommonConfig, Policy, PolicyToml, RngKind};
 use crate::scenario::profile::{toml_error, ProfileToml, ProfilesToml};
 use crate::sys::error::InputError;

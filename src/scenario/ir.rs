@@ -47,7 +47,6 @@
 
 use std::ops::Range;
 
-use crate::exec::scenario::Reduction;
 use crate::scenario::config::RngKind;
 use crate::scenario::mutant::Mutant;
 
@@ -106,7 +105,7 @@ pub struct Parallel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShardRule {
     /// DeepSpeed AutoTP's near-even rule in grains of `grain` columns
-    /// ([`crate::ops::tp::shard_size`]): uneven shards allowed (35 over 2 = 18 + 17;
+    /// ([`crate::scenario::shard::shard_size`]): uneven shards allowed (35 over 2 = 18 + 17;
     /// 16 over 3 with grain 2 = 6 + 6 + 4).
     DeepSpeed {
         /// `tp_grain_size`, >= 1.
@@ -122,7 +121,9 @@ impl ShardRule {
     /// Megatron's rule on a total `ranks` does not divide returns `None`.
     pub fn ranges(self, total: usize, ranks: usize) -> Option<Vec<Range<usize>>> {
         match self {
-            Self::DeepSpeed { grain } => Some(crate::ops::tp::shard_ranges(total, ranks, grain)),
+            Self::DeepSpeed { grain } => {
+                Some(crate::scenario::shard::shard_ranges(total, ranks, grain))
+            }
             Self::Megatron => {
                 if ranks == 0 || !total.is_multiple_of(ranks) {
                     return None;
@@ -826,4 +827,17 @@ impl Op {
             | Op::ResidualAdd { out, .. } => out,
         }
     }
+}
+
+/// The reduction behind a matmul-like check: one unsharded dot product of length `k`, and
+/// the sharded one as a dot product of at most `max_shard` terms per rank followed by an
+/// all-reduce over `ranks` partials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reduction {
+    /// Unsharded length.
+    pub k: usize,
+    /// Largest shard.
+    pub max_shard: usize,
+    /// Ranks summed by the all-reduce.
+    pub ranks: usize,
 }

@@ -5,9 +5,9 @@
 //! layer's weight before its bias), tensors as inputs read by a layer and then every layer's
 //! output in forward order, inputs in file order.
 
-use crate::exec::scenario::Reduction;
 use crate::scenario::config::RngKind;
 use crate::scenario::ir;
+use crate::scenario::ir::Reduction;
 use crate::sys::error::InputError;
 
 use super::node::{Ctx, DimValue};

@@ -28,6 +28,7 @@ pub mod params;
 pub mod profile;
 pub mod resolve;
 pub mod revealed_file;
+pub mod shard;
 pub mod spec;
 
 pub use file::{is_scenario_file, parse_file, ScenarioFile};

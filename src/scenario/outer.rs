@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::evaluate::Comparison;
+use crate::check::comparison::Comparison;
 use crate::exec::GraphScenario;
 use crate::scenario::config::{CommonConfig, RngKind};
 use crate::scenario::ir::{

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::ops::tp::shard_ranges;
+use crate::scenario::shard::shard_ranges;
 use crate::sys::error::InputError;
 
 use super::node::Ctx;

@@ -20,7 +20,7 @@ use crate::engine::UnitSink;
 use crate::results::csv::{mutants_csv, summary_csv};
 use crate::results::frontiers::FrontierWriter;
 use crate::results::seeds_file::{for_each_partial_unit, SeedsFormat, SeedsOut};
-use crate::sweepdir::atomic_write::write_atomic;
+use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
 
 /// The checkpoint file in a sweep folder.

@@ -74,7 +74,7 @@ pub fn record_checksums(dir: &std::path::Path, fp: &Fingerprint) -> anyhow::Resu
         f.lines
             .push((format!("{FILE_KEY_PREFIX}{name}.sha256"), sum));
     }
-    crate::sweepdir::atomic_write::write_atomic(&dir.join(FILE), f.to_text().as_bytes())
+    crate::sys::atomic_write::write_atomic(&dir.join(FILE), f.to_text().as_bytes())
 }
 
 /// What [`verify_checksums`] found.

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::sweepdir::atomic_write::is_temp_of;
 use crate::sweepdir::lock::Lock;
+use crate::sys::atomic_write::is_temp_of;
 
 /// One file seedsweep owns in a sweep folder.
 #[derive(Debug, Clone, Copy)]
@@ -178,7 +178,7 @@ pub fn prepare_new(dir: &Path, flag: &str) -> anyhow::Result<Lock> {
     // Before the probe and the lock touch the folder, and again once the lock is held (taking
     // it may wait up to a lease, while another writer could change the folder).
     checks()?;
-    crate::sweepdir::atomic_write::prepare_dir(dir, flag)?;
+    crate::sys::atomic_write::prepare_dir(dir, flag)?;
     let lock = Lock::acquire(dir, flag)?;
     checks()?;
     // In reverse order, the fingerprint last: a kill in between leaves a folder whose

@@ -256,7 +256,7 @@ fn renew(path: &Path, token: &str, renewed: u64, lease: u64) -> Renewal {
 }
 
 fn new_token() -> String {
-    format!("{:016x}", crate::sweepdir::atomic_write::random_u64())
+    format!("{:016x}", crate::sys::atomic_write::random_u64())
 }
 
 impl Lock {

@@ -44,11 +44,11 @@
 //! Tensor faults and the tied-weights drift do not apply (`tp = 1`, validated).
 
 use super::{load, sized, step, Bufs, Plan};
-use crate::exec::backend::Backend;
-use crate::exec::real::Real;
 use crate::exec::trace::Trace;
 use crate::ops::activations::ActReal;
+use crate::ops::backend::Backend;
 use crate::ops::layers::accumulate;
+use crate::ops::real::Real;
 use crate::scenario::ir::{At, CheckTensor, GradReduce};
 use crate::scenario::mutant::{Mutant, TpFaults};
 

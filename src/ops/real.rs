@@ -147,7 +147,7 @@ impl Real for f32 {
         libm::logf(self)
     }
     /// The correctly rounded tanh ([`torch_ops::tanh_slice`]). The torch scenarios do not
-    /// use this: they call [`crate::exec::backend::Backend::tanh`], which runs the profile's tanh
+    /// use this: they call [`crate::ops::backend::Backend::tanh`], which runs the profile's tanh
     /// (MKL's `vmsTanh` for the torch CPU profiles).
     fn tanh_slice(x: &mut [f32]) {
         torch_ops::tanh_slice(x);

@@ -65,7 +65,7 @@ pub fn unrevealed_shapes() -> Vec<(Role, usize, usize, usize)> {
         .map(|s| s.iter().copied().collect())
         .unwrap_or_default()
 }
-use crate::exec::real::Real;
+use crate::ops::real::Real;
 
 /// The matmul and collective arithmetic of one computation.
 pub trait Backend {

@@ -2,9 +2,9 @@
 //! rounding-error bound of the reduction behind it.
 
 use crate::check::StepLabel;
-use crate::exec::backend::Backend;
-use crate::exec::real::Real;
 use crate::exec::trace::Trace;
+use crate::ops::backend::Backend;
+use crate::ops::real::Real;
 
 /// Records `Σ_k |h[t][k]·W[v][k]|` for every logit (the scale of the matmul's rounding-error
 /// bounds) as the check's condition slot: |h|·|W|ᵀ with the backend's matmul
