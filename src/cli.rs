@@ -9,7 +9,7 @@ use crate::check::comparison::Comparison;
 use crate::commands::bench::BenchOptions;
 use crate::commands::repro::ReproOptions;
 use crate::commands::sweep::SweepOptions;
-use crate::commands::Common;
+use crate::commands::{Action, Common};
 use crate::engine::plan::{Shard, ShardChoice};
 use crate::scenario::catalog::Selection;
 use crate::scenario::config::RngKind;
@@ -711,37 +711,6 @@ fn common(select: &SelectArgs, filter: Option<&Filter>) -> Result<Common, InputE
         selection,
         max_memory,
     })
-}
-
-/// What `main` should run.
-pub enum Action {
-    /// A sweep.
-    Sweep(SweepOptions),
-    /// A repro.
-    Repro(ReproOptions),
-    /// A listing.
-    List(Common),
-    /// A benchmark.
-    Bench(BenchOptions),
-    /// A merge of shard outputs.
-    Merge(crate::commands::merge::MergeOptions),
-    /// A scale sweep.
-    Scale(crate::commands::scale::ScaleOptions),
-    /// A sizing run.
-    Size(crate::commands::size::SizeOptions),
-    /// A report: the sweep directory, the output file, and `--quiet`.
-    Report(PathBuf, PathBuf, bool),
-    /// Validate a scenario file and describe its resolved graph.
-    Check(PathBuf),
-    /// An explanation query.
-    Explain {
-        /// Configs and generator.
-        common: Common,
-        /// The query.
-        query: crate::commands::explain::ExplainQuery,
-        /// CSV instead of a table.
-        csv: bool,
-    },
 }
 
 /// `--format`: a per-seed table format; refused beside `--summary-only`, which writes none.

@@ -1,11 +1,10 @@
 //! The commands, independent of clap: typed options in, text and files out; one file per
 //! command. Their seed-runs all go through [`crate::engine`].
 //!
-//! [`dispatch`] runs the [`Action`] that [`crate::cli`] parsed.
+//! [`dispatch`] runs an [`Action`]; `crate::cli` builds one from the flags.
 
 use std::path::PathBuf;
 
-use crate::cli::Action;
 use crate::scenario::catalog::{Catalog, Selection};
 use crate::scenario::config::RngKind;
 
@@ -34,6 +33,37 @@ pub struct Common {
     pub selection: Selection,
     /// `--max-memory`: bytes this run may use (default: the machine's available memory).
     pub max_memory: Option<u64>,
+}
+
+/// A command with its typed, validated options: what [`crate::cli`] parses the flags into.
+pub enum Action {
+    /// A sweep.
+    Sweep(sweep::SweepOptions),
+    /// A repro.
+    Repro(repro::ReproOptions),
+    /// A listing.
+    List(Common),
+    /// A benchmark.
+    Bench(bench::BenchOptions),
+    /// A merge of shard outputs.
+    Merge(merge::MergeOptions),
+    /// A scale sweep.
+    Scale(scale::ScaleOptions),
+    /// A sizing run.
+    Size(size::SizeOptions),
+    /// A report: the sweep directory, the output file, and `--quiet`.
+    Report(PathBuf, PathBuf, bool),
+    /// Validate a scenario file and describe its resolved graph.
+    Check(PathBuf),
+    /// An explanation query.
+    Explain {
+        /// Configs and generator.
+        common: Common,
+        /// The query.
+        query: explain::ExplainQuery,
+        /// CSV instead of a table.
+        csv: bool,
+    },
 }
 
 /// Loads the catalog of `common` and prints what its configs override to stderr.

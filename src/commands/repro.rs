@@ -49,7 +49,7 @@ pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
     if let Some(dir) = &o.dump {
         prepare_dir(dir, "--dump")?;
     }
-    let ctx = crate::report::verdict::ReproContext::of(&o.common);
+    let ctx = crate::report::verdict::ReproContext::new(&o.common.configs, o.common.rng);
     let outcome = repro(
         &ctx,
         &catalog,

@@ -230,7 +230,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     status(o.quiet, &format!("wrote {}", written.join(", ")));
     let failed = if o.ci.wanted() {
         let outputs = o.ci.json.is_some() || o.ci.junit_xml.is_some() || o.ci.markdown.is_some();
-        let ctx = crate::report::verdict::ReproContext::of(&o.common);
+        let ctx = crate::report::verdict::ReproContext::new(&o.common.configs, o.common.rng);
         let mut ws = crate::exec::scenario::Workspace::default();
         // torch's message at the worst seed of each failing case: one seed rerun each.
         let message = |gi: usize, k: usize| {

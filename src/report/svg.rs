@@ -305,7 +305,7 @@ type PanelExtra<'a> = dyn Fn(&mut String, &dyn Fn(f64) -> f64, &dyn Fn(f64) -> f
 /// point as the probabilistic and deterministic bound shapes. Right, the worst usage of the
 /// sharded-vs-unsharded comparison under `policy` (percent), with the 100 % limit.
 pub fn scale_plot(
-    points: &[crate::commands::scale::ScalePoint],
+    points: &[crate::results::scale::ScalePoint],
     policy: &str,
     policy_index: usize,
 ) -> String {
@@ -382,7 +382,7 @@ pub fn scale_plot(
                  x0: f64,
                  title_text: &str,
                  ylabel: &str,
-                 series: &dyn Fn(&crate::commands::scale::ScalePoint) -> f64,
+                 series: &dyn Fn(&crate::results::scale::ScalePoint) -> f64,
                  also: &[f64],
                  extra: &PanelExtra<'_>| {
         // The axis spans the data and `also` (the guide lines' ends), so nothing is drawn
@@ -587,7 +587,7 @@ mod tests {
     /// overlap, and the √K and K guide lines stay inside the left plot.
     #[test]
     fn scale_legend_and_guides_stay_in_their_places() {
-        use crate::commands::scale::ScalePoint;
+        use crate::results::scale::ScalePoint;
         let mut points = Vec::new();
         for (i, k) in [32usize, 256, 2048, 16384].into_iter().enumerate() {
             for tp in [1usize, 2, 4, 8, 16, 32, 64] {

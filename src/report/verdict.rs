@@ -44,14 +44,13 @@ pub struct ReproContext {
 
 impl ReproContext {
     /// The `--config` and `--rng` flags of a run's selection.
-    pub fn of(common: &crate::commands::Common) -> Self {
+    pub fn new(
+        configs: &[std::path::PathBuf],
+        rng: Option<crate::scenario::config::RngKind>,
+    ) -> Self {
         Self {
-            configs: common
-                .configs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect(),
-            rng: common.rng.map(|r| r.name().to_string()),
+            configs: configs.iter().map(|p| p.display().to_string()).collect(),
+            rng: rng.map(|r| r.name().to_string()),
         }
     }
 }

@@ -959,7 +959,7 @@ pub struct ScaleRow<'a> {
 pub fn scale_csv(
     profile: &str,
     policies: &[String],
-    points: &[crate::commands::scale::ScalePoint],
+    points: &[crate::results::scale::ScalePoint],
 ) -> anyhow::Result<Vec<u8>> {
     let mut rows = Vec::new();
     for pt in points {

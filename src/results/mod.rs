@@ -6,5 +6,6 @@ pub mod dump;
 pub mod frontiers;
 pub mod parquet;
 pub mod rowlog;
+pub mod scale;
 pub mod schema;
 pub mod seeds_file;
