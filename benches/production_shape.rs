@@ -6,9 +6,9 @@
 //! seed-run's rate beside the scalar baseline and the 1 → 2 thread ratio.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::unit;
 use seedsweep::exec::scenario::Workspace;
-use seedsweep::scenario::catalog::{Catalog, Selection};
 
 const FILE: &str = "configs/examples/production_head_v32000_h512.toml";
 

@@ -6,10 +6,10 @@
 //! and the 1→2 thread scaling directly.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::unit;
 use seedsweep::exec::scenario::Workspace;
 use seedsweep::ops::backend::Kernels;
-use seedsweep::scenario::catalog::{Catalog, Selection};
 
 fn t1_seed_runs(c: &mut Criterion) {
     let catalog = Catalog::load(&[] as &[&str], None).expect("built-in configs load");

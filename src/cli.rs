@@ -10,8 +10,8 @@ use crate::commands::bench::BenchOptions;
 use crate::commands::repro::ReproOptions;
 use crate::commands::sweep::SweepOptions;
 use crate::commands::{Action, Common};
+use crate::engine::catalog::Selection;
 use crate::engine::plan::{Shard, ShardChoice};
-use crate::scenario::catalog::Selection;
 use crate::scenario::config::RngKind;
 use crate::sys::error::InputError;
 
@@ -87,7 +87,7 @@ pub struct SizeArgs {
     #[command(flatten)]
     filter: Filter,
     /// Seeds per (parametrization, profile) when sweeping in-process [default: 1000].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, value_parser = seed_count, allow_negative_numbers = true)]
     seeds: Option<u64>,
     /// First seed (default: each scenario's own).
     #[arg(long, allow_negative_numbers = true, value_name = "S")]
@@ -95,6 +95,7 @@ pub struct SizeArgs {
     /// Per-seed failure probability the recommendation must tolerate.
     #[arg(
         long,
+        value_parser = flake_rate,
         allow_negative_numbers = true,
         default_value_t = 1e-4,
         value_name = "P"
@@ -103,6 +104,7 @@ pub struct SizeArgs {
     /// Largest predicted usage at that probability, percent.
     #[arg(
         long,
+        value_parser = target_pct,
         allow_negative_numbers = true,
         default_value_t = 50.0,
         value_name = "PCT"
@@ -110,7 +112,7 @@ pub struct SizeArgs {
     target: f64,
     /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
     /// may use: its CPU affinity and cgroup CPU quota).
-    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Also write the Evidence section as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
@@ -121,7 +123,7 @@ pub struct SizeArgs {
     out: Option<PathBuf>,
     /// Sweep N fresh seeds after the sized range under the recommended tolerances and report
     /// the observed flake rate and quantile next to the predicted ones.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_parser = seed_count, value_name = "N")]
     validate: Option<u64>,
     /// No progress bar and no status lines on stderr (errors and warnings still print).
     #[arg(long, short)]
@@ -144,6 +146,7 @@ pub struct ScaleArgs {
     /// Reduction lengths (hidden sizes), comma-separated.
     #[arg(
         long,
+        value_parser = reduction_len,
         allow_negative_numbers = true,
         value_delimiter = ',',
         default_value = "32,64,128,256,512,1024,2048,4096,8192,16384",
@@ -153,6 +156,7 @@ pub struct ScaleArgs {
     /// TP degrees, comma-separated (1..=64).
     #[arg(
         long,
+        value_parser = tp_degree,
         allow_negative_numbers = true,
         value_delimiter = ',',
         default_value = "2,4,8,16,32,64",
@@ -160,13 +164,13 @@ pub struct ScaleArgs {
     )]
     tp: Vec<usize>,
     /// Seeds per point.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
+    #[arg(long, value_parser = seed_count, allow_negative_numbers = true, default_value_t = 50)]
     seeds: u64,
     /// Rows (tokens) of the synthetic input.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 8)]
+    #[arg(long, value_parser = at_least_one, allow_negative_numbers = true, default_value_t = 8)]
     rows: usize,
     /// Output columns of the synthetic layer.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 64)]
+    #[arg(long, value_parser = at_least_one, allow_negative_numbers = true, default_value_t = 64)]
     cols: usize,
     /// Policies for the usage columns (shared policies: torch-default, chex-default, ...).
     #[arg(
@@ -178,7 +182,7 @@ pub struct ScaleArgs {
     policy: Vec<String>,
     /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
     /// may use: its CPU affinity and cgroup CPU quota).
-    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
     #[arg(long, default_value = "results/scale", value_name = "DIR")]
@@ -238,7 +242,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     filter: Filter,
     /// Seeds per (parametrization, profile); the baseline runs a tenth of them.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 500)]
+    #[arg(long, value_parser = bench_seed_count, allow_negative_numbers = true, default_value_t = 500)]
     seeds: u64,
 }
 
@@ -286,14 +290,14 @@ pub struct SweepArgs {
     #[command(flatten)]
     filter: Filter,
     /// Number of seeds per (parametrization, profile).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 40)]
+    #[arg(long, value_parser = seed_count, allow_negative_numbers = true, default_value_t = 40)]
     seeds: u64,
     /// First seed (default: each scenario's own, 8173 for the DeepSpeed tests).
     #[arg(long, allow_negative_numbers = true, value_name = "S")]
     first_seed: Option<u64>,
     /// Worker threads (default: SLURM_CPUS_PER_TASK where set, else the cores this process
     /// may use: its CPU affinity and cgroup CPU quota). Output is identical for any value.
-    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true, value_name = "N")]
     threads: Option<usize>,
     /// Output directory.
     #[arg(long, default_value = "results/latest", value_name = "DIR")]
@@ -346,7 +350,7 @@ pub struct CiArgs {
     fail_on_missed_mutant: bool,
     /// Exit with code 3 when the predicted per-seed probability that a check of the asserted
     /// comparison exceeds its tolerance is above P (from the tail fit; 0 <= P < 1; sweep only).
-    #[arg(long, allow_negative_numbers = true, value_name = "P")]
+    #[arg(long, value_parser = max_flake_rate, allow_negative_numbers = true, value_name = "P")]
     max_flake_rate: Option<f64>,
 }
 
@@ -397,16 +401,6 @@ fn ci_outputs(a: CiArgs, mutants: bool) -> Result<crate::commands::CiOutputs, In
                 dash[0]
             ),
         ));
-    }
-    if let Some(p) = a.max_flake_rate {
-        if !(0.0..1.0).contains(&p) {
-            return Err(InputError::flag(
-                "--max-flake-rate",
-                format!(
-                    "{p} is not allowed; give a per-seed probability P with 0 <= P < 1 (e.g. 1e-4)"
-                ),
-            ));
-        }
     }
     if a.fail_on_missed_mutant && !mutants {
         return Err(InputError::flag(
@@ -883,9 +877,137 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
     })
 }
 
+/// `--seeds` (and `--validate`): a count of seeds, at least 1.
+fn seed_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("0 is not allowed; give at least 1 seed".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{s}` is not a count of seeds; allowed: 1..={}",
+            u64::MAX
+        )),
+    }
+}
+
+/// `--threads`: 1..=[`MAX_THREADS`](crate::sys::limits::MAX_THREADS) worker threads.
+fn thread_count(s: &str) -> Result<usize, String> {
+    let max = crate::sys::limits::MAX_THREADS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(0) => Err(format!(
+            "0 is not allowed; give at least 1 thread (allowed: 1..={max})"
+        )),
+        _ => Err(format!("`{s}` is not allowed; allowed: 1..={max}")),
+    }
+}
+
+/// A float flag's value, or a message naming what is allowed.
+fn float(s: &str, allowed: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .map_err(|_| format!("`{s}` is not a number; allowed: {allowed}"))
+}
+
+/// `size --flake-rate`: a per-seed probability in (0, 1).
+fn flake_rate(s: &str) -> Result<f64, String> {
+    let p = float(s, "a probability in (0, 1)")?;
+    if p > 0.0 && p < 1.0 {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not allowed; give a probability in (0, 1)"))
+    }
+}
+
+/// `sweep --max-flake-rate`: a per-seed probability in [0, 1).
+fn max_flake_rate(s: &str) -> Result<f64, String> {
+    let allowed = "a per-seed probability P with 0 <= P < 1 (e.g. 1e-4)";
+    let p = float(s, allowed)?;
+    if (0.0..1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not allowed; give {allowed}"))
+    }
+}
+
+/// `size --target`: a percentage > 0.
+fn target_pct(s: &str) -> Result<f64, String> {
+    let t = float(s, "a percentage > 0")?;
+    if t > 0.0 && t.is_finite() {
+        Ok(t)
+    } else {
+        Err(format!("{t} is not allowed; give a percentage > 0"))
+    }
+}
+
+/// `bench --seeds`: 1..=[`MAX_BENCH_SEEDS`](crate::commands::bench::MAX_BENCH_SEEDS).
+fn bench_seed_count(s: &str) -> Result<u64, String> {
+    let max = crate::commands::bench::MAX_BENCH_SEEDS;
+    match s.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not allowed; allowed: 1..={max}")),
+    }
+}
+
+/// `scale --k`: a reduction length in 1..=2^20.
+fn reduction_len(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(k) if (1..=1 << 20).contains(&k) => Ok(k),
+        _ => Err(format!("`{s}` is out of range; allowed: 1..=1048576")),
+    }
+}
+
+/// `scale --tp`: a TP degree in 1..=64.
+fn tp_degree(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(tp) if (1..=64).contains(&tp) => Ok(tp),
+        _ => Err(format!("`{s}` is out of range; allowed: 1..=64")),
+    }
+}
+
+/// `scale --rows` / `--cols`: at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{s}` is not allowed; allowed: 1 or more")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flag_values_are_checked_at_the_flag_naming_what_is_allowed() {
+        assert_eq!(seed_count("1"), Ok(1));
+        assert!(seed_count("0").unwrap_err().contains("at least 1 seed"));
+        assert!(seed_count("-1").unwrap_err().contains("allowed: 1..="));
+        assert_eq!(thread_count("1024"), Ok(1024));
+        for bad in ["0", "1025", "x"] {
+            assert!(thread_count(bad).unwrap_err().contains("1..=1024"), "{bad}");
+        }
+        assert_eq!(flake_rate("1e-4"), Ok(1e-4));
+        for bad in ["0", "1", "-1", "nan", "x"] {
+            assert!(flake_rate(bad).unwrap_err().contains("(0, 1)"), "{bad}");
+        }
+        assert_eq!(max_flake_rate("0"), Ok(0.0));
+        for bad in ["1", "-0.1", "nan"] {
+            assert!(
+                max_flake_rate(bad).unwrap_err().contains("0 <= P < 1"),
+                "{bad}"
+            );
+        }
+        assert_eq!(target_pct("50"), Ok(50.0));
+        for bad in ["0", "-1", "inf", "nan"] {
+            assert!(target_pct(bad).unwrap_err().contains("> 0"), "{bad}");
+        }
+        assert_eq!(reduction_len("1048576"), Ok(1 << 20));
+        assert!(reduction_len("1048577").is_err() && reduction_len("0").is_err());
+        assert!(tp_degree("65").is_err() && tp_degree("0").is_err());
+        assert_eq!(tp_degree("64"), Ok(64));
+        assert!(at_least_one("0").is_err());
+        assert!(bench_seed_count("10000001")
+            .unwrap_err()
+            .contains("1..=10000000"));
+    }
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {

@@ -696,9 +696,8 @@ fn ordered(bits: u32) -> i64 {
 fn graph_scenario(file: &str) -> Result<GraphScenario, String> {
     let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
-    let sf = seedsweep::scenario::file::parse_file(file, &text).unwrap_or_else(|e| panic!("{e}"));
-    GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
-        .map_err(|e| e.to_string())
+    let sf = seedsweep::scenario::load(file, &text).unwrap_or_else(|e| panic!("{e}"));
+    seedsweep::exec::build::build(sf).map_err(|e| e.to_string())
 }
 
 /// Runs every fixture seed of `scenario` (built from its file) at its default profile and
@@ -994,9 +993,9 @@ fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     let text = std::fs::read_to_string(&path).unwrap();
     let no_sync = text.replace("zero_stage = 2 ", "grad_sync = \"step\"\nzero_stage = 2 ");
     assert_ne!(no_sync, text);
-    let sf = seedsweep::scenario::file::parse_file("fsdp_no_sync.toml", &no_sync)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
+    let sf =
+        seedsweep::scenario::load("fsdp_no_sync.toml", &no_sync).unwrap_or_else(|e| panic!("{e}"));
+    let s = seedsweep::exec::build::build(sf).unwrap();
     let agg = agreement("fsdp-zero2-grad-acc", &s);
     for ((comp, check), (n, same)) in &agg.per_check {
         if comp == "reference" {
@@ -1015,9 +1014,8 @@ fn fsdp_zero2_grad_acc_matches_torch_bit_for_bit() {
     // path bit for bit.
     let ddp = text.replace("zero_stage = 2 ", "zero_stage = 0 ");
     assert_ne!(ddp, text);
-    let sf = seedsweep::scenario::file::parse_file("fsdp_ddp.toml", &ddp)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
+    let sf = seedsweep::scenario::load("fsdp_ddp.toml", &ddp).unwrap_or_else(|e| panic!("{e}"));
+    let s = seedsweep::exec::build::build(sf).unwrap();
     let agg = agreement("fsdp-zero2-grad-acc", &s);
     let (n, same) = agg.others["sharded_sync_at_step"];
     assert!(n > 0 && same == n, "DDP: {same}/{n} tensors identical");
@@ -1035,13 +1033,9 @@ fn data_parallel_refusals_name_the_file_and_key() {
     );
     let text = std::fs::read_to_string(&path).unwrap();
     let load = |t: &str| -> String {
-        let sf = match seedsweep::scenario::file::parse_file("dp_bad.toml", t) {
-            Ok(sf) => sf,
-            Err(e) => return format!("{e:#}"),
-        };
-        match GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()) {
+        match seedsweep::scenario::load("dp_bad.toml", t) {
             Ok(_) => panic!("accepted:\n{t}"),
-            Err(e) => e.to_string(),
+            Err(e) => format!("{e:#}"),
         }
     };
     for (from, to, want) in [

@@ -409,7 +409,7 @@ fn zero_seeds_is_an_error_naming_the_flag() {
     seedsweep()
         .args(["sweep", "--seeds", "0", "--quiet"])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicates_contains("--seeds"));
 }
 

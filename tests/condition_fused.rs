@@ -27,8 +27,8 @@ fn scenario() -> GraphScenario {
              [[checks]]\nname = \"logits\"",
         );
     assert!(text.contains("vocab = 2048") && text.contains("name = \"hidden\""));
-    let sf = seedsweep::scenario::file::parse_file("t1_v2048.toml", &text).unwrap();
-    GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
+    let sf = seedsweep::scenario::load("t1_v2048.toml", &text).unwrap();
+    seedsweep::exec::build::build(sf).unwrap()
 }
 
 /// The values of the slot of check `check`, role `role`, at optimizer step `step`.

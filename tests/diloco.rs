@@ -3,9 +3,9 @@
 //! and the all-reduce order mattering from 3 replicas on.
 
 use assert_cmd::Command;
+use seedsweep::engine::catalog::{Catalog, Group, Selection};
 use seedsweep::exec::scenario::{Scenario, Workspace};
 use seedsweep::exec::trace::{SlotRole, Trace};
-use seedsweep::scenario::catalog::{Catalog, Group, Selection};
 
 fn catalog() -> Catalog {
     Catalog::load(&[] as &[&str], None).expect("built-in configs load")

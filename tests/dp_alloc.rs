@@ -5,7 +5,6 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use seedsweep::exec::scenario::{Scenario, Workspace};
-use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::profile::ProfileRegistry;
 
 struct Counting;
@@ -36,8 +35,8 @@ fn later_seeds_allocate_nothing() {
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap();
-    let sf = seedsweep::scenario::file::parse_file("fsdp_zero2_grad_acc.toml", &text).unwrap();
-    let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap();
+    let sf = seedsweep::scenario::load("fsdp_zero2_grad_acc.toml", &text).unwrap();
+    let s = seedsweep::exec::build::build(sf).unwrap();
     let profile = ProfileRegistry::builtin()
         .unwrap()
         .resolve("cpu-fma", "test")

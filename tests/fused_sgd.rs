@@ -18,8 +18,8 @@ use seedsweep::scenario::mutant::Mutant;
 use seedsweep::scenario::profile::{Profile, ProfileRegistry};
 
 fn scenario(text: &str) -> GraphScenario {
-    let sf = seedsweep::scenario::file::parse_file("t1_h520.toml", text).unwrap();
-    GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
+    let sf = seedsweep::scenario::load("t1_h520.toml", text).unwrap();
+    seedsweep::exec::build::build(sf).unwrap()
 }
 
 fn texts() -> (String, String) {

@@ -21,10 +21,10 @@
 mod legacy_graphs;
 
 use legacy_graphs::{t1_graphs, t2_graphs};
+use seedsweep::engine::catalog::Catalog;
 use seedsweep::exec::graph_scenario::merged_check_names;
 use seedsweep::exec::scenario::{Scenario, Workspace};
 use seedsweep::exec::GraphScenario;
-use seedsweep::scenario::catalog::Catalog;
 use seedsweep::scenario::config::{parse_scenario_config, RngKind};
 use seedsweep::scenario::mutant::Mutant;
 use seedsweep::scenario::profile::ProfileRegistry;
@@ -49,7 +49,14 @@ fn pair(text: &str, file: &str, rng: Option<&str>) -> (Box<dyn Scenario>, Box<dy
         t2_graphs(&common)
     };
     let names = merged_check_names(&graphs);
-    let hand = GraphScenario::new(common, graphs, names, from_file.summary()).unwrap();
+    let hand = GraphScenario::new(
+        common,
+        graphs,
+        names,
+        from_file.summary(),
+        seedsweep::check::comparison::Comparison::ShardedVsRef,
+    )
+    .unwrap();
     (Box::new(hand), from_file)
 }
 

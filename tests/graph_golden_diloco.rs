@@ -13,8 +13,8 @@
 //! paths the built-in config does not; each is loaded with `--config` semantics (it replaces
 //! the built-in `diloco`).
 
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::exec::scenario::{Scenario, Traces, Workspace};
-use seedsweep::scenario::catalog::{Catalog, Selection};
 use seedsweep::scenario::mutant::Mutant;
 
 /// FNV-1a 64 step.

@@ -3,9 +3,9 @@
 //! (`fp::dot::dot_blocked`, one per output element). The two share no kernel code, so this
 //! checks the fast kernels inside the real models, in every profile without input passes.
 
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::exec::scenario::Workspace;
 use seedsweep::ops::backend::Kernels;
-use seedsweep::scenario::catalog::{Catalog, Selection};
 
 #[test]
 fn fast_and_scalar_reference_kernels_give_identical_traces() {

@@ -4,7 +4,7 @@
 //! tolerances, and the mutants derived from the graph equal today's lists. And
 //! `seedsweep check` prints the resolved graph (snapshot).
 
-use seedsweep::scenario::catalog::Catalog;
+use seedsweep::engine::catalog::Catalog;
 use seedsweep::scenario::ir::CheckTensor;
 use seedsweep::scenario::{describe::check_text, parse_file};
 

@@ -38,8 +38,8 @@ fn status(field: &str) -> u128 {
 fn scenario(path: &str) -> GraphScenario {
     let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&full).unwrap();
-    let sf = seedsweep::scenario::file::parse_file(path, &text).unwrap();
-    GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new()).unwrap()
+    let sf = seedsweep::scenario::load(path, &text).unwrap();
+    seedsweep::exec::build::build(sf).unwrap()
 }
 
 /// (the bound, what one seed-run of `param` added to the resident set at its peak).
@@ -62,7 +62,7 @@ fn measure(
     (bound, peak.saturating_sub(before))
 }
 
-/// What the memory check adds for the process itself (`seedsweep::sys::limits::per_run`).
+/// What the memory check adds for the process itself (`seedsweep::engine::budget::per_run`).
 const BASE: u128 = 16 << 20;
 
 #[test]

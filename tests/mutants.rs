@@ -3,10 +3,10 @@
 //! engine's run and evaluation of one seed (`engine::unit`, as a sweep runs it).
 
 use seedsweep::check::comparison::Comparison;
+use seedsweep::engine::catalog::{Catalog, Group, Selection};
 use seedsweep::engine::evaluate::SeedCheck;
 use seedsweep::engine::unit;
 use seedsweep::exec::scenario::Workspace;
-use seedsweep::scenario::catalog::{Catalog, Group, Selection};
 
 fn run(
     scenario: &str,

@@ -135,7 +135,6 @@ fn rms_norm_measured_against_torch() {
 #[test]
 fn the_prenorm_example_runs_replicated_and_sequence_parallel() {
     use seedsweep::exec::scenario::{Scenario, Workspace};
-    use seedsweep::exec::GraphScenario;
     use seedsweep::scenario::profile::ProfileRegistry;
     let file = "configs/examples/tp2_prenorm_block.toml";
     let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -145,10 +144,8 @@ fn the_prenorm_example_runs_replicated_and_sequence_parallel() {
         .resolve("cpu-fma", "test")
         .unwrap();
     let run = |text: &str| {
-        let sf =
-            seedsweep::scenario::file::parse_file(file, text).unwrap_or_else(|e| panic!("{e}"));
-        let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let sf = seedsweep::scenario::load(file, text).unwrap_or_else(|e| panic!("{e}"));
+        let s = seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{e}"));
         let mut ws = Workspace::default();
         s.run(0, 8173, &profile, &mut ws);
         let names: Vec<&str> = s.checks(0).iter().map(|c| c.name).collect();

@@ -240,9 +240,9 @@ fn the_mkl_thread_modifiers_carry_the_revealed_files() {
 fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     // The built-in files cover every (role, shape) T1 and T2 call at their default configs, so
     // no matmul of cpu-fma+mkl-threads-N falls back to the one-thread model.
+    use seedsweep::engine::catalog::{Catalog, Selection};
     use seedsweep::exec::scenario::Workspace;
     use seedsweep::ops::backend::UNREVEALED_MATMULS;
-    use seedsweep::scenario::catalog::{Catalog, Selection};
     use std::sync::atomic::Ordering;
     let c = Catalog::load(&[] as &[&str], None).unwrap();
     for t in [2, 4, 8] {

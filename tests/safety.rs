@@ -818,16 +818,17 @@ fn allowed_sizes_beyond_memory_are_refused_naming_the_shapes() {
     seedsweep()
         .args(["bench", "--seeds", "100000000000000"])
         .assert()
-        .code(1)
-        .stderr(contains("--seeds"));
+        .code(2)
+        .stderr(contains("--seeds").and(contains("1..=10000000")));
 }
 
 #[test]
 fn too_many_threads_are_refused_naming_the_flag_before_any_file() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
+    // Out of range at the flag: a usage error (exit 2), before anything is written.
     sweep_into(&out, "2", &["--threads", "100000"])
-        .code(1)
+        .code(2)
         .stderr(contains("--threads").and(contains("1..=1024")));
     assert!(!out.exists());
 }

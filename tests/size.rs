@@ -336,6 +336,6 @@ fn bad_flake_rate_names_the_flag() {
     seedsweep()
         .args(["size", "--flake-rate", "2"])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicates::str::contains("--flake-rate"));
 }

@@ -7,11 +7,11 @@
 //! - the fold: feeding the all-at-once traces of every built-in T1 group (clean and every
 //!   mutant) to `StreamedEval` one step at a time gives `evaluate` and `unit_frontiers`.
 
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::evaluate::{evaluate, unit_frontiers, StreamedEval};
 use seedsweep::engine::run::{run_group, run_group_streamed};
 use seedsweep::exec::scenario::{Traces, Workspace};
 use seedsweep::exec::trace::{SlotRole, Trace, View};
-use seedsweep::scenario::catalog::{Catalog, Selection};
 
 /// T1's file with one parametrization at hidden size `hidden` (the rest unchanged).
 fn t1_at_hidden(hidden: usize) -> tempfile::NamedTempFile {
@@ -250,7 +250,7 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
 /// gradients (`nonfinite`: whether the traces hold injected non-finite mismatches).
 fn assert_stepwise_fold_equals_whole(
     s: &dyn seedsweep::exec::scenario::Scenario,
-    g: &seedsweep::scenario::catalog::Group,
+    g: &seedsweep::engine::catalog::Group,
     ws: &Workspace,
     nonfinite: bool,
 ) {
@@ -321,4 +321,47 @@ fn lent_f32(t: &Trace, buffers: &mut Vec<Vec<f32>>) -> Trace {
         }
     }
     out
+}
+
+/// A file whose test asserts `sharded-vs-f64` runs through the same route as every other
+/// file: it streams step by step and its memory estimate is its model's bound, exactly as the
+/// same file asserting `sharded-vs-ref` (a wrapper that dropped `streams` and `run_bytes`
+/// once made such a file hold every step's traces and be sized from its check tensors).
+#[test]
+fn a_sharded_vs_f64_file_streams_and_is_memory_bounded() {
+    use seedsweep::check::comparison::Comparison;
+    let plain = t1_at_hidden(2048);
+    let text = std::fs::read_to_string(plain.path()).unwrap();
+    let text = text.replace(
+        "name = \"t1-wide\"",
+        "name = \"t1-wide\"\ncompare = \"sharded-vs-f64\"",
+    );
+    assert!(text.contains("compare = \"sharded-vs-f64\""));
+    let mut f64_file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::io::Write::write_all(&mut f64_file, text.as_bytes()).unwrap();
+    let mut estimates = Vec::new();
+    for (file, want) in [
+        (plain.path(), Comparison::ShardedVsRef),
+        (f64_file.path(), Comparison::ShardedVsF64),
+    ] {
+        let catalog = Catalog::load(&[file], None).unwrap();
+        let groups = catalog
+            .plan(&Selection {
+                scenarios: Some(vec!["t1-wide".into()]),
+                ..Default::default()
+            })
+            .unwrap();
+        let g = &groups[0];
+        let s = &catalog.scenarios[g.scenario];
+        assert_eq!(s.asserted_comparison(), want);
+        assert!(s.streams(g.param), "{want:?}: hidden 2048 should stream");
+        assert!(
+            s.run_bytes(g.param, &g.profile, g.mutant).is_some(),
+            "{want:?}: the model bounds a seed-run"
+        );
+        let (bytes, basis) = seedsweep::engine::budget::per_run(&catalog, g);
+        assert!(basis.contains("parameters, gradients"), "{basis}");
+        estimates.push(bytes);
+    }
+    assert_eq!(estimates[0], estimates[1]);
 }

@@ -14,9 +14,9 @@
 
 use seedsweep::check::Tolerance;
 use seedsweep::engine::aggregate::collect_frontiers;
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::plan::SeedRange;
 use seedsweep::report::size::usages;
-use seedsweep::scenario::catalog::{Catalog, Selection};
 use seedsweep::stats::tail::{sizing_bound, tail_estimate};
 
 #[test]

@@ -10,8 +10,8 @@
 //! scatter-add, the tied-gradient sum and SGD together. Seed 8208 of `35-3-False-0` (AVX2)
 //! pins MKL's tanh: it matches with `cpu-fma` and not with `cpu-fma+tanh-cr`.
 
+use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::exec::scenario::Workspace;
-use seedsweep::scenario::catalog::{Catalog, Selection};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
 

@@ -6,7 +6,6 @@
 //! all-reduce rounds differently from the unsharded matmul, so it is not compared bitwise.)
 
 use seedsweep::exec::scenario::{Scenario, Workspace};
-use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::profile::ProfileRegistry;
 
 const FILE: &str = r#"
@@ -37,10 +36,8 @@ params = [
 
 #[test]
 fn vocab_parallel_embedding_equals_the_plain_lookup_in_the_executor() {
-    let sf = seedsweep::scenario::file::parse_file("inline.toml", FILE)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let s = GraphScenario::new(sf.common, sf.lowered, sf.check_names, String::new())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let sf = seedsweep::scenario::load("inline.toml", FILE).unwrap_or_else(|e| panic!("{e}"));
+    let s = seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{e}"));
     let profile = ProfileRegistry::builtin()
         .unwrap()
         .resolve("cpu-fma", "test")

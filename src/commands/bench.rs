@@ -2,8 +2,8 @@
 //! scalar-reference baseline in the same process.
 
 use crate::commands::{load_catalog, Common};
+use crate::engine::catalog::Catalog;
 use crate::engine::plan::{families, in_order, seed_runs_memory};
-use crate::scenario::catalog::Catalog;
 use crate::sys::error::InputError;
 use crate::sys::limits::pool;
 
@@ -29,7 +29,7 @@ pub struct BenchOptions {
 /// computations run).
 pub fn measure(
     catalog: &Catalog,
-    groups: &[crate::scenario::catalog::Group],
+    groups: &[crate::engine::catalog::Group],
     seeds: u64,
     kernels: crate::ops::backend::Kernels,
     threads: usize,
@@ -104,20 +104,13 @@ pub fn measure(
 /// one seed × the three computations (f64, reference, sharded) over all steps, plus the
 /// evaluation of every check.
 pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
-    if !(1..=MAX_BENCH_SEEDS).contains(&o.seeds) {
-        return Err(InputError::flag(
-            "--seeds",
-            format!("{} is not allowed; allowed: 1..={MAX_BENCH_SEEDS}", o.seeds),
-        )
-        .into());
-    }
     let catalog = load_catalog(&o.common)?;
     let mut sel = o.common.selection.clone();
     if sel.scenarios.is_none() && o.common.configs.is_empty() {
         sel.scenarios = Some(vec!["deepspeed-tied-row-parallel".into()]);
     }
     let groups = catalog.plan(&sel)?;
-    crate::sys::limits::check_seed_range(&catalog, &groups, None, o.seeds)?;
+    crate::engine::budget::check_seed_range(&catalog, &groups, None, o.seeds)?;
     let all = rayon::current_num_threads();
     crate::sys::limits::check_memory(
         &[seed_runs_memory(&catalog, &groups, Some(all), o.seeds)],
@@ -126,7 +119,7 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
     use crate::ops::backend::Kernels;
     // Per scenario (the plan lists a scenario's groups together): its groups, measured on
     // their own.
-    let scenarios: Vec<(usize, &[crate::scenario::catalog::Group])> = groups
+    let scenarios: Vec<(usize, &[crate::engine::catalog::Group])> = groups
         .chunk_by(|a, b| a.scenario == b.scenario)
         .map(|gs| (gs[0].scenario, gs))
         .collect();

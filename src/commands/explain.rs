@@ -11,9 +11,9 @@
 
 use crate::check::py_repr;
 use crate::commands::{emit, load_catalog, Common};
+use crate::engine::catalog::{Catalog, Group, Selection};
 use crate::exec::scenario::Workspace;
 use crate::report::table::render;
-use crate::scenario::catalog::{Catalog, Group, Selection};
 use crate::scenario::profile::Profile;
 use crate::sys::error::{unknown_name, InputError};
 

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::scenario::catalog::{Catalog, Selection};
+use crate::engine::catalog::{Catalog, Selection};
 use crate::scenario::config::RngKind;
 
 pub mod bench;

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use crate::check::comparison::Comparison;
 use crate::check::{compare, torch_mismatch_message};
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
+use crate::engine::catalog::{Catalog, Group};
 use crate::engine::evaluate::{for_each_pair, SeedCheck};
 use crate::engine::plan::seed_runs_memory;
 use crate::exec::scenario::Workspace;
 use crate::report::table::{pct, render, sci};
-use crate::scenario::catalog::{Catalog, Group};
 use crate::sys::atomic_write::prepare_dir;
 
 /// `repro` options.

@@ -234,34 +234,6 @@ pub struct ScaleOptions {
 
 /// Runs `scale`: writes `scale.csv` (and `scale.svg`) into `--out` and prints a table.
 pub fn scale(o: &ScaleOptions) -> anyhow::Result<i32> {
-    if o.seeds == 0 {
-        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
-    }
-    for &k in &o.ks {
-        if !(1..=1 << 20).contains(&k) {
-            return Err(InputError::flag(
-                "--k",
-                format!("{k} is out of range; allowed: 1..=1048576"),
-            )
-            .into());
-        }
-    }
-    for &tp in &o.tps {
-        if !(1..=64).contains(&tp) {
-            return Err(
-                InputError::flag("--tp", format!("{tp} is out of range; allowed: 1..=64")).into(),
-            );
-        }
-    }
-    if o.rows == 0 || o.cols == 0 {
-        return Err(InputError::flag("--rows/--cols", "must be >= 1").into());
-    }
-    if o.threads == Some(0) {
-        return Err(
-            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
-        );
-    }
-    crate::sys::limits::check_threads(o.threads)?;
     let catalog = load_catalog(&o.common)?;
     for name in &catalog.from_configs {
         let i = catalog.scenario_index(name, "--config")?;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use crate::commands::{emit_text, is_stdout, load_catalog, status, Common};
 use crate::engine::aggregate::collect_frontiers;
+use crate::engine::catalog::{Catalog, Selection};
 use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
 use crate::results::csv::read_plan;
-use crate::scenario::catalog::{Catalog, Selection};
 use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
 use crate::sys::limits::pool;
@@ -188,7 +188,7 @@ fn validate(
                     format!("scenario {scenario} has no parametrization {param} in this catalog"),
                 )
                     })?;
-            let group = crate::scenario::catalog::Group {
+            let group = crate::engine::catalog::Group {
                 scenario: si,
                 param: pi,
                 profile: catalog.profiles.resolve(&d.meta.profile, "--validate")?,
@@ -306,37 +306,6 @@ fn fmt_rate(x: f64) -> String {
 
 /// Runs `size`.
 pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
-    if o.seeds == Some(0) {
-        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
-    }
-    if !(o.flake_rate > 0.0 && o.flake_rate < 1.0) {
-        return Err(InputError::flag(
-            "--flake-rate",
-            format!(
-                "{} is not allowed; give a probability in (0, 1)",
-                o.flake_rate
-            ),
-        )
-        .into());
-    }
-    if !(o.target > 0.0 && o.target.is_finite()) {
-        return Err(InputError::flag(
-            "--target",
-            format!("{} is not allowed; give a percentage > 0", o.target),
-        )
-        .into());
-    }
-    if o.threads == Some(0) {
-        return Err(
-            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
-        );
-    }
-    crate::sys::limits::check_threads(o.threads)?;
-    if o.validate == Some(0) {
-        return Err(
-            InputError::flag("--validate", "0 is not allowed; give at least 1 seed").into(),
-        );
-    }
     if o.dir.is_some() && (o.seeds.is_some() || o.first_seed.is_some()) {
         return Err(InputError::flag(
             if o.seeds.is_some() {
@@ -370,7 +339,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
         None => {
             let groups = catalog.plan(&o.common.selection)?;
             let seeds = o.seeds.unwrap_or(1000);
-            crate::sys::limits::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
+            crate::engine::budget::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
             let range = SeedRange {
                 first: o.first_seed,
                 count: seeds,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::check::comparison::Comparison;
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::aggregate::{exceeded, summarize_all, tail_keep, GroupAgg, SummaryEntry};
+use crate::engine::catalog::Catalog;
 use crate::engine::held::HELD_IN_MEMORY;
 use crate::engine::held_bytes;
 use crate::engine::plan::{
@@ -14,7 +15,6 @@ use crate::report::table::{mutant_summary, sweep_summary};
 use crate::results::csv::plan_csv;
 use crate::results::frontiers::FrontierWriter;
 use crate::results::seeds_file::{SeedsFormat, SeedsOut};
-use crate::scenario::catalog::Catalog;
 use crate::sweepdir::checkpoint::{
     finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS,
 };
@@ -65,18 +65,9 @@ pub struct SweepOptions {
 /// written and quantiles come from bounded histograms. A kill at any moment leaves a folder
 /// that `--resume` completes byte-identically.
 pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
-    if o.seeds == 0 {
-        return Err(InputError::flag("--seeds", "0 is not allowed; give at least 1 seed").into());
-    }
-    if o.threads == Some(0) {
-        return Err(
-            InputError::flag("--threads", "0 is not allowed; give at least 1 thread").into(),
-        );
-    }
-    crate::sys::limits::check_threads(o.threads)?;
     let catalog = load_catalog(&o.common)?;
     let groups = catalog.plan(&o.common.selection)?;
-    crate::sys::limits::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
+    crate::engine::budget::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
     let mode = if o.summary_only {
         "summary-only"
@@ -344,7 +335,7 @@ fn exceeded_line(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> String
 fn decide_shard(
     o: &SweepOptions,
     catalog: &Catalog,
-    groups: &[crate::scenario::catalog::Group],
+    groups: &[crate::engine::catalog::Group],
     metas: &[GroupMeta],
     mode: &str,
 ) -> anyhow::Result<Option<Shard>> {
@@ -430,7 +421,7 @@ fn decide_shard(
 /// Refuses a sweep whose estimated memory exceeds what is available (see [`crate::sys::limits`]).
 fn check_sweep_memory(
     catalog: &Catalog,
-    groups: &[crate::scenario::catalog::Group],
+    groups: &[crate::engine::catalog::Group],
     metas: &[GroupMeta],
     plan: &[(usize, std::ops::Range<u64>)],
     fams: &[Family],

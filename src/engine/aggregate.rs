@@ -7,11 +7,11 @@
 
 use crate::check::comparison::Comparison;
 use crate::check::{StepLabel, Tolerance};
+use crate::engine::catalog::{Catalog, Group};
 use crate::engine::evaluate::{unit_frontiers, SeedValues};
 use crate::engine::plan::{self, GroupMeta, SeedRange};
 use crate::engine::run::run_family;
 use crate::exec::scenario::Workspace;
-use crate::scenario::catalog::{Catalog, Group};
 use crate::stats::histogram::LogHistogram;
 use crate::stats::quantile_sorted;
 use crate::stats::tail::{tail_estimate, TailEstimate};

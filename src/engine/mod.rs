@@ -15,6 +15,8 @@
 //! which shares the work of a seed across the groups of a [`Family`].
 
 pub mod aggregate;
+pub mod budget;
+pub mod catalog;
 pub mod evaluate;
 pub mod held;
 pub mod plan;
@@ -22,11 +24,11 @@ pub mod run;
 
 use std::ops::Range;
 
+use crate::engine::catalog::{Catalog, Group};
 use crate::exec::scenario::Workspace;
 use crate::results::csv::FloatMemo;
 use crate::results::frontiers::SeedFrontiers;
 use crate::results::seeds_file::{format_unit, SeedsFormat};
-use crate::scenario::catalog::{Catalog, Group};
 use crate::stats::frontier::AnchorScan;
 use aggregate::GroupAgg;
 use evaluate::{unit_frontiers_scanned, SeedCheck, SeedValues};
@@ -262,7 +264,7 @@ pub fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::catalog::Selection;
+    use crate::engine::catalog::Selection;
 
     fn t1_groups(catalog: &Catalog, profiles: &str) -> Vec<Group> {
         catalog

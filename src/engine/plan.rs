@@ -13,8 +13,8 @@ use rayon::prelude::*;
 
 use crate::check::comparison::Comparison;
 use crate::check::Tolerance;
+use crate::engine::catalog::{Catalog, Group};
 use crate::exec::scenario::Parts;
-use crate::scenario::catalog::{Catalog, Group};
 
 /// Units per parallel chunk: large enough to keep every thread busy, small enough that the
 /// chunk's results stay a few megabytes.
@@ -376,7 +376,7 @@ impl<S> Drop for Lease<'_, S> {
 }
 
 /// The memory of the seed-runs in flight: one per worker thread (at most one per unit), each
-/// as large as the largest group's (see [`crate::sys::limits::per_run`]).
+/// as large as the largest group's (see [`crate::engine::budget::per_run`]).
 pub fn seed_runs_memory(
     catalog: &Catalog,
     groups: &[Group],
@@ -386,7 +386,7 @@ pub fn seed_runs_memory(
     let t = (crate::sys::limits::effective_threads(threads) as u64).min(units.max(1));
     match groups
         .iter()
-        .map(|g| crate::sys::limits::per_run(catalog, g))
+        .map(|g| crate::engine::budget::per_run(catalog, g))
         .max_by_key(|(b, _)| *b)
     {
         Some((b, what)) => (

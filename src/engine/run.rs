@@ -13,10 +13,10 @@
 //! whose traces would be large runs step by step instead ([`run_group_streamed`], through
 //! [`Scenario::run_stepwise`]). No other module calls [`Scenario::run`].
 
+use crate::engine::catalog::{Catalog, Group};
 use crate::engine::evaluate::{SeedCheck, StreamedEval};
 use crate::engine::plan::Family;
 use crate::exec::scenario::{Parts, Scenario, Workspace};
-use crate::scenario::catalog::{Catalog, Group};
 use crate::scenario::mutant::Mutant;
 use crate::scenario::profile::Profile;
 

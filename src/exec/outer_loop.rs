@@ -408,69 +408,6 @@ pub(crate) fn input_values<'a>(g: &ResolvedGraph, x: &'a [f32], y: &'a [f32]) ->
         .collect()
 }
 
-/// `list`'s line for an outer-loop graph.
-pub(crate) fn summary(g: &ResolvedGraph) -> String {
-    let Some(o) = g.train.outer.as_ref() else {
-        return String::new();
-    };
-    let widths: Vec<String> = {
-        let mut w = Vec::new();
-        for l in &g.layers {
-            if let crate::scenario::ir::Op::Linear { x, out, .. } = l.op {
-                if w.is_empty() {
-                    w.push(g.width(x).to_string());
-                }
-                w.push(g.width(out).to_string());
-            }
-        }
-        w
-    };
-    let mlp = g.layers.len() > 1;
-    let inner = match g.train.optimizer {
-        Optimizer::Sgd { .. } => "sgd",
-        Optimizer::Adam { .. } => "adamw",
-    };
-    let (outer_lr, momentum, nesterov) = match o.optimizer {
-        Optimizer::Sgd {
-            lr,
-            momentum,
-            nesterov,
-            ..
-        } => (lr, momentum, nesterov),
-        Optimizer::Adam { lr, .. } => (lr, 0.0, false),
-    };
-    let nest = if nesterov { " nesterov" } else { "" };
-    match o.data {
-        OuterData::Teacher { .. } => format!(
-            "{} {}, batch {} per replica, {} replicas, sync every {} inner steps ({} steps), \
-             inner {inner}, outer sgd lr {outer_lr} momentum {momentum}{nest}",
-            if mlp { "mlp" } else { "linear" },
-            widths.join("->"),
-            g.rows(g.loss.input),
-            o.replicas,
-            o.sync_period,
-            o.steps,
-        ),
-        OuterData::Fixed { .. } => {
-            let (mode, other) = match o.default_mode {
-                XlaMode::Eager => ("eager", "jit"),
-                XlaMode::Jit => ("jit", "eager"),
-            };
-            format!(
-                "fixed data: {} {}, {} replicas, inner {inner} lr {}, sync every {} steps with \
-                 sgd lr {outer_lr} momentum {momentum}{nest}, {} steps; JAX {mode} unless the \
-                 profile says xla-{other}",
-                if mlp { "mlp" } else { "dense" },
-                widths.join("->"),
-                o.replicas,
-                g.train.optimizer.lr(),
-                o.sync_period,
-                o.steps
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! T3 (MaxText's DiLoCo test, `configs/maxtext_diloco.toml`) through the executor's outer
@@ -486,7 +423,7 @@ mod tests {
     const T3: &str = include_str!("../../configs/maxtext_diloco.toml");
 
     fn scenario(file: &str, text: &str) -> Result<GraphScenario, InputError> {
-        crate::scenario::outer::build(crate::scenario::outer::parse_common(file, text)?)
+        crate::exec::build::build(crate::scenario::load(file, text)?)
     }
 
     fn t3() -> GraphScenario {
@@ -822,7 +759,7 @@ mod diloco_tests {
     const BUILTIN: &str = include_str!("../../configs/diloco.toml");
 
     fn scenario(text: &str) -> Result<GraphScenario, InputError> {
-        crate::scenario::outer::build(crate::scenario::outer::parse_common("test.toml", text)?)
+        crate::exec::build::build(crate::scenario::load("test.toml", text)?)
     }
 
     fn values(t: &Trace, check: usize) -> Vec<f64> {

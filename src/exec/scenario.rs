@@ -17,7 +17,6 @@ use crate::kernels::matmul::MatmulScratch;
 use crate::scenario::config::{CommonConfig, Policy};
 pub use crate::scenario::ir::Reduction;
 use crate::scenario::profile::Profile;
-use crate::sys::error::{unknown_name, InputError};
 
 /// One check of a parametrization.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,7 +194,7 @@ pub trait Scenario: Send + Sync {
     /// An upper bound on the bytes one seed-run of `param` holds under `profile` with
     /// `mutant`, where the scenario can give one from its model (parameters, gradients,
     /// activations, scratch and traces); `None` (the default): the memory check estimates it
-    /// from the check tensors (`crate::sys::limits::per_run`).
+    /// from the check tensors (`crate::engine::budget::per_run`).
     fn run_bytes(
         &self,
         param: usize,
@@ -231,22 +230,3 @@ pub trait Scenario: Send + Sync {
     /// One line on what one seed-run computes, for `list`.
     fn summary(&self) -> String;
 }
-
-/// Builds a scenario from a parsed config.
-pub fn build(common: CommonConfig) -> Result<Box<dyn Scenario>, InputError> {
-    match common.kind.as_str() {
-        crate::scenario::outer::KIND => Ok(Box::new(crate::scenario::outer::build(common)?)),
-        other => Err(InputError::config(
-            &common.file,
-            "scenario",
-            format!(
-                "{}; other tests are files in the scenario language (docs/scenario-language.md: \
-                 no `scenario` key, a [[layers]] list), as configs/deepspeed_row_parallel.toml",
-                unknown_name("scenario kind", other, KINDS)
-            ),
-        )),
-    }
-}
-
-/// Scenario kinds this build knows.
-pub const KINDS: &[&str] = &[crate::scenario::outer::KIND];

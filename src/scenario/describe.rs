@@ -436,21 +436,103 @@ pub fn check_path(path: &std::path::Path) -> anyhow::Result<String> {
     check_source(&path.display().to_string(), &text)
 }
 
-/// [`check_path`] of a file's text, named `name` in errors.
+/// [`check_path`] of a file's text, named `name` in errors: the file is loaded
+/// ([`crate::scenario::load`], so what a sweep would refuse is refused here too).
 pub fn check_source(name: &str, text: &str) -> anyhow::Result<String> {
-    let name = name.to_string();
-    let text = text.to_string();
-    if super::outer::is_outer_file(&text) {
-        let common = super::outer::parse_common(&name, &text)?;
-        let (g, compare) = super::outer::graph(&common)?;
-        // What the executor refuses is refused here too.
-        crate::exec::GraphScenario::outer(common.clone(), g.clone(), compare)?;
-        return Ok(outer_check_text(&common, &g, compare)?);
+    let file = crate::scenario::load(name, text)?;
+    Ok(if file.outer {
+        outer_check_text(&file.common, &file.lowered[0], file.compare)?
+    } else {
+        check_text(&file)?
+    })
+}
+
+/// The one line `list` prints for a loaded file's scenario: its layers, degrees, steps and
+/// optimizer (or, for an outer-loop file, its widths, replicas and the two optimizers).
+pub fn summary(file: &ScenarioFile) -> String {
+    if file.outer {
+        return file.lowered.first().map(outer_summary).unwrap_or_default();
     }
-    let file = super::parse_file(&name, &text)?;
-    // What the executor refuses is refused here too.
-    crate::exec::graph_scenario::validate_graphs(&file.common.file, &file.lowered)?;
-    Ok(check_text(&file)?)
+    let s = &file.graphs[0].spec;
+    let opt = &s.train.optimizer;
+    let mut out = format!("graph of {} layers", s.layers.len());
+    if s.parallel.tp > 1 {
+        out.push_str(&format!(", TP {}", s.parallel.tp));
+    }
+    if s.parallel.dp > 1 {
+        out.push_str(&format!(", DP {}", s.parallel.dp));
+    }
+    out.push_str(&format!(", {} steps", s.train.steps));
+    if s.train.micro_steps > 1 {
+        out.push_str(&format!(" x {} micro-steps", s.train.micro_steps));
+    }
+    out.push_str(&format!(", {} lr {}", opt.name(), opt.lr()));
+    out
+}
+
+/// `list`'s line for an outer-loop graph.
+fn outer_summary(g: &crate::scenario::ir::ResolvedGraph) -> String {
+    use crate::scenario::ir::OuterData;
+    use crate::scenario::profile::XlaMode;
+    let Some(o) = g.train.outer.as_ref() else {
+        return String::new();
+    };
+    let widths: Vec<String> = {
+        let mut w = Vec::new();
+        for l in &g.layers {
+            if let crate::scenario::ir::Op::Linear { x, out, .. } = l.op {
+                if w.is_empty() {
+                    w.push(g.width(x).to_string());
+                }
+                w.push(g.width(out).to_string());
+            }
+        }
+        w
+    };
+    let mlp = g.layers.len() > 1;
+    let inner = match g.train.optimizer {
+        crate::scenario::ir::Optimizer::Sgd { .. } => "sgd",
+        crate::scenario::ir::Optimizer::Adam { .. } => "adamw",
+    };
+    let (outer_lr, momentum, nesterov) = match o.optimizer {
+        crate::scenario::ir::Optimizer::Sgd {
+            lr,
+            momentum,
+            nesterov,
+            ..
+        } => (lr, momentum, nesterov),
+        crate::scenario::ir::Optimizer::Adam { lr, .. } => (lr, 0.0, false),
+    };
+    let nest = if nesterov { " nesterov" } else { "" };
+    match o.data {
+        OuterData::Teacher { .. } => format!(
+            "{} {}, batch {} per replica, {} replicas, sync every {} inner steps ({} steps), \
+             inner {inner}, outer sgd lr {outer_lr} momentum {momentum}{nest}",
+            if mlp { "mlp" } else { "linear" },
+            widths.join("->"),
+            g.rows(g.loss.input),
+            o.replicas,
+            o.sync_period,
+            o.steps,
+        ),
+        OuterData::Fixed { .. } => {
+            let (mode, other) = match o.default_mode {
+                XlaMode::Eager => ("eager", "jit"),
+                XlaMode::Jit => ("jit", "eager"),
+            };
+            format!(
+                "fixed data: {} {}, {} replicas, inner {inner} lr {}, sync every {} steps with \
+                 sgd lr {outer_lr} momentum {momentum}{nest}, {} steps; JAX {mode} unless the \
+                 profile says xla-{other}",
+                if mlp { "mlp" } else { "dense" },
+                widths.join("->"),
+                o.replicas,
+                g.train.optimizer.lr(),
+                o.sync_period,
+                o.steps
+            )
+        }
+    }
 }
 
 /// The text `seedsweep check` prints for a file with a DiLoCo outer loop: its lowered graph

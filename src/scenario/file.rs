@@ -54,8 +54,23 @@ pub struct ScenarioFile {
     pub lowered: Vec<crate::scenario::ir::ResolvedGraph>,
     /// Every check name of the file, in file order.
     pub check_names: Vec<String>,
-    /// The resolved policies (the shared built-ins plus the file's own).
+    /// The resolved policies (the shared built-ins plus the file's own); empty for a file
+    /// with an outer loop, whose check names come from its outer loop's schedule (resolved
+    /// when the executor prepares it).
     pub policies: Vec<Policy>,
+    /// A file with a DiLoCo outer loop (`[train.outer]`, read by [`super::outer`]): `graphs`
+    /// is empty and `lowered` holds its one graph.
+    pub outer: bool,
+}
+
+impl ScenarioFile {
+    /// Overrides the generator of the file and of every lowered graph (`--rng`).
+    pub fn set_rng(&mut self, rng: RngKind) {
+        self.common.rng = rng;
+        for g in &mut self.lowered {
+            g.rng = rng;
+        }
+    }
 }
 
 fn name_list(o: &Obj<'_>, key: &str, default: &str) -> Result<Vec<String>, InputError> {
@@ -174,6 +189,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         lowered,
         check_names,
         policies,
+        outer: false,
     })
 }
 

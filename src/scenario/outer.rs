@@ -20,13 +20,13 @@
 use std::collections::BTreeMap;
 
 use crate::check::comparison::Comparison;
-use crate::exec::GraphScenario;
 use crate::scenario::config::{CommonConfig, RngKind};
 use crate::scenario::ir::{
     self, Activation, LinearParallel, Op, OuterCheck, OuterCheckKind, OuterData, ParamDecl,
     ParamId, ParamInit, ResolvedGraph, TensorDecl, TensorId, WeightLayout,
 };
 use crate::scenario::profile::{toml_error, XlaMode};
+use crate::scenario::ScenarioFile;
 use crate::sys::error::InputError;
 
 use super::node::{check_name, Ctx, Obj};
@@ -587,8 +587,18 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
     Ok((g, compare))
 }
 
-/// Builds the scenario of an outer-loop file's common config ([`parse_common`]).
-pub fn build(common: CommonConfig) -> Result<GraphScenario, InputError> {
+/// Parses an outer-loop file into the form every scenario file takes: its common config and
+/// its one lowered graph (with `train.outer`), validated.
+pub fn parse(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
+    let common = parse_common(file, text)?;
     let (g, compare) = graph(&common)?;
-    GraphScenario::outer(common, g, compare)
+    Ok(ScenarioFile {
+        common,
+        compare,
+        graphs: Vec::new(),
+        lowered: vec![g],
+        check_names: Vec::new(),
+        policies: Vec::new(),
+        outer: true,
+    })
 }

@@ -32,3 +32,16 @@ pub fn shard_ranges(total: usize, tp: usize, grain: usize) -> Vec<Range<usize>> 
         })
         .collect()
 }
+
+/// The global batch (the leading dimension every input and activation shares) of a graph
+/// with `dp > 1`, with the rank's contiguous block of it (by the shard rule).
+pub fn dp_rows(
+    g: &crate::scenario::ir::ResolvedGraph,
+) -> Option<(usize, Vec<std::ops::Range<usize>>)> {
+    let batch = *g.inputs.draws.first()?.shape.first()?;
+    let ranges = g.parallel.shard_rule.ranges(batch, g.parallel.dp)?;
+    ranges
+        .iter()
+        .all(|r| !r.is_empty())
+        .then_some((batch, ranges))
+}

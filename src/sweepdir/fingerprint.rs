@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::catalog::{Catalog, Group};
 use crate::engine::plan::{GroupMeta, SeedRange};
-use crate::scenario::catalog::{Catalog, Group};
 
 /// The file name inside a sweep folder.
 pub const FILE: &str = "fingerprint.txt";

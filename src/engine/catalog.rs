@@ -4,55 +4,11 @@
 use std::path::Path;
 
 use crate::check::Tolerance;
-use crate::exec::scenario::{build, Scenario};
-use crate::scenario::config::{parse_scenario_config, RngKind, BUILTIN_SCENARIOS};
+use crate::exec::scenario::Scenario;
+use crate::scenario::config::{RngKind, BUILTIN_SCENARIOS};
 use crate::scenario::mutant::Mutant;
 use crate::scenario::profile::{Profile, ProfileRegistry};
 use crate::sys::error::{unknown_name, InputError};
-
-/// A scenario config as parsed: a file in the scenario language, or a hand-written
-/// scenario's config (`scenario = "<kind>"`).
-enum Source {
-    Lang(Box<crate::scenario::ScenarioFile>),
-    Legacy(Box<crate::scenario::config::CommonConfig>),
-}
-
-impl Source {
-    fn parse(file: &str, text: &str) -> Result<Self, InputError> {
-        // A file with a DiLoCo outer loop is read by `lang::outer` into a common config that
-        // `scenario::build` lowers into a graph for the executor's outer loop.
-        Ok(if crate::scenario::outer::is_outer_file(text) {
-            Self::Legacy(Box::new(crate::scenario::outer::parse_common(file, text)?))
-        } else if crate::scenario::is_scenario_file(text) {
-            Self::Lang(Box::new(crate::scenario::parse_file(file, text)?))
-        } else {
-            Self::Legacy(Box::new(parse_scenario_config(file, text)?))
-        })
-    }
-    fn common(&self) -> &crate::scenario::config::CommonConfig {
-        match self {
-            Self::Lang(f) => &f.common,
-            Self::Legacy(c) => c,
-        }
-    }
-    fn set_rng(&mut self, rng: RngKind) {
-        match self {
-            Self::Lang(f) => {
-                f.common.rng = rng;
-                for g in &mut f.lowered {
-                    g.rng = rng;
-                }
-            }
-            Self::Legacy(c) => c.rng = rng,
-        }
-    }
-    fn build(self) -> Result<Box<dyn Scenario>, InputError> {
-        match self {
-            Self::Lang(f) => crate::exec::build::build(*f),
-            Self::Legacy(c) => build(*c),
-        }
-    }
-}
 
 /// Scenarios and profiles.
 pub struct Catalog {
@@ -107,7 +63,10 @@ impl Catalog {
         let mut profiles = ProfileRegistry::builtin()?;
         let mut commons = Vec::new();
         for (file, text) in BUILTIN_SCENARIOS {
-            commons.push(Source::parse(&format!("built-in configs/{file}"), text)?);
+            commons.push(crate::scenario::load(
+                &format!("built-in configs/{file}"),
+                text,
+            )?);
         }
         let mut from_configs = Vec::new();
         for path in configs {
@@ -122,8 +81,8 @@ impl Catalog {
                 profiles.add_revealed(orders)?;
                 continue;
             }
-            let source = Source::parse(&path.display().to_string(), &text)?;
-            let common = source.common();
+            let source = crate::scenario::load(&path.display().to_string(), &text)?;
+            let common = &source.common;
             if from_configs.contains(&common.name) {
                 return Err(InputError::flag(
                     "--config",
@@ -137,24 +96,24 @@ impl Catalog {
             }
             let name = common.name.clone();
             from_configs.push(name.clone());
-            match commons.iter().position(|c| c.common().name == name) {
+            match commons.iter().position(|c| c.common.name == name) {
                 Some(i) => commons[i] = source,
                 None => commons.push(source),
             }
         }
-        let mut scenarios = Vec::new();
+        let mut scenarios: Vec<Box<dyn Scenario>> = Vec::new();
         for mut source in commons {
             if let Some(r) = rng {
                 source.set_rng(r);
             }
-            let common = source.common();
+            let common = &source.common;
             profiles.add(&common.file, &common.extra_profiles)?;
             for spec in &common.profiles {
                 profiles.resolve(spec, "default_profiles").map_err(|e| {
                     InputError::config(&common.file, "default_profiles", e.to_string())
                 })?;
             }
-            scenarios.push(source.build()?);
+            scenarios.push(Box::new(crate::exec::build::build(source)?));
         }
         for s in &scenarios {
             let names: Vec<&str> = s.policies().iter().map(|p| p.name.as_str()).collect();
