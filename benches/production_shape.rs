@@ -19,7 +19,7 @@ fn production_seed_run(c: &mut Criterion) {
         ..Default::default()
     };
     let groups = catalog
-        .plan(&sel)
+        .select(&sel)
         .expect("the example's selection is valid");
     let mut group = c.benchmark_group("production_shape");
     group.sample_size(10);

@@ -17,7 +17,7 @@ fn t1_seed_runs(c: &mut Criterion) {
         scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
         ..Default::default()
     };
-    let groups = catalog.plan(&sel).expect("built-in selection is valid");
+    let groups = catalog.select(&sel).expect("built-in selection is valid");
     let mut group = c.benchmark_group("t1_seed_run");
     group.throughput(Throughput::Elements(1));
     for g in &groups {

@@ -13,7 +13,7 @@ fn catalog() -> Catalog {
 
 fn plan(catalog: &Catalog, scenario: &str, profiles: &[&str]) -> Vec<Group> {
     catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec![scenario.to_string()]),
             profiles: Some(profiles.iter().map(|p| p.to_string()).collect()),
             ..Default::default()

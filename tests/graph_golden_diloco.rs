@@ -101,7 +101,7 @@ fn golden_lines(name: &str, configs: &[&str], scenario: &str, seeds: u64) -> Vec
     let c = Catalog::load(configs, None).expect("configs load");
     let specs = profile_specs(&c);
     let groups = c
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec![scenario.to_string()]),
             profiles: Some(specs),
             mutants: Some(vec!["all".to_string()]),
@@ -176,7 +176,7 @@ fn the_digest_sees_a_different_seed_and_a_different_mode() {
     let c = Catalog::load(&[] as &[&str], None).unwrap();
     let one = |scenario: &str, profile: &str, seed: u64| {
         let g = c
-            .plan(&Selection {
+            .select(&Selection {
                 scenarios: Some(vec![scenario.to_string()]),
                 profiles: Some(vec![profile.to_string()]),
                 ..Default::default()

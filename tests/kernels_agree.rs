@@ -24,7 +24,7 @@ fn fast_and_scalar_reference_kernels_give_identical_traces() {
         ),
         ..Default::default()
     };
-    let groups = catalog.plan(&sel).unwrap();
+    let groups = catalog.select(&sel).unwrap();
     // T1 4 params, T2 3, maxtext-diloco 1, diloco 1, deepspeed-tp-row-parallel 4,
     // deepspeed-uneven-tp3-row-parallel 2, deepspeed-tp-column-parallel 4, megatron-tp-mlp 2,
     // fsdp-zero2-grad-acc 1, megatron-vocab-parallel-ce 2; each in the 5 profiles.
@@ -73,7 +73,7 @@ fn profiles_that_change_the_order_change_the_bits() {
         profiles: Some(vec!["cpu-fma".into(), "cpu-nofma".into()]),
         ..Default::default()
     };
-    let groups = catalog.plan(&sel).unwrap();
+    let groups = catalog.select(&sel).unwrap();
     let mut ws = Workspace::default();
     let s = &catalog.scenarios[groups[0].scenario];
     s.run(groups[0].param, 8173, &groups[0].profile, &mut ws);

@@ -15,7 +15,7 @@ fn run(
 ) -> (Vec<String>, Vec<String>, Vec<SeedCheck>) {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec![scenario.into()]),
             params: Some(vec![param.into()]),
             profiles: Some(vec!["cpu-fma".into()]),
@@ -173,7 +173,7 @@ fn t2_structural_mutants_trip_their_checks() {
 fn unknown_or_inapplicable_mutants_are_rejected() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let e = catalog
-        .plan(&Selection {
+        .select(&Selection {
             mutants: Some(vec!["off-by-one".into()]),
             ..Default::default()
         })
@@ -185,7 +185,7 @@ fn unknown_or_inapplicable_mutants_are_rejected() {
         "{e}"
     );
     let e = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["deepspeed-row-parallel".into()]),
             mutants: Some(vec!["tied-weights-drift".into()]),
             ..Default::default()
@@ -208,7 +208,7 @@ fn diloco_mutants_trip_their_checks() {
         let run = |m: &str| {
             let catalog = Catalog::load(&[] as &[&str], None).unwrap();
             let groups = catalog
-                .plan(&Selection {
+                .select(&Selection {
                     scenarios: Some(vec![scenario.into()]),
                     params: Some(vec![param.into()]),
                     profiles: Some(vec!["f32".into()]),
@@ -253,7 +253,7 @@ fn run_dp(
 ) -> (Vec<String>, Vec<SeedCheck>, Vec<f64>) {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec![scenario.into()]),
             params: Some(vec![param.into()]),
             profiles: Some(vec!["cpu-fma".into()]),

@@ -247,7 +247,7 @@ fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     let c = Catalog::load(&[] as &[&str], None).unwrap();
     for t in [2, 4, 8] {
         let groups = c
-            .plan(&Selection {
+            .select(&Selection {
                 scenarios: Some(vec![
                     "deepspeed-tied-row-parallel".into(),
                     "deepspeed-row-parallel".into(),
@@ -270,7 +270,7 @@ fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     }
     // The counter does count: DiLoCo's 2x2 dots are not in the files.
     let g = &c
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["maxtext-diloco".into()]),
             profiles: Some(vec!["cpu-fma+mkl-threads-2".into()]),
             ..Default::default()

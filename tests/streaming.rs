@@ -96,7 +96,7 @@ fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
     let file = t1_at_hidden(2048);
     let catalog = Catalog::load(&[file.path()], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["t1-wide".into()]),
             mutants: Some(vec!["missing-allreduce".into()]),
             ..Default::default()
@@ -140,7 +140,7 @@ fn one_workspace_streams_seed_after_seed_with_shared_buffers() {
     let file = t1_at_hidden(2048);
     let catalog = Catalog::load(&[file.path()], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["t1-wide".into()]),
             ..Default::default()
         })
@@ -164,7 +164,7 @@ fn one_workspace_streams_seed_after_seed_with_shared_buffers() {
 fn folding_the_steps_one_by_one_gives_the_all_at_once_evaluation() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
             mutants: Some(vec!["all".into()]),
             ..Default::default()
@@ -216,7 +216,7 @@ fn a_non_finite_chunk_is_folded_as_the_whole_tensor_is() {
     let file = t1_at_hidden(2048);
     let catalog = Catalog::load(&[file.path()], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["t1-wide".into()]),
             ..Default::default()
         })
@@ -346,7 +346,7 @@ fn a_sharded_vs_f64_file_streams_and_is_memory_bounded() {
     ] {
         let catalog = Catalog::load(&[file], None).unwrap();
         let groups = catalog
-            .plan(&Selection {
+            .select(&Selection {
                 scenarios: Some(vec!["t1-wide".into()]),
                 ..Default::default()
             })

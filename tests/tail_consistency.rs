@@ -23,7 +23,7 @@ use seedsweep::stats::tail::{sizing_bound, tail_estimate};
 fn predictions_from_1000_seed_windows_agree_with_10000_seeds() {
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
             params: Some(vec!["35-3-False-0".into()]),
             profiles: Some(vec!["cpu-fma".into()]),

@@ -89,7 +89,7 @@ fn compare(file: &str, profile: &str, param: &str) -> (usize, usize, String) {
     let seed = json["seed"].as_u64().expect("seed in fixture");
     let catalog = Catalog::load(&[] as &[&str], None).unwrap();
     let groups = catalog
-        .plan(&Selection {
+        .select(&Selection {
             params: Some(vec![param.into()]),
             profiles: Some(vec![profile.into()]),
             ..Default::default()

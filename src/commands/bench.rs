@@ -109,7 +109,7 @@ pub fn bench(o: &BenchOptions) -> anyhow::Result<String> {
     if sel.scenarios.is_none() && o.common.configs.is_empty() {
         sel.scenarios = Some(vec!["deepspeed-tied-row-parallel".into()]);
     }
-    let groups = catalog.plan(&sel)?;
+    let groups = catalog.select(&sel)?;
     crate::engine::budget::check_seed_range(&catalog, &groups, None, o.seeds)?;
     let all = rayon::current_num_threads();
     crate::sys::limits::check_memory(

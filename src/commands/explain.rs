@@ -151,7 +151,7 @@ pub fn explain(
     };
     // Resolve through the planner so the group carries the scenario's policies (unused here,
     // but it validates the selection the same way `sweep` does).
-    let groups: Vec<Group> = catalog.plan(&Selection {
+    let groups: Vec<Group> = catalog.select(&Selection {
         scenarios: Some(vec![q.scenario.clone()]),
         params: Some(vec![ids[param].to_string()]),
         profiles: Some(profiles.iter().map(|p| p.name.clone()).collect()),

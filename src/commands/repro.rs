@@ -41,7 +41,7 @@ pub struct ReproOptions {
 /// Re-runs one seed; returns the process exit code.
 pub fn run(o: &ReproOptions) -> anyhow::Result<i32> {
     let catalog = load_catalog(&o.common)?;
-    let groups = catalog.plan(&o.common.selection)?;
+    let groups = catalog.select(&o.common.selection)?;
     crate::sys::limits::check_memory(
         &[seed_runs_memory(&catalog, &groups, Some(1), 1)],
         o.common.max_memory,

@@ -337,7 +337,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
             load_sized(dir, &catalog, &o.common.selection)?
         }
         None => {
-            let groups = catalog.plan(&o.common.selection)?;
+            let groups = catalog.select(&o.common.selection)?;
             let seeds = o.seeds.unwrap_or(1000);
             crate::engine::budget::check_seed_range(&catalog, &groups, o.first_seed, seeds)?;
             let range = SeedRange {

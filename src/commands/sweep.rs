@@ -66,7 +66,7 @@ pub struct SweepOptions {
 /// that `--resume` completes byte-identically.
 pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let catalog = load_catalog(&o.common)?;
-    let groups = catalog.plan(&o.common.selection)?;
+    let groups = catalog.select(&o.common.selection)?;
     crate::engine::budget::check_seed_range(&catalog, &groups, o.first_seed, o.seeds)?;
     let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(&catalog, g)).collect();
     let mode = if o.summary_only {

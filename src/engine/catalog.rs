@@ -174,7 +174,7 @@ impl Catalog {
 
     /// Resolves a selection into groups, in (scenario, param, profile) order.
     /// Without `--scenario`, the config files' scenarios when any were given, else all.
-    pub fn plan(&self, sel: &Selection) -> Result<Vec<Group>, InputError> {
+    pub fn select(&self, sel: &Selection) -> Result<Vec<Group>, InputError> {
         let scenario_idx: Vec<usize> = match &sel.scenarios {
             Some(names) => names
                 .iter()

@@ -268,7 +268,7 @@ mod tests {
 
     fn t1_groups(catalog: &Catalog, profiles: &str) -> Vec<Group> {
         catalog
-            .plan(&Selection {
+            .select(&Selection {
                 scenarios: Some(vec!["deepspeed-tied-row-parallel".into()]),
                 profiles: Some(profiles.split(',').map(String::from).collect()),
                 mutants: Some(vec!["all".into()]),

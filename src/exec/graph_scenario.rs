@@ -753,7 +753,7 @@ fn plan_streams(plan: &Plan) -> bool {
 /// `g` as the executor sees it: the id (a name) cleared, and an embedding's
 /// [`EmbeddingParallel::ColumnShardedLookup`] replaced by [`EmbeddingParallel::None`], which
 /// [`Plan::compute`] runs in one match arm with it and which nothing else in the executor,
-/// [`plan`] or [`validate`] tells apart. Two graphs with equal executed forms are
+/// [`plan`] or [`crate::scenario::validate`] tells apart. Two graphs with equal executed forms are
 /// prepared into equal plans and compute the same traces for every seed, profile and mutant.
 /// The mutants a graph admits ([`ResolvedGraph::mutants`]) may still differ; a mutant runs
 /// the same executor code on either graph.
