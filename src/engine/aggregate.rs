@@ -183,7 +183,7 @@ pub struct GroupAgg {
     pub first_seed: Option<u64>,
     /// Last seed fed.
     pub last_seed: Option<u64>,
-    /// One per result entry, in [`evaluate`]'s layout.
+    /// One per result entry, in [`crate::engine::evaluate`]'s layout.
     pub entries: Vec<EntryAgg>,
     /// Per policy: seeds on which some check of the asserted comparison exceeds (for mutants:
     /// seeds on which the bug is caught).

@@ -130,7 +130,7 @@ impl GroupMeta {
         self.checks.len() * Comparison::ALL.len() * self.policies.len()
     }
 
-    /// Index of a result in the layout of [`evaluate`].
+    /// Index of a result in the layout of [`crate::engine::evaluate`].
     pub fn index(&self, check: usize, comparison: usize, policy: usize) -> usize {
         (check * Comparison::ALL.len() + comparison) * self.policies.len() + policy
     }

@@ -1,15 +1,15 @@
-//! Scenarios described as graphs: the resolved graph IR ([`ir`]) that the scenario language
-//! lowers into, and the executor that runs any such graph as a [`crate::exec::scenario::Scenario`]
-//! ([`GraphScenario`]).
+//! One computation of a scenario: the graph executor that runs a lowered graph
+//! ([`crate::scenario::ir`], whose doc states the execution model: init in construction
+//! order, inputs per micro-step, forward in layer order, backward in reverse, accumulation,
+//! optimizer step, checks recorded in three phases per micro-step) through a backend, three
+//! times per seed (float64, unsharded fp32, sharded fp32), as a [`scenario::Scenario`].
 //!
-//! See [`ir`] for the execution model: init in construction order, inputs per micro-step,
-//! forward in layer order, backward in reverse, accumulation, optimizer step, checks recorded
-//! in three phases per micro-step.
-//!
-//! Files: [`crate::scenario::ir`] (the data, lowered by the scenario language), [`init`] (parameter and input draws), [`graph`] (one
-//! computation of a graph through a backend), [`graph_scenario`] (validation, preparation and the
-//! `Scenario` implementation), [`outer_loop`] (DiLoCo's outer loop around the executor's
-//! inner step), `memory` (a bound on one seed-run's memory).
+//! Files: [`build`] (a loaded file made runnable), [`scenario`] (the trait, traces and the
+//! per-thread workspace), [`graph_scenario`] ([`GraphScenario`]: preparation and the trait's
+//! implementation), [`graph`] (one computation of a graph, with its data-parallel ranks),
+//! [`init`] (parameter and input draws), [`outer_loop`] (DiLoCo's outer loop around the
+//! executor's inner step), [`condition`] (condition-number records), [`trace`] (what a
+//! computation records for its checks), `memory` (a bound on one seed-run's memory).
 
 pub mod build;
 pub mod condition;

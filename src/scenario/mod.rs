@@ -1,7 +1,8 @@
-//! The input: the scenario language (one TOML file describes a test, `docs/scenario-language.md`),
-//! the IR it lowers into ([`ir`]), the catalog of scenarios and profiles ([`catalog`]), configs
-//! and policies ([`config`]), numerics profiles ([`profile`], [`revealed_file`]) and mutants
-//! ([`mutant`]).
+//! The input: the scenario language (one TOML file describes a test,
+//! `docs/scenario-language.md`), the IR it lowers into ([`ir`]), configs and policies
+//! ([`config`]), numerics profiles ([`profile`], [`revealed_file`]), mutants ([`mutant`]) and
+//! how dimensions are split over ranks ([`shard`]). The catalog of what a run knows is
+//! [`crate::engine::catalog`].
 //!
 //! The pipeline, in module order:
 //!

@@ -32,7 +32,7 @@ use crate::sys::error::InputError;
 use super::node::{check_name, Ctx, Obj};
 
 /// The scenario kind of outer-loop files (`CommonConfig::kind`); their `model` holds the whole
-/// document, read again by [`build`].
+/// document, read again by [`parse`].
 pub const KIND: &str = "graph-outer";
 
 const TOP: &[&str] = &[
@@ -77,7 +77,7 @@ fn names(o: &Obj<'_>, key: &str, default: &str) -> Result<Vec<String>, InputErro
 }
 
 /// Reads the top level of an outer-loop file into the common config (policies, profiles,
-/// modifiers as every config has them); the graph is read by [`build`].
+/// modifiers as every config has them); the graph is read by [`graph`].
 pub fn parse_common(file: &str, text: &str) -> Result<CommonConfig, InputError> {
     let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(file, e))?;
     let ctx = Ctx::new(file);
