@@ -4,7 +4,7 @@
 //! signal other than the harness's own timeout).
 //!
 //! CI runs it for a few seconds. Longer: `SEEDSWEEP_FUZZ_SECS=600 SEEDSWEEP_FUZZ_SEED=1
-//! cargo test --release --test fuzz -- --nocapture` (it prints its counts).
+//! cargo test --release --test suite -- fuzz:: --nocapture` (it prints its counts).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

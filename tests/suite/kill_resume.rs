@@ -3,7 +3,7 @@
 //! byte-identical to an uninterrupted run's, with nothing left over.
 //!
 //! Fast by default (5,000 seeds = 2 checkpoint chunks, 2 trials). The full check of the issue:
-//! `SEEDSWEEP_KILL_SEEDS=20000 SEEDSWEEP_KILL_TRIALS=20 cargo test --release --test kill_resume -- --nocapture`.
+//! `SEEDSWEEP_KILL_SEEDS=20000 SEEDSWEEP_KILL_TRIALS=20 cargo test --release --test suite -- kill_resume:: --nocapture`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

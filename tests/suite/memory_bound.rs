@@ -12,9 +12,13 @@
 //! is compared as the memory check uses it, with its quarter of margin and 16 MiB for the
 //! process; the test also requires the bound with a sixteenth instead of the quarter to cover
 //! the big shapes' peaks, so a model that only passes by its margin is caught.
+//!
+//! `VmHWM` and `clear_refs` are the whole process's, so the test runs alone in its own process
+//! (`common::alone`): no other test of the suite allocates during its seed-runs.
 
 #![cfg(target_os = "linux")]
 
+use crate::common;
 use seedsweep::exec::scenario::{Scenario, Workspace};
 use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::mutant::Mutant;
@@ -67,6 +71,9 @@ const BASE: u128 = 16 << 20;
 
 #[test]
 fn the_bound_covers_peak_resident_memory() {
+    if !common::alone::in_own_process("memory_bound::the_bound_covers_peak_resident_memory") {
+        return;
+    }
     let reg = ProfileRegistry::builtin().unwrap();
     let fma = reg.resolve("cpu-fma", "test").unwrap();
     let bf16x3 = reg.resolve("tpu-bf16x3", "test").unwrap();

@@ -7,7 +7,7 @@ use seedsweep::check::py_repr;
 
 #[test]
 fn py_repr_equals_python_repr_on_the_fixture() {
-    let text = include_str!("data/py_repr.txt");
+    let text = include_str!("../data/py_repr.txt");
     let mut n = 0;
     for line in text.lines() {
         let (hex, want) = line.split_once(' ').expect("`bits repr` per line");

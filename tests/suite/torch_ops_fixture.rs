@@ -5,7 +5,7 @@
 //!
 //! Every op must match exactly, `tanh` included: torch.tanh is MKL's `vmsTanh`, which
 //! `tanh_slice_with(_, TanhKernel::Mkl)` reproduces (correctly rounded tanh plus the
-//! measured exception table; `tests/mkl_tanh.rs` checks the table itself).
+//! measured exception table; `tests/suite/mkl_tanh.rs` checks the table itself).
 
 use seedsweep::kernels::torch_ops::{
     column_sums_f32, log_softmax_cross_entropy_f32, sgd_f32, tanh_backward_f32, tanh_cr_f32,

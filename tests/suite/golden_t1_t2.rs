@@ -17,20 +17,17 @@
 //!   both generators;
 //! - the digest separates different computations (it is not constant).
 
-#[path = "common/legacy_graphs.rs"]
-mod legacy_graphs;
-
-use legacy_graphs::{t1_graphs, t2_graphs};
-use seedsweep::engine::catalog::Catalog;
+use crate::common::legacy_graphs::{t1_graphs, t2_graphs};
 use seedsweep::exec::graph_scenario::merged_check_names;
 use seedsweep::exec::scenario::{Scenario, Workspace};
+use seedsweep::engine::catalog::Catalog;
 use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::config::{parse_scenario_config, RngKind};
 use seedsweep::scenario::mutant::Mutant;
 use seedsweep::scenario::profile::ProfileRegistry;
 
-const T1: &str = include_str!("data/legacy/deepspeed_tied_row_parallel.toml");
-const T2: &str = include_str!("data/legacy/deepspeed_row_parallel.toml");
+const T1: &str = include_str!("../data/legacy/deepspeed_tied_row_parallel.toml");
+const T2: &str = include_str!("../data/legacy/deepspeed_row_parallel.toml");
 
 /// The scenario from graphs built by hand, and the built-in from its language file.
 fn pair(text: &str, file: &str, rng: Option<&str>) -> (Box<dyn Scenario>, Box<dyn Scenario>) {
@@ -194,7 +191,7 @@ fn golden_lines(s: &dyn Scenario, name: &str) -> Vec<String> {
     out
 }
 
-const GOLDEN: &str = include_str!("data/graph_golden_t1t2.txt");
+const GOLDEN: &str = include_str!("../data/graph_golden_t1t2.txt");
 
 /// The golden digests were written from the hand-written T1/T2 modules, before their
 /// removal, by this test's earlier form; both graph paths must reproduce every line.

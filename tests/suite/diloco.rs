@@ -59,7 +59,7 @@ fn run_t3(profile: &str) -> (Workspace, usize) {
 /// test's `diloco_train_step` called directly; `jit`: under `jax.jit`), from
 /// `tests/data/jax_maxtext_diloco.json` (written by `scripts/crosscheck_jax.py --fixture`).
 fn jax_losses(precision: &str, mode: &str) -> Vec<f64> {
-    let text = include_str!("data/jax_maxtext_diloco.json");
+    let text = include_str!("../data/jax_maxtext_diloco.json");
     let doc: serde_json::Value = serde_json::from_str(text).expect("fixture parses");
     let run = doc["runs"]
         .as_array()

@@ -19,7 +19,7 @@ use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::profile::ProfileRegistry;
 
 fn scenario() -> GraphScenario {
-    let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
+    let text = include_str!("../../configs/deepspeed_tied_row_parallel.toml")
         .replace("vocab = 67", "vocab = 2048")
         .replace(
             "[[checks]]\nname = \"logits\"",

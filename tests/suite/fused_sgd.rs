@@ -23,7 +23,7 @@ fn scenario(text: &str) -> GraphScenario {
 }
 
 fn texts() -> (String, String) {
-    let fused = include_str!("../configs/examples/t1_h8192.toml").replace("8192", "520");
+    let fused = include_str!("../../configs/examples/t1_h8192.toml").replace("8192", "520");
     let unfused = fused.replace(
         "[[checks]]\nname = \"head_weight\"",
         "[[checks]]\nname = \"projection_grad\"\ntensor = \"projection.weight.grad\"\n\

@@ -121,22 +121,21 @@ fn check_describes_the_outer_loop_files() {
     }
 }
 
-#[path = "common/legacy_graphs.rs"]
-mod legacy_graphs;
+use crate::common::legacy_graphs;
 
 /// The language files lower to exactly the graphs the executor's bit-identity gate
-/// (tests/graph_bit_identity.rs) proves equal, trace for trace, to the hand-written modules.
+/// (tests/suite/golden_t1_t2.rs) proves equal, trace for trace, to the hand-written modules.
 #[test]
 fn the_language_files_lower_to_the_graphs_proven_bit_identical() {
     for (lang_path, legacy, t1) in [
         (
             "configs/deepspeed_tied_row_parallel.toml",
-            include_str!("data/legacy/deepspeed_tied_row_parallel.toml"),
+            include_str!("../data/legacy/deepspeed_tied_row_parallel.toml"),
             true,
         ),
         (
             "configs/deepspeed_row_parallel.toml",
-            include_str!("data/legacy/deepspeed_row_parallel.toml"),
+            include_str!("../data/legacy/deepspeed_row_parallel.toml"),
             false,
         ),
     ] {

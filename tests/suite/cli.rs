@@ -442,8 +442,8 @@ fn malformed_toml_names_the_file() {
 #[test]
 fn bad_config_value_names_file_and_key_and_what_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
-    let text =
-        include_str!("../configs/deepspeed_tied_row_parallel.toml").replace("tp = 2 ", "tp = 65 ");
+    let text = include_str!("../../configs/deepspeed_tied_row_parallel.toml")
+        .replace("tp = 2 ", "tp = 65 ");
     let cfg = dir.path().join("tp65.toml");
     std::fs::write(&cfg, text).unwrap();
     seedsweep()
@@ -454,7 +454,7 @@ fn bad_config_value_names_file_and_key_and_what_is_allowed() {
         .stderr(predicates_contains("tp65.toml"))
         .stderr(predicates_contains("parallel.tp"))
         .stderr(predicates_contains("1..=64"));
-    let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
+    let text = include_str!("../../configs/deepspeed_tied_row_parallel.toml")
         .replace("lr = 0.05", "lr = 0.05\nlrr = 3");
     std::fs::write(&cfg, text).unwrap();
     seedsweep()
@@ -468,7 +468,7 @@ fn bad_config_value_names_file_and_key_and_what_is_allowed() {
 #[test]
 fn a_copied_config_with_other_shapes_runs_and_replaces_the_builtin() {
     let dir = tempfile::tempdir().unwrap();
-    let text = include_str!("../configs/deepspeed_tied_row_parallel.toml")
+    let text = include_str!("../../configs/deepspeed_tied_row_parallel.toml")
         .replace("tp = 2 ", "tp = 4 ")
         .replace("steps = 3", "steps = 2");
     let cfg = dir.path().join("tp4.toml");

@@ -1,7 +1,6 @@
 //! Sharding, merging, resuming and summary-only sweeps, through the CLI.
 
-#[path = "common/checkpoint.rs"]
-mod checkpoint;
+use crate::common::checkpoint;
 use assert_cmd::Command;
 use std::path::Path;
 

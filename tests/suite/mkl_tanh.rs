@@ -11,13 +11,13 @@
 //! * `exhaustive_tanh_digests` (ignored: 2^32 evaluations, about a minute per core): per-chunk
 //!   digests of both kernels over all 2^32 inputs equal the digests the script computed from
 //!   torch's output and from the correctly rounded output (`tests/data/mkl_tanh_digests.txt`).
-//!   Run it with `cargo test --release --test mkl_tanh -- --ignored`.
+//!   Run it with `cargo test --release --test suite -- mkl_tanh:: --ignored`.
 
 use rayon::prelude::*;
 use seedsweep::kernels::torch_ops::{mkl_tanh_table_len, tanh_cr_f32, tanh_mkl_f32};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
-const TABLE: &[u8] = include_bytes!("../src/kernels/data/mkl_tanh_f32.bin");
+const TABLE: &[u8] = include_bytes!("../../src/kernels/data/mkl_tanh_f32.bin");
 
 fn read(name: &str) -> String {
     let path = format!("{DATA}{name}");

@@ -2,8 +2,7 @@
 //! integrity, strict input, resource limits, and the smaller defects. Each test is named for
 //! what it protects.
 
-#[path = "common/checkpoint.rs"]
-mod checkpoint;
+use crate::common::checkpoint;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;

@@ -6,12 +6,12 @@
 //!
 //! `tests/data/graph_golden_diloco.txt` was written from the hand-written scenario modules
 //! (`src/scenario/diloco.rs`, `src/scenario/maxtext_diloco.rs`, before their removal) with
-//! `SEEDSWEEP_WRITE_GOLDEN=1 cargo test --release --test graph_golden_diloco`; whatever runs the
-//! scenarios now must reproduce it, so the gate outlives the modules. The variants in
-//! `tests/data/diloco_variants/` (an MLP with AdamW on 3 replicas and 6 examples, a 2-output
-//! linear model with plain momentum, a sync after every step on 2 examples) reach the code
-//! paths the built-in config does not; each is loaded with `--config` semantics (it replaces
-//! the built-in `diloco`).
+//! `SEEDSWEEP_WRITE_GOLDEN=1` set (today: `SEEDSWEEP_WRITE_GOLDEN=1 cargo test --release --test
+//! suite -- golden_diloco::`); whatever runs the scenarios now must reproduce it, so the gate
+//! outlives the modules. The variants in `tests/data/diloco_variants/` (an MLP with AdamW on 3
+//! replicas and 6 examples, a 2-output linear model with plain momentum, a sync after every
+//! step on 2 examples) reach the code paths the built-in config does not; each is loaded with
+//! `--config` semantics (it replaces the built-in `diloco`).
 
 use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::exec::scenario::{Scenario, Traces, Workspace};
@@ -129,7 +129,7 @@ fn golden_lines(name: &str, configs: &[&str], scenario: &str, seeds: u64) -> Vec
     out
 }
 
-const GOLDEN: &str = include_str!("data/graph_golden_diloco.txt");
+const GOLDEN: &str = include_str!("../data/graph_golden_diloco.txt");
 
 fn variant(name: &str) -> String {
     format!(

@@ -1,0 +1,5 @@
+//! Helpers shared by the suite's modules.
+
+pub mod alone;
+pub mod checkpoint;
+pub mod legacy_graphs;
