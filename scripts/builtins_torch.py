@@ -11,7 +11,7 @@ test's model twice in torch:
   summed ((x[c+1] + x[c+2]) + ...) + x[c], ranks mod n), in fp32 with torch's own `+`.
 and writes tests/data/builtin_<scenario>.json with every checked tensor of both computations
 as IEEE-754 binary32 bit patterns, plus the inputs and initial parameters the Rust test needs
-for its independent f64 check. `tests/builtin_fixtures.rs` reads them.
+for its independent f64 check. `tests/suite/builtin_fixtures.rs` reads them.
 
 Scenarios (the real tests are cited in each configs/<name>.toml):
 - deepspeed-tp-row-parallel     DeepSpeed TestTpLayerFwdBwd::testRowParallel   (tp 2, 4)

@@ -31,7 +31,7 @@ parameters. flax and drjax are not needed: their few lines are written out here.
 
 `--fixture PATH` writes every recorded value (f32 and f64 as exact bit patterns, plus the f64
 values as Python floats) as JSON; tests/data/jax_maxtext_diloco.json is that file, read by
-tests/diloco.rs. `--contraction` measures, on random inputs, which f32 multiply-adds XLA's CPU
+tests/suite/diloco.rs. `--contraction` measures, on random inputs, which f32 multiply-adds XLA's CPU
 backend contracts into one FMA inside one jitted executable, and prints the optimized HLO of
 the jitted step's loss fusion.
 

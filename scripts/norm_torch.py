@@ -6,7 +6,7 @@ For a few row widths N (one AVX2 vector, a tail, several vectors, several Welfor
 runs `F.layer_norm` / `F.rms_norm` forward and `torch.autograd.grad` of `(y * dy).sum()`
 backward (torch.set_num_threads(1), eager, ATEN_CPU_CAPABILITY=avx2), and writes every input
 and output as IEEE-754 binary32 bit patterns (8 hex digits per element, row-major) to
-tests/data/torch_norm.json, which tests/norm_fixture.rs reads.
+tests/data/torch_norm.json, which tests/suite/norm_fixture.rs reads.
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/norm_torch.py
 """

@@ -1,5 +1,5 @@
 """Python's repr(float) for a spread of doubles, as the fixture tests/data/py_repr.txt that
-check::py_repr is compared with (tests/py_repr_fixture.rs).
+check::py_repr is compared with (tests/suite/py_repr_fixture.rs).
 
 Lines: the bit pattern in hex, a space, repr(x). The values: raw random bit patterns, values
 near every decimal exponent from 1e-25 to 1e25, and exact ties at the 17th significant digit
