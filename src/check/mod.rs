@@ -639,7 +639,7 @@ pub fn py_repr_into(x: f64, out: &mut Vec<u8>) {
 /// ("1.5e-7", "0.0001", "123456.0", "1e16") is read back into digits and an exponent.
 /// Where two shortest strings are equally close to x (an exact decimal tie, such as 2⁻²⁵ =
 /// 2.98023223876953125e-8), ryu takes the even one, as Python's `repr` does (David Gay's
-/// dtoa, mode 0), and Rust's `{:e}` takes the upper one: `tests/py_repr_fixture.rs` checks
+/// dtoa, mode 0), and Rust's `{:e}` takes the upper one: `tests/suite/py_repr_fixture.rs` checks
 /// the strings against CPython's on random values and 200 such ties.
 fn shortest_digits(x: f64, digits: &mut [u8; 17]) -> (usize, i32) {
     let mut buf = ryu::Buffer::new();
@@ -998,7 +998,7 @@ mod tests {
             if ours != reference {
                 // Core's `{:e}` and ryu differ only where two shortest strings are equally
                 // close to x (core rounds such ties up, Python and ryu to even; the fixture
-                // test `tests/py_repr_fixture.rs` pins Python's choice): both must round-trip
+                // test `tests/suite/py_repr_fixture.rs` pins Python's choice): both must round-trip
                 // and be equally short.
                 assert_eq!(ours.parse::<f64>().unwrap().to_bits(), x.to_bits(), "{x:e}");
                 assert_eq!(ours.len(), reference.len(), "{x:e}");
@@ -1006,7 +1006,7 @@ mod tests {
             }
         }
         // Ties come from the scaled half of the draws (multiples of 2⁻⁵³ times a power of
-        // ten); which string is Python's at a tie is checked by tests/py_repr_fixture.rs, not
+        // ten); which string is Python's at a tie is checked by tests/suite/py_repr_fixture.rs, not
         // here. A difference on more than a small fraction of the draws would not be a tie.
         assert!(ties < 1000, "{ties} differences from core's digits");
         for x in [

@@ -5,7 +5,7 @@
 //! Memory estimate of one seed-run of a parametrization: for a graph scenario, the bound its
 //! plan gives (`crate::exec::memory`: parameters, gradients, activations, matmul scratch and
 //! traces of the three computations) plus a quarter, checked against peak resident memory by
-//! `tests/memory_bound.rs`. Otherwise (a conservative upper bound, checked by hand against
+//! `tests/suite/memory_bound.rs`. Otherwise (a conservative upper bound, checked by hand against
 //! peak RSS, see the README): the three computations (float64, reference,
 //! sharded) each record every check's tensor at every recorded step as f64 and keep working
 //! buffers of the same shapes, so

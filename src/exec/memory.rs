@@ -35,7 +35,7 @@
 //! A graph with an outer loop (DiLoCo) runs its replicas through buffers of its own and keeps
 //! the check-tensor estimate. The bound is checked against peak resident memory on every
 //! built-in graph scenario without an outer loop and every example config, and on the two big
-//! shapes under bf16x3 passes and a mutant (`tests/memory_bound.rs`); the memory check adds a
+//! shapes under bf16x3 passes and a mutant (`tests/suite/memory_bound.rs`); the memory check adds a
 //! quarter to it.
 
 use super::graph::Plan;

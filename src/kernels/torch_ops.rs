@@ -380,7 +380,7 @@ fn log_core(d: f32) -> f32 {
 /// Correctly rounded f32 tanh: `libm::tanh` in f64, rounded once to f32.
 ///
 /// Verified correctly rounded on all 2^32 f32 inputs (`scripts/mkl_tanh_table.py` digests,
-/// `tests/mkl_tanh.rs::exhaustive_tanh_digests`): the f64 error of `libm::tanh` never moves
+/// `tests/suite/mkl_tanh.rs::exhaustive_tanh_digests`): the f64 error of `libm::tanh` never moves
 /// a value across an f32 rounding boundary. NaN inputs are returned quieted
 /// (`bits | 0x0040_0000`, sign and payload kept, as MKL does); signed zeros and subnormals
 /// pass through (tanh(x) rounds to x there). This is the `tanh-cr` modifier's kernel.
@@ -508,7 +508,7 @@ fn mkl_tanh_exception(bits: u32) -> Option<u32> {
 /// approximation: every measured exception has its exact tanh within 0.0131 ulp of a midpoint
 /// (only there does MKL's error cross a rounding boundary), so outside the window (about 97 %
 /// of inputs) the table cannot hold `x`. The exhaustive check covers the window too, and
-/// `tests/mkl_tanh.rs` looks every table entry up through this function.
+/// `tests/suite/mkl_tanh.rs` looks every table entry up through this function.
 ///
 /// Verified bit for bit against torch 2.15 on all 2^32 inputs (digests in
 /// `tests/data/mkl_tanh_digests.txt`) under: torch 2.15.0 x86-64 wheel, MKL 2024.2, this

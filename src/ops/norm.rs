@@ -6,7 +6,7 @@
 //! `moments_utils.h` (`RowwiseMoments`). The fusions below were chosen by measurement against
 //! torch 2.15 (CPU, one thread, `ATEN_CPU_CAPABILITY=avx2`): among the contraction variants of
 //! each formula, the one stated here matched torch best. Against the fixture
-//! `tests/data/torch_norm.json` (`scripts/norm_torch.py`, test `tests/norm_fixture.rs`, 3 rows
+//! `tests/data/torch_norm.json` (`scripts/norm_torch.py`, test `tests/suite/norm_fixture.rs`, 3 rows
 //! each of widths 16, 35, 64, 200, 300) every element of y, dx, dgamma and dbeta is identical
 //! at the widths that are multiples of 8 lanes; in all, y 1668/1845, dx 1590/1845,
 //! dgamma 505/615, dbeta 615/615. Not modelled yet: the lane reduction of the backward's

@@ -15,7 +15,7 @@
 //! (torch 2.15 CPU, one thread, 2^22 uniform inputs each): MKL's exp agrees bit for bit with
 //! the correctly rounded exp on 98.97 % of inputs in [-20, 0] (the range `logits - max`
 //! takes), MKL's log on 95.59 % of inputs in [1, 32] (the range of a sum of exps over a
-//! vocabulary slice). `tests/builtin_fixtures.rs` reports what that gives end to end.
+//! vocabulary slice). `tests/suite/builtin_fixtures.rs` reports what that gives end to end.
 
 use std::ops::Range;
 

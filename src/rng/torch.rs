@@ -21,7 +21,7 @@
 //!   (`DP1..DP3`) and cosine Horner fusions never change a fixture bit and follow what GCC 12
 //!   emits for the same operation sequence (`-O3 -mavx2 -mfma -ffp-contract=fast`).
 //!
-//! Verified element by element against PyTorch 2.15 draws in `tests/rng_torch_fixtures.rs`.
+//! Verified element by element against PyTorch 2.15 draws in `tests/suite/rng_torch_fixtures.rs`.
 
 /// MT19937 state size.
 const MT_N: usize = 624;

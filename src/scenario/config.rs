@@ -31,7 +31,7 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
     ),
     ("diloco.toml", include_str!("../../configs/diloco.toml")),
     // Issue 8's new built-ins, in the scenario language, validated against torch in
-    // tests/builtin_fixtures.rs.
+    // tests/suite/builtin_fixtures.rs.
     (
         "deepspeed_tp_row_parallel.toml",
         include_str!("../../configs/deepspeed_tp_row_parallel.toml"),

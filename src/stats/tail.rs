@@ -145,7 +145,7 @@ pub fn seeds_needed_gpd(p: f64) -> usize {
 ///    ([`crate::stats::profile_likelihood::quantile_interval`]), shifted by u, united over every
 ///    accepted threshold. The threshold's own
 ///    sampling variability is not propagated (k/n is treated as the exceedance rate), as is
-///    usual for POT intervals; the coverage simulation (`tests/tail_coverage.rs`) measures
+///    usual for POT intervals; the coverage simulation (`tests/suite/tail_coverage.rs`) measures
 ///    the resulting coverage.
 /// 3. Otherwise the point is NaN: not estimable with n seeds.
 ///
@@ -467,7 +467,7 @@ mod tests {
     }
 
     /// Coverage of the 1e-3 point on an exact GPD tail (a quick check; the full grid is
-    /// `tests/tail_coverage.rs`). The whole distribution is a GPD, so the excesses over any
+    /// `tests/suite/tail_coverage.rs`). The whole distribution is a GPD, so the excesses over any
     /// threshold are exactly GPD and the only errors are statistical. n = 1000 (k = 100,
     /// q = 0.01), 100 seeds each for ξ = 0 and 0.25. Nominal 95 % (profile likelihood);
     /// ≥ 85 of 100 is ≈ 3 binomial sd below 95 and the seeds are fixed. A replicate without
