@@ -18,6 +18,8 @@
 //! exactly those operations per lane; lanes outside the range (|x| ≤ 2⁻²⁸, |x| ≥ 708.39…,
 //! NaN, ±∞) are sent to `libm::exp` itself. The constants are libm's, by bit pattern.
 
+use super::isa::Isa;
+
 /// ln2 split: the high part has trailing zeros, so k·LN2HI is exact for |k| < 2²⁰. The
 /// constants are libm's, given by their bit patterns.
 const LN2HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 6.93147180369123816490e-01
@@ -32,13 +34,20 @@ const P5: f64 = f64::from_bits(0x3e66_3769_72be_a4d0); // 4.13813679705723846039
 /// `xs[i] = exp(xs[i])` for every element, bit for bit [`exp_slice_portable`] (see the
 /// module doc), vectorized where the CPU has AVX-512F.
 pub fn exp_slice(xs: &mut [f64]) {
+    exp_slice_on(Isa::detected(), xs)
+}
+
+/// [`exp_slice`] on the compilation `isa` names: the AVX-512F kernel from
+/// [`Level::Avx512`](super::isa::Level::Avx512) on, else [`exp_slice_portable`].
+pub fn exp_slice_on(isa: Isa, xs: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { exp_slice_avx512(xs) };
         }
     }
+    let _ = isa;
     exp_slice_portable(xs)
 }
 

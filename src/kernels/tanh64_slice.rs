@@ -28,6 +28,8 @@
 //! lanes outside the range (a < 2⁻⁵⁵, including ±0 and subnormals; a ≥ 19.41…; NaN; ±∞) are
 //! sent to `libm::tanh` itself. The constants are libm's, by bit pattern.
 
+use super::isa::Isa;
+
 /// ln2 split: the high part has trailing zeros, so k·LN2HI is exact for |k| < 2²⁰.
 const LN2HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 6.93147180369123816490e-01
 const LN2LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76); // 1.90821492927058770002e-10
@@ -51,13 +53,20 @@ const HX_THREE_HALVES: u64 = 0x3ff0_a2b2;
 /// `xs[i] = tanh(xs[i])` for every element, bit for bit [`tanh64_slice_portable`] (see the
 /// module doc), vectorized where the CPU has AVX-512F.
 pub fn tanh64_slice(xs: &mut [f64]) {
+    tanh64_slice_on(Isa::detected(), xs)
+}
+
+/// [`tanh64_slice`] on the compilation `isa` names: the AVX-512F kernel from
+/// [`Level::Avx512`](super::isa::Level::Avx512) on, else [`tanh64_slice_portable`].
+pub fn tanh64_slice_on(isa: Isa, xs: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { tanh64_slice_avx512(xs) };
         }
     }
+    let _ = isa;
     tanh64_slice_portable(xs)
 }
 

@@ -35,6 +35,7 @@
 //! argument assumes no intermediate underflows into subnormals (any realistic tolerance and
 //! data).
 
+use crate::kernels::isa::Isa;
 use std::cmp::Ordering;
 
 #[cfg(target_arch = "x86_64")]
@@ -44,8 +45,8 @@ mod stream;
 #[cfg(target_arch = "x86_64")]
 pub use avx512::BlockScan;
 pub use simd::{
-    keep_pairs, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_portable, scan_pairs,
-    two_pass_is_vectorized,
+    keep_pairs, keep_pairs_on, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_on,
+    scan_anchors_portable, scan_pairs, scan_pairs_on, scan_pairs_portable, two_pass_is_vectorized,
 };
 pub use stream::FrontierStream;
 
@@ -150,13 +151,19 @@ pub const SMALL_STAIRCASE: usize = 128;
 /// is the staircase of all of them. When the staircase outgrows [`SMALL_STAIRCASE`] points,
 /// the definition runs instead.
 pub fn staircase_in_place(pts: &mut Vec<(f64, f64)>) {
+    staircase_in_place_on(Isa::detected(), pts)
+}
+
+/// [`staircase_in_place`] on the compilation `isa` names (the same staircase on each).
+pub fn staircase_in_place_on(isa: Isa, pts: &mut Vec<(f64, f64)>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { staircase_avx512(pts) };
         }
     }
+    let _ = isa;
     staircase_body(pts)
 }
 
@@ -504,7 +511,7 @@ impl Anchors {
     /// Keeps, in place and in order, the points of `pts` that [`Anchors::keep`] keeps
     /// (vectorized where the CPU allows, with the same answer per point).
     pub fn retain(&self, pts: &mut Vec<(f64, f64)>) {
-        simd::retain(self, pts);
+        simd::retain(Isa::detected(), self, pts);
     }
 }
 

@@ -7,6 +7,7 @@
 //! bit for bit, which the tests check against the portable loops.
 
 use super::{AnchorScan, Anchors, HULL_MARGIN};
+use crate::kernels::isa::Isa;
 
 /// The point of one (actual x, expected y) pair, as the frontiers store it: d = |x − y|
 /// (NaN → +∞, and 0 when x == y, so equal infinities count as equal), e = |y| (0 for a
@@ -28,13 +29,25 @@ pub fn scan_pairs(
     scan: &mut AnchorScan,
     pts: &mut Vec<(f64, f64)>,
 ) {
+    scan_pairs_on(Isa::detected(), actual, expected, scan, pts)
+}
+
+/// [`scan_pairs`] on the compilation `isa` names (the same points and anchors on each).
+pub fn scan_pairs_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    scan: &mut AnchorScan,
+    pts: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { scan_pairs_avx2(actual, expected, scan, pts) };
         }
     }
+    let _ = isa;
     scan_pairs_portable(actual, expected, scan, pts)
 }
 
@@ -174,32 +187,31 @@ unsafe fn scan_pairs_avx2(
     scan.merge(&local);
 }
 
-/// Whether [`scan_anchors`] and [`keep_pairs`] run their vector kernels on this CPU
-/// (AVX-512F). Where they do, the two passes beat buffering every point with
+/// Whether [`scan_anchors`] and [`keep_pairs`] run their vector kernels on the detected
+/// [`Isa`] (AVX-512F). Where they do, the two passes beat buffering every point with
 /// [`scan_pairs`]: they store only the kept points and divide only where a ratio could
 /// matter.
 pub fn two_pass_is_vectorized() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::avx512::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::detected().avx512()
 }
 
 /// Offers the point of every pair of `actual` and `expected` to `scan`, in order, storing
 /// none: the first of the two passes that take a check's prefiltered points straight from
 /// its tensors ([`keep_pairs`] is the second).
 pub fn scan_anchors(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
+    scan_anchors_on(Isa::detected(), actual, expected, scan)
+}
+
+/// [`scan_anchors`] on the compilation `isa` names (the same anchors on each).
+pub fn scan_anchors_on(isa: Isa, actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
     #[cfg(target_arch = "x86_64")]
     {
-        if two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::scan_anchors(actual, expected, scan) };
         }
     }
+    let _ = isa;
     scan_anchors_portable(actual, expected, scan)
 }
 
@@ -218,13 +230,25 @@ pub fn keep_pairs(
     anchors: Option<&Anchors>,
     pts: &mut Vec<(f64, f64)>,
 ) {
+    keep_pairs_on(Isa::detected(), actual, expected, anchors, pts)
+}
+
+/// [`keep_pairs`] on the compilation `isa` names (the same points on each).
+pub fn keep_pairs_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    anchors: Option<&Anchors>,
+    pts: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::keep_pairs(actual, expected, anchors, pts) };
         }
     }
+    let _ = isa;
     keep_pairs_portable(actual, expected, anchors, pts)
 }
 
@@ -248,14 +272,15 @@ pub fn keep_pairs_portable(
 }
 
 /// Keeps, in place and in order, the points of `pts` that `an.keep` keeps.
-pub fn retain(an: &Anchors, pts: &mut Vec<(f64, f64)>) {
+pub fn retain(isa: Isa, an: &Anchors, pts: &mut Vec<(f64, f64)>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { retain_avx2(an, pts) };
         }
     }
+    let _ = isa;
     pts.retain(|&q| an.keep(q));
 }
 
@@ -445,7 +470,7 @@ mod tests {
             {
                 for pts in [&p2, &finite] {
                     let mut v = pts.clone();
-                    retain(&an, &mut v);
+                    retain(Isa::detected(), &an, &mut v);
                     let want: Vec<_> = pts.iter().copied().filter(|&q| an.keep(q)).collect();
                     assert_eq!(bits(&v), bits(&want), "retain, seed {seed} {an:?}");
                 }

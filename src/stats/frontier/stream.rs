@@ -35,6 +35,7 @@ use super::{
     frontier, is_staircase, merge_staircases, pair_point, scan_anchors, staircase_in_place,
     staircase_merge, AnchorScan, SMALL_STAIRCASE,
 };
+use crate::kernels::isa::Isa;
 
 /// Staircase length from which screened points are pooled between merges (module doc).
 pub(super) const DEFER_FROM: usize = 4096;
@@ -90,7 +91,7 @@ impl FrontierStream {
         scan_anchors(actual, expected, &mut self.scan);
         let pending = &mut self.pending;
         pending.clear();
-        screen(actual, expected, &self.below, pending);
+        screen(Isa::detected(), actual, expected, &self.below, pending);
         if pending.is_empty() {
             return;
         }
@@ -179,14 +180,21 @@ fn merge_into(
 /// Appends, in order, the point of each pair ([`pair_point`]) with d > 0 and d above its
 /// e's entry of `below`: the screen of [`FrontierStream::offer`], vectorized where the CPU
 /// allows (the same points).
-fn screen(actual: &[f64], expected: &[f64], below: &[f64; BELOW_LEN], out: &mut Vec<(f64, f64)>) {
+fn screen(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    below: &[f64; BELOW_LEN],
+    out: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::screen_pairs(actual, expected, below, out) };
         }
     }
+    let _ = isa;
     screen_portable(actual, expected, below, out)
 }
 
@@ -314,7 +322,7 @@ mod tests {
             let mut below = Box::new([0.0; BELOW_LEN]);
             rebuild_below(&mut below[..], &stairs);
             let (mut got, mut want) = (vec![(1.0, 2.0)], vec![(1.0, 2.0)]);
-            screen(&a, &e, &below, &mut got);
+            screen(Isa::detected(), &a, &e, &below, &mut got);
             screen_portable(&a, &e, &below, &mut want);
             prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
