@@ -827,7 +827,7 @@ mod elementwise_paths {
         let len = hi - lo;
         let pick = xorshift(rng) % 4;
         if len == 1 {
-            return format!("{lo}{}", if pick % 2 == 0 { "r" } else { "f" });
+            return format!("{lo}{}", if pick.is_multiple_of(2) { "r" } else { "f" });
         }
         if !deep && (pick == 0 || len <= 2 && pick == 1) {
             return format!("[{lo}..{hi}]{}", if pick == 0 { "f" } else { "r" });
@@ -873,7 +873,7 @@ mod elementwise_paths {
             let rm = RevealedMatmul::new(rows, red, cols, programs, grid, bias);
             let mut value = || {
                 let r = xorshift(&mut rng);
-                if r % 9 == 0 {
+                if r.is_multiple_of(9) {
                     0.0
                 } else {
                     let m = (r >> 11) as f32 / (1u64 << 53) as f32 * 4.0 - 2.0;
@@ -1852,7 +1852,11 @@ mod stats_paths {
             };
             assert_eq!(bits(&p1), bits(&p2), "scan_pairs points {what}");
             let (f1, f2) = (s1.finish(), s2.finish());
-            assert_eq!(format!("{f1:?}"), format!("{f2:?}"), "scan_pairs anchors {what}");
+            assert_eq!(
+                format!("{f1:?}"),
+                format!("{f2:?}"),
+                "scan_pairs anchors {what}"
+            );
             let (mut s1, mut s2) = (AnchorScan::default(), AnchorScan::default());
             scan_anchors_on(isa, &a[..cut], &e[..cut], &mut s1);
             scan_anchors_on(isa, &a[cut..], &e[cut..], &mut s1);

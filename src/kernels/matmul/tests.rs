@@ -455,8 +455,9 @@ fn nt_and_tn_equal_explicit_transposition() {
     }
 }
 
-/// `matmul_nt` with few rows and a big `b` (the transpose-free kernel where the CPU has
-/// AVX-512F) equals `matmul` on the explicitly transposed `b`, for every model, with
+/// `matmul_nt` with few rows and a big `b` (the shapes of the transpose-free AVX-512F kernel,
+/// which `tests/isa_paths.rs` checks against this portable path) equals `matmul` on the
+/// explicitly transposed `b`, for every model, with
 /// row counts from 1 to 16, column counts that leave a remainder of 1 to 7 beside the
 /// groups of eight, and reduction lengths that end blocks early, on and off block edges.
 #[test]
@@ -573,8 +574,8 @@ fn transposes_agree_with_naive() {
     }
 }
 
-/// The f64 transpose (8 × 8 register blocks where the CPU has AVX-512F, a ragged edge
-/// by a block moved back over the one before it, scalar below 8 rows or columns), plain
+/// The portable f64 transpose (32 × 32 tiles; the AVX-512F register blocks are checked in
+/// `tests/isa_paths.rs`), plain
 /// and of the absolute values, against the naive copy on every shape up to 19 × 19 and
 /// on T1's 67 × 35 and 35 × 67, bit for bit; the destination starts as NaN, so an
 /// element no block writes shows.
@@ -834,8 +835,9 @@ fn nt_abs_equals_nt_of_the_absolute_values() {
     }
 }
 
-/// `matmul_nt_f64` and `matmul_nt_abs_f64` with few rows and a big `b` (the
-/// transpose-free kernel where the CPU has AVX-512F) equal `matmul_f64` on the explicitly
+/// `matmul_nt_f64` and `matmul_nt_abs_f64` with few rows and a big `b` (the shapes of the
+/// transpose-free AVX-512F kernel, checked against this portable path in
+/// `tests/isa_paths.rs`) equal `matmul_f64` on the explicitly
 /// transposed `b` (of the absolute values), for 1 to 16 rows and column counts that
 /// leave a remainder beside the groups of four.
 #[test]
