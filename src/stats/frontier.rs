@@ -51,7 +51,7 @@ pub use simd::{
 pub use stream::FrontierStream;
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
-const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
+pub const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
 
 /// Whether `b` lies at or below (1 − 2⁻⁴⁸)·(the chord from `a` to `p`) at e_b, with
 /// e_a < e_b < e_p and d_a < d_b < d_p (all (d, e)). Chord height
@@ -391,6 +391,11 @@ impl AnchorScan {
         self.infinite
     }
 
+    /// The best ratio d/e offered so far (None before any point with e > 0).
+    pub fn best_ratio(&self) -> Option<f64> {
+        self.best.map(|(_, r)| r)
+    }
+
     /// Offers a point.
     #[inline]
     pub fn add(&mut self, q: (f64, f64)) {
@@ -474,6 +479,11 @@ pub struct Anchors {
 }
 
 impl Anchors {
+    /// The anchor of the largest d/e (p₀) and the one of the largest d (p*), as (d, e).
+    pub fn points(&self) -> ((f64, f64), (f64, f64)) {
+        (self.p0, self.ps)
+    }
+
     /// The anchors of the points with d > 0; None when there is none, or when some d is
     /// infinite (then only d > 0 filters).
     pub fn of(points: impl Iterator<Item = (f64, f64)>) -> Option<Self> {
@@ -511,7 +521,12 @@ impl Anchors {
     /// Keeps, in place and in order, the points of `pts` that [`Anchors::keep`] keeps
     /// (vectorized where the CPU allows, with the same answer per point).
     pub fn retain(&self, pts: &mut Vec<(f64, f64)>) {
-        simd::retain(Isa::detected(), self, pts);
+        self.retain_on(Isa::detected(), pts);
+    }
+
+    /// [`Anchors::retain`] on the compilation `isa` names (the same points on each).
+    pub fn retain_on(&self, isa: Isa, pts: &mut Vec<(f64, f64)>) {
+        simd::retain(isa, self, pts);
     }
 }
 
