@@ -1576,8 +1576,9 @@ mod stats_paths {
     use super::{Check, Rng, AVX512, VECTOR};
     use seedsweep::kernels::isa::Isa;
     use seedsweep::stats::frontier::{
-        keep_pairs_on, keep_pairs_portable, scan_anchors_on, scan_anchors_portable, scan_pairs_on,
-        scan_pairs_portable, staircase_by_sorting, staircase_in_place_on, AnchorScan,
+        keep_pairs_on, keep_pairs_portable, pair_point, scan_anchors_on, scan_anchors_portable,
+        scan_pairs_on, scan_pairs_portable, screen_both_on, staircase_by_sorting,
+        staircase_in_place_on, AnchorScan,
     };
     use seedsweep::stats::gpd_sums::{
         excess_sum_on, excess_sum_portable, log_lanes_on, phi_sum_on, phi_sum_portable,
@@ -1604,6 +1605,11 @@ mod stats_paths {
                 name: "gpd_sums::phi_sum_equals_its_definition",
                 levels: AVX512,
                 run: phi_sum_equals_its_definition,
+            },
+            Check {
+                name: "frontier::the_screen_equals_its_definition",
+                levels: AVX512,
+                run: the_screen_equals_its_definition,
             },
             Check {
                 name: "frontier::streamed_passes_and_staircase_equal_the_portable_ones",
@@ -1831,6 +1837,56 @@ mod stats_paths {
     /// and anchor for anchor: `scan_pairs` (AVX2), `scan_anchors` and `keep_pairs` (AVX-512F,
     /// with and without anchors, continuing an earlier scan), and the insertion staircase
     /// (AVX-512F) against the staircase by sorting, on slices of every length to 300.
+    /// Expected values over many binades (or, `narrow`, over four, so that many share a
+    /// table index), actual values a few ulps off, some equal, some zero, and (with `odd`)
+    /// NaNs and infinities.
+    fn screen_pairs(rng: &mut Rng, n: usize, narrow: bool, odd: bool) -> (Vec<f64>, Vec<f64>) {
+        (0..n)
+            .map(|_| {
+                let bits = rng.next_u64();
+                let ulps = (rng.next_u64() % 256) as i64 - 128;
+                let kind = rng.next_u64() % 16;
+                let e = if narrow {
+                    f64::from_bits(0x3ff0_0000_0000_0000 + bits % 0x0040_0000_0000_0000)
+                } else {
+                    f64::from_bits(bits % 0x4100_0000_0000_0000)
+                };
+                let a = f64::from_bits(e.to_bits().wrapping_add_signed(ulps));
+                match kind {
+                    0 => (e, e),
+                    1 => (a, 0.0),
+                    2 if odd => (f64::NAN, e),
+                    3 if odd => (a, f64::INFINITY),
+                    4 => (-a, -e),
+                    _ => (a, e),
+                }
+            })
+            .unzip()
+    }
+
+    /// The streamed frontier's screen on `isa` keeps the points its definition keeps, in
+    /// order, against the table of another set's staircase (300 random cases of up to 300
+    /// pairs, narrow and wide exponent ranges, with and without NaN and infinities).
+    fn the_screen_equals_its_definition(isa: Isa) {
+        let mut rng = Rng(0x5c2e);
+        for case in 0..300 {
+            let (narrow, odd) = (case % 2 == 0, case % 3 == 0);
+            let n = rng.below(300);
+            let (a, e) = screen_pairs(&mut rng, n, narrow, odd);
+            let m = rng.below(40);
+            let (sa, se) = screen_pairs(&mut rng, m, narrow, false);
+            let mut stairs: Vec<_> = sa
+                .iter()
+                .zip(&se)
+                .map(|(&x, &y)| pair_point(x, y))
+                .collect();
+            stairs.retain(|q| q.0 > 0.0);
+            staircase_by_sorting(&mut stairs);
+            let [got, want] = screen_both_on(isa, &a, &e, &stairs);
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case}");
+        }
+    }
+
     fn streamed_passes_and_staircase_equal_the_portable_ones(isa: Isa) {
         let mut rng = Rng(0x51ce);
         for case in 0..1500 {

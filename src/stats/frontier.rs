@@ -48,6 +48,8 @@ pub use simd::{
     keep_pairs, keep_pairs_on, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_on,
     scan_anchors_portable, scan_pairs, scan_pairs_on, scan_pairs_portable, two_pass_is_vectorized,
 };
+#[doc(hidden)]
+pub use stream::screen_both_on;
 pub use stream::FrontierStream;
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.

@@ -229,6 +229,24 @@ fn rebuild_below(below: &mut [f64], stairs: &[(f64, f64)]) {
     below[k..].fill(largest);
 }
 
+/// Test support: the points the screen of [`FrontierStream::offer`] keeps from the pairs of
+/// `actual` and `expected` against the table of the staircase `stairs`, on `isa` and by the
+/// portable definition (`tests/isa_paths.rs` checks that they are the same, in order).
+#[doc(hidden)]
+pub fn screen_both_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    stairs: &[(f64, f64)],
+) -> [Vec<(f64, f64)>; 2] {
+    let mut below = Box::new([0.0; BELOW_LEN]);
+    rebuild_below(&mut below[..], stairs);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    screen(isa, actual, expected, &below, &mut got);
+    screen_portable(actual, expected, &below, &mut want);
+    [got, want]
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{prefilter, staircase_by_sorting};
@@ -299,31 +317,6 @@ mod tests {
             let (a, e) = pairs(&raw, narrow, odd);
             let want = at_once(&a, &e);
             let got = streamed(&a, &e, chunk);
-            prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(300))]
-        /// The screen (vectorized where the CPU allows) keeps the points its definition
-        /// keeps, in order, against the table of another set's staircase.
-        #[test]
-        fn the_screen_equals_its_definition(
-            raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..300),
-            stairs_raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..40),
-            narrow in any::<bool>(),
-            odd in any::<bool>(),
-        ) {
-            let (a, e) = pairs(&raw, narrow, odd);
-            let (sa, se) = pairs(&stairs_raw, narrow, false);
-            let mut stairs: Vec<_> = sa.iter().zip(&se).map(|(&x, &y)| pair_point(x, y)).collect();
-            stairs.retain(|q| q.0 > 0.0);
-            staircase_by_sorting(&mut stairs);
-            let mut below = Box::new([0.0; BELOW_LEN]);
-            rebuild_below(&mut below[..], &stairs);
-            let (mut got, mut want) = (vec![(1.0, 2.0)], vec![(1.0, 2.0)]);
-            screen(Isa::detected(), &a, &e, &below, &mut got);
-            screen_portable(&a, &e, &below, &mut want);
             prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
     }
