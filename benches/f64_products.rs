@@ -5,7 +5,8 @@
 //! block. Inputs are fixed (no generator crate).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use seedsweep::kernels::matmul::matmul_f64;
+use seedsweep::kernels::isa::Isa;
+use seedsweep::kernels::matmul::{matmul_f64, Mat, MatMut};
 
 fn products(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_f64");
@@ -26,7 +27,10 @@ fn products(c: &mut Criterion) {
         let mut out = vec![0.0; m * n];
         group.throughput(Throughput::Elements((m * k * n) as u64));
         group.bench_function(format!("{m}x{k}x{n}"), |bch| {
-            bch.iter(|| matmul_f64(&a, &b, &mut out, m, k, n))
+            bch.iter(|| {
+                let (am, bm) = (Mat::new(&a, m, k), Mat::new(&b, k, n));
+                matmul_f64(am, bm, MatMut::new(&mut out, m, n), Isa::detected())
+            })
         });
     }
     group.finish();

@@ -5,7 +5,7 @@
 //! ten rows under AVX-512. Inputs are fixed (no generator crate).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use seedsweep::kernels::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
+use seedsweep::kernels::matmul::{Accum, KSplit, Mat, MatMut, MatmulModel, MatmulScratch, Passes};
 
 fn products(c: &mut Criterion) {
     let model = MatmulModel {
@@ -34,10 +34,13 @@ fn products(c: &mut Criterion) {
         let mut out = vec![0.0f32; m * n];
         group.throughput(Throughput::Elements((m * k * n) as u64));
         group.bench_function(format!("{form} {m}x{k}x{n}"), |bch| {
-            bch.iter(|| match form {
-                "nt" => model.matmul_nt(&a, &b, &mut out, m, k, n, &mut s),
-                "nn" => model.matmul(&a, &b, &mut out, m, k, n, &mut s),
-                _ => model.matmul_tn(&a, &b, &mut out, m, k, n, &mut s),
+            bch.iter(|| {
+                let c = MatMut::new(&mut out, m, n);
+                match form {
+                    "nt" => model.matmul_nt(Mat::new(&a, m, k), Mat::new(&b, n, k), c, &mut s),
+                    "nn" => model.matmul(Mat::new(&a, m, k), Mat::new(&b, k, n), c, &mut s),
+                    _ => model.matmul_tn(Mat::new(&a, k, m), Mat::new(&b, k, n), c, &mut s),
+                }
             })
         });
     }

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use seedsweep::kernels::matmul::{Accum, KSplit, MatmulModel, MatmulScratch, Passes};
+use seedsweep::kernels::matmul::{Accum, KSplit, Mat, MatMut, MatmulModel, MatmulScratch, Passes};
 
 fn main() {
     let model = MatmulModel {
@@ -31,7 +31,8 @@ fn main() {
         let mut t_min = f64::INFINITY;
         for _ in 0..3 {
             let t = Instant::now();
-            model.matmul_tn(&dy_t, &x, &mut c, m, k, n, &mut scratch);
+            let (a, b) = (Mat::new(&dy_t, k, m), Mat::new(&x, k, n));
+            model.matmul_tn(a, b, MatMut::new(&mut c, m, n), &mut scratch);
             t_min = t_min.min(t.elapsed().as_secs_f64());
         }
         println!("dy scaled by {scale:e}: {:.1} ms (best of 3)", t_min * 1e3);

@@ -11,11 +11,11 @@
 
 use std::fmt::Write as _;
 
-#[cfg(target_arch = "x86_64")]
+use crate::kernels::isa::Isa;
+
 pub mod comparison;
-mod pair_avx512;
 #[cfg(target_arch = "x86_64")]
-pub use pair_avx512::max_ratio as max_ratio_avx512;
+mod pair_avx512;
 
 /// An (atol, rtol) pair.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -175,13 +175,25 @@ const LANES: usize = 4;
 /// Returns (max usage, mismatched elements, non-finite mismatches).
 #[inline]
 pub fn usage_stats(actual: &[f64], expected: &[f64], tol: Tolerance) -> (f64, usize, usize) {
+    usage_stats_on(Isa::detected(), actual, expected, tol)
+}
+
+/// [`usage_stats`] on the compilation `isa` names (the same results on each).
+#[inline]
+pub fn usage_stats_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    tol: Tolerance,
+) -> (f64, usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { usage_stats_avx2(actual, expected, tol) };
         }
     }
+    let _ = isa;
     usage_stats_impl(actual, expected, tol)
 }
 
@@ -274,13 +286,20 @@ fn usage_stats_impl(actual: &[f64], expected: &[f64], tol: Tolerance) -> (f64, u
 /// Largest `|actual - expected|` (a NaN difference counts as +∞) and largest `|expected|`.
 #[inline]
 pub fn magnitude_stats(actual: &[f64], expected: &[f64]) -> (f64, f64) {
+    magnitude_stats_on(Isa::detected(), actual, expected)
+}
+
+/// [`magnitude_stats`] on the compilation `isa` names (the same results on each).
+#[inline]
+pub fn magnitude_stats_on(isa: Isa, actual: &[f64], expected: &[f64]) -> (f64, f64) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { magnitude_stats_avx2(actual, expected) };
         }
     }
+    let _ = isa;
     magnitude_stats_impl(actual, expected)
 }
 
@@ -349,23 +368,50 @@ pub fn pair_stats_finite(
     t1: Tolerance,
     t2: Tolerance,
 ) -> Option<PairStats> {
+    pair_stats_finite_on(Isa::detected(), actual, expected, t1, t2)
+}
+
+/// [`pair_stats_finite`] on the compilation `isa` names: the screened AVX-512F kernel (where
+/// it applies), the AVX2 compilation, or the portable definition; the same results on each.
+pub fn pair_stats_finite_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<PairStats> {
     if !fusable(t1, t2) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && pair_avx512::applies(actual, expected, t1, t2)
-        {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() && pair_avx512::applies(actual, expected, t1, t2) {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { pair_avx512::pair_stats(actual, expected, t1, t2) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { pair_stats_avx2(actual, expected, t1, t2) };
         }
     }
+    let _ = isa;
     pair_stats_impl(actual, expected, t1, t2)
+}
+
+/// Whether the screened AVX-512F kernel of [`pair_stats_finite_on`] takes these operands and
+/// tolerances at [`Level::Avx512`](crate::kernels::isa::Level::Avx512) (for tests that must
+/// know which kernel they compare).
+#[doc(hidden)]
+pub fn pair_kernel_applies(actual: &[f64], expected: &[f64], t1: Tolerance, t2: Tolerance) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fusable(t1, t2) && pair_avx512::applies(actual, expected, t1, t2)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (actual, expected, t1, t2);
+        false
+    }
 }
 
 /// [`pair_stats_finite`] of `actual` against `expected`, and
@@ -380,17 +426,29 @@ pub fn pair_stats_finite_scan(
     t2: Tolerance,
     scan: &mut crate::stats::frontier::AnchorScan,
 ) -> Option<PairStats> {
-    use crate::stats::frontier::{scan_anchors, two_pass_is_vectorized};
+    pair_stats_finite_scan_on(Isa::detected(), actual, expected, t1, t2, scan)
+}
+
+/// [`pair_stats_finite_scan`] on the compilation `isa` names (the same results on each).
+pub fn pair_stats_finite_scan_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+    scan: &mut crate::stats::frontier::AnchorScan,
+) -> Option<PairStats> {
+    use crate::stats::frontier::scan_anchors_on;
     #[cfg(target_arch = "x86_64")]
     {
         if fusable(t1, t2)
-            && two_pass_is_vectorized()
+            && isa.avx512()
             && !scan.is_infinite()
             && pair_avx512::applies(actual, expected, t1, t2)
         {
             let start = *scan;
-            // SAFETY: the CPU supports AVX-512F (two_pass_is_vectorized), and the scan is
-            // not infinite (BlockScan::new's condition).
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F, and
+            // the scan is not infinite (BlockScan::new's condition).
             let (stats, d_finite) = unsafe {
                 let mut blocks = crate::stats::frontier::BlockScan::new(scan);
                 let r = pair_avx512::pair_stats_scan(actual, expected, t1, t2, &mut blocks);
@@ -399,13 +457,13 @@ pub fn pair_stats_finite_scan(
             };
             if !d_finite {
                 *scan = start;
-                scan_anchors(actual, expected, scan);
+                scan_anchors_on(isa, actual, expected, scan);
             }
             return stats;
         }
     }
-    let stats = pair_stats_finite(actual, expected, t1, t2);
-    scan_anchors(actual, expected, scan);
+    let stats = pair_stats_finite_on(isa, actual, expected, t1, t2);
+    scan_anchors_on(isa, actual, expected, scan);
     stats
 }
 
@@ -425,22 +483,77 @@ pub fn pair_stats_finite2(
     t1: Tolerance,
     t2: Tolerance,
 ) -> [Option<PairStats>; 2] {
+    pair_stats_finite2_on(Isa::detected(), a1, a2, expected, t1, t2)
+}
+
+/// [`pair_stats_finite2`] on the compilation `isa` names (the same results on each).
+pub fn pair_stats_finite2_on(
+    isa: Isa,
+    a1: &[f64],
+    a2: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> [Option<PairStats>; 2] {
     #[cfg(target_arch = "x86_64")]
     {
         if fusable(t1, t2)
-            && std::arch::is_x86_feature_detected!("avx512f")
+            && isa.avx512()
             && pair_avx512::applies(a1, expected, t1, t2)
             && pair_avx512::applies(a2, expected, t1, t2)
         {
-            // SAFETY: the CPU supports AVX-512F, and the kernel applies to both (checked
-            // just above).
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F,
+            // and the kernel applies to both (checked just above).
             return unsafe { pair_avx512::pair_stats2(a1, a2, expected, t1, t2) };
         }
     }
     [
-        pair_stats_finite(a1, expected, t1, t2),
-        pair_stats_finite(a2, expected, t1, t2),
+        pair_stats_finite_on(isa, a1, expected, t1, t2),
+        pair_stats_finite_on(isa, a2, expected, t1, t2),
     ]
+}
+
+/// `max_i S_i / (atol + rtol·|e_i|)` over `cond` (S) and `expected`, four independent lanes
+/// (the maximum does not depend on the order it is taken in): the theory columns' ratio, whose
+/// usage is a bound's factor times this. [`max_ratio_on`] the detected [`Isa`].
+pub fn max_ratio(cond: &[f64], expected: &[f64], t: Tolerance) -> f64 {
+    max_ratio_on(Isa::detected(), cond, expected, t)
+}
+
+/// [`max_ratio`] on the compilation `isa` names: the AVX-512F kernel with the division screen
+/// (`pair_avx512::max_ratio`) from [`Level::Avx512`](crate::kernels::isa::Level::Avx512) on,
+/// else [`max_ratio_portable`], the definition; the same result bit for bit.
+pub fn max_ratio_on(isa: Isa, cond: &[f64], expected: &[f64], t: Tolerance) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
+            return unsafe { pair_avx512::max_ratio(cond, expected, t.atol, t.rtol) };
+        }
+    }
+    let _ = isa;
+    max_ratio_portable(cond, expected, t)
+}
+
+/// The definition of [`max_ratio`]: terms in index order, four lanes.
+pub fn max_ratio_portable(cond: &[f64], expected: &[f64], t: Tolerance) -> f64 {
+    let mut m = [0.0f64; 4];
+    let n = cond.len().min(expected.len());
+    let split = n - n % 4;
+    for (c4, e4) in cond[..split]
+        .chunks_exact(4)
+        .zip(expected[..split].chunks_exact(4))
+    {
+        for l in 0..4 {
+            let r = c4[l] / (t.atol + t.rtol * e4[l].abs());
+            m[l] = if r > m[l] { r } else { m[l] };
+        }
+    }
+    for i in split..n {
+        let r = cond[i] / (t.atol + t.rtol * expected[i].abs());
+        m[0] = if r > m[0] { r } else { m[0] };
+    }
+    m.iter().fold(0.0f64, |a, &x| if x > a { x } else { a })
 }
 
 /// AVX2 version of [`pair_stats_impl`] with explicit intrinsics: four lanes per register,
@@ -844,91 +957,6 @@ mod tests {
         assert_eq!(s.worst_index, 2);
         assert_eq!(s.max_abs_diff, f64::INFINITY);
         assert_eq!(s.max_abs_expected, 4.0);
-    }
-
-    #[test]
-    fn fast_stats_agree_with_the_reference_definition() {
-        let a = [1.0, 2.0 + 1e-3, f64::NAN, 4.0, f64::INFINITY, 0.0, -3.0];
-        let e = [1.0, 2.0, 3.0, 4.0, f64::INFINITY, 1e-7, f64::NEG_INFINITY];
-        for tol in [
-            OLD,
-            Tolerance::TORCH_FP32,
-            Tolerance {
-                atol: 0.0,
-                rtol: 0.0,
-            },
-        ] {
-            let s = compare(&a, &e, tol);
-            let (u, m, nf) = usage_stats(&a, &e, tol);
-            assert_eq!((u, m, nf), (s.usage, s.mismatched, s.nonfinite), "{tol:?}");
-            assert_eq!(usage_stats_impl(&a, &e, tol), (u, m, nf), "portable path");
-            assert_eq!(
-                magnitude_stats(&a, &e),
-                (s.max_abs_diff, s.max_abs_expected)
-            );
-            assert_eq!(
-                magnitude_stats_impl(&a, &e),
-                (s.max_abs_diff, s.max_abs_expected)
-            );
-        }
-    }
-
-    #[test]
-    fn fast_path_agrees_with_the_definition_on_finite_data() {
-        // Finite data takes the division-only path; compare element by element with the
-        // reference definition.
-        let e: Vec<f64> = (0..103).map(|i| ((i as f64) * 0.37).sin() * 10.0).collect();
-        let a: Vec<f64> = e
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v + (i % 7) as f64 * 3e-6)
-            .collect();
-        for tol in [
-            OLD,
-            Tolerance::TORCH_FP32,
-            Tolerance {
-                atol: 1e-9,
-                rtol: 0.0,
-            },
-        ] {
-            let s = compare(&a, &e, tol);
-            assert_eq!(
-                usage_stats(&a, &e, tol),
-                (s.usage, s.mismatched, s.nonfinite),
-                "{tol:?}"
-            );
-            assert_eq!(
-                magnitude_stats(&a, &e),
-                (s.max_abs_diff, s.max_abs_expected)
-            );
-        }
-        for len in [0, 1, 5, 103] {
-            let (a, e) = (&a[..len], &e[..len]);
-            let (pair, mags) = pair_stats_finite(a, e, OLD, Tolerance::TORCH_FP32).unwrap();
-            assert_eq!(
-                pair_stats_impl(a, e, OLD, Tolerance::TORCH_FP32).unwrap(),
-                (pair, mags),
-                "portable path, len {len}"
-            );
-            assert_eq!(pair[0], usage_stats(a, e, OLD), "len {len}");
-            assert_eq!(
-                pair[1],
-                usage_stats(a, e, Tolerance::TORCH_FP32),
-                "len {len}"
-            );
-            assert_eq!(mags, magnitude_stats(a, e), "len {len}");
-        }
-        assert!(pair_stats_finite(&[f64::NAN], &[1.0], OLD, OLD).is_none());
-        assert!(pair_stats_finite(
-            &[1.0],
-            &[1.0],
-            OLD,
-            Tolerance {
-                atol: 0.0,
-                rtol: 1e-6
-            }
-        )
-        .is_none());
     }
 
     /// The earlier, allocating `py_repr` (string splitting of `{:e}`): the reference the

@@ -13,8 +13,8 @@
 
 use crate::check::comparison::Comparison;
 use crate::check::{
-    magnitude_stats, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan, usage_stats,
-    PairStats, StepLabel, Tolerance,
+    magnitude_stats, max_ratio, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan,
+    usage_stats, PairStats, StepLabel, Tolerance,
 };
 use crate::exec::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::exec::trace::{Slot, SlotRole, Trace, View};
@@ -156,42 +156,6 @@ pub fn gamma_prob(n: usize, elements: usize, p: f64) -> f64 {
     }
     let lambda = (2.0 * (2.0 * n as f64 * elements.max(1) as f64 / p).ln()).sqrt() / (1.0 - U);
     (lambda * (n as f64).sqrt() * U + n as f64 * U * U / (1.0 - U)).exp_m1()
-}
-
-/// `max_i S_i / (atol + rtol·|e_i|)`, four independent lanes (the maximum does not depend on
-/// the order it is taken in). A bound's usage is its factor times this.
-/// Vectorized where the CPU allows (`crate::check::max_ratio_avx512`, the same result bit
-/// for bit), else [`max_ratio_portable`], the definition.
-fn max_ratio(cond: &[f64], expected: &[f64], t: Tolerance) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected at run time just above.
-            return unsafe { crate::check::max_ratio_avx512(cond, expected, t.atol, t.rtol) };
-        }
-    }
-    max_ratio_portable(cond, expected, t)
-}
-
-/// The definition of [`max_ratio`]: terms in index order, four lanes.
-fn max_ratio_portable(cond: &[f64], expected: &[f64], t: Tolerance) -> f64 {
-    let mut m = [0.0f64; 4];
-    let n = cond.len().min(expected.len());
-    let split = n - n % 4;
-    for (c4, e4) in cond[..split]
-        .chunks_exact(4)
-        .zip(expected[..split].chunks_exact(4))
-    {
-        for l in 0..4 {
-            let r = c4[l] / (t.atol + t.rtol * e4[l].abs());
-            m[l] = if r > m[l] { r } else { m[l] };
-        }
-    }
-    for i in split..n {
-        let r = cond[i] / (t.atol + t.rtol * expected[i].abs());
-        m[0] = if r > m[0] { r } else { m[0] };
-    }
-    m.iter().fold(0.0f64, |a, &x| if x > a { x } else { a })
 }
 
 /// Per-seed failure probability of the probabilistic theory column.
@@ -1002,93 +966,6 @@ mod tests {
         assert_eq!(gamma(35), 35.0 * u / (1.0 - 35.0 * u));
         assert_eq!(gamma(0), 0.0);
         assert!(gamma(1 << 24).is_infinite());
-    }
-
-    /// The dispatched `max_ratio` (AVX-512 with the division screen, where the CPU has it)
-    /// against its definition, bit for bit: random conditions and expectations of mixed sign
-    /// and scale, runs that rise (every block raises the maximum) and fall (the screen skips
-    /// almost every block), zeros, NaN and infinities, atol 0, and every length around the
-    /// block size.
-    #[test]
-    fn max_ratio_equals_its_definition() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let specials = [
-            0.0,
-            -0.0,
-            f64::NAN,
-            f64::INFINITY,
-            -f64::INFINITY,
-            1e-310,
-            1e300,
-        ];
-        let tols = [
-            Tolerance {
-                atol: 1e-6,
-                rtol: 1e-5,
-            },
-            Tolerance {
-                atol: 0.0,
-                rtol: 1.3e-6,
-            },
-            Tolerance {
-                atol: 1e-5,
-                rtol: 0.0,
-            },
-            Tolerance {
-                atol: 0.0,
-                rtol: 0.0,
-            },
-        ];
-        let mut cases = 0;
-        for len in (0..40).chain([255, 256, 257, 1000]) {
-            for shape in 0..4 {
-                let mut cond = Vec::with_capacity(len);
-                let mut exp = Vec::with_capacity(len);
-                for i in 0..len {
-                    let r = next();
-                    let scale = f64::powi(2.0, (r % 40) as i32 - 20);
-                    let unit = (next() >> 11) as f64 / (1u64 << 53) as f64;
-                    let (c, e) = match shape {
-                        0 => (unit * scale, (unit - 0.5) * scale),
-                        1 => (i as f64 + unit, 1.0),
-                        2 => ((len - i) as f64 + unit, 1.0),
-                        _ => (
-                            if r % 5 == 0 {
-                                specials[(r / 5 % 7) as usize].abs()
-                            } else {
-                                unit
-                            },
-                            if r % 3 == 0 {
-                                specials[(r / 3 % 7) as usize]
-                            } else {
-                                unit - 0.5
-                            },
-                        ),
-                    };
-                    cond.push(c);
-                    exp.push(e);
-                }
-                for t in tols {
-                    let (got, want) = (
-                        max_ratio(&cond, &exp, t),
-                        max_ratio_portable(&cond, &exp, t),
-                    );
-                    assert_eq!(
-                        got.to_bits(),
-                        want.to_bits(),
-                        "len {len} shape {shape} {t:?}"
-                    );
-                    cases += 1;
-                }
-            }
-        }
-        assert_eq!(cases, 44 * 4 * 4);
     }
 
     #[test]

@@ -242,8 +242,8 @@ impl Trace {
 }
 
 /// Appends `data` to `dst` as f64 (exact for f32 and f64): a plain copy for f64, a widening
-/// loop compiled for AVX-512F where the CPU has it for f32 (a conversion is exact, so every
-/// path gives the same values).
+/// loop compiled for AVX-512F where the detected [`Isa`](crate::kernels::isa::Isa) has it for
+/// f32 (a conversion is exact, so every path gives the same values).
 fn extend_widened<R: Real>(dst: &mut Vec<f64>, data: &[R]) {
     use std::any::TypeId;
     if TypeId::of::<R>() == TypeId::of::<f64>() {
@@ -255,8 +255,8 @@ fn extend_widened<R: Real>(dst: &mut Vec<f64>, data: &[R]) {
         let v = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<f32>(), data.len()) };
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: AVX-512F was detected at run time just above.
+            if crate::kernels::isa::Isa::detected().avx512() {
+                // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
                 unsafe { widen_avx512(dst, v) };
                 return;
             }

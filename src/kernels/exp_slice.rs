@@ -16,7 +16,11 @@
 //!
 //! Each product, sum and quotient is rounded on its own (no FMA). [`exp_slice`] evaluates
 //! exactly those operations per lane; lanes outside the range (|x| ≤ 2⁻²⁸, |x| ≥ 708.39…,
-//! NaN, ±∞) are sent to `libm::exp` itself. The constants are libm's, by bit pattern.
+//! NaN, ±∞) are sent to `libm::exp` itself. The constants are libm's, by bit pattern. The
+//! vector lanes are checked against libm (every branch and range edge, and 11 million random
+//! inputs) in `tests/isa_paths.rs`.
+
+use super::isa::Isa;
 
 /// ln2 split: the high part has trailing zeros, so k·LN2HI is exact for |k| < 2²⁰. The
 /// constants are libm's, given by their bit patterns.
@@ -32,13 +36,20 @@ const P5: f64 = f64::from_bits(0x3e66_3769_72be_a4d0); // 4.13813679705723846039
 /// `xs[i] = exp(xs[i])` for every element, bit for bit [`exp_slice_portable`] (see the
 /// module doc), vectorized where the CPU has AVX-512F.
 pub fn exp_slice(xs: &mut [f64]) {
+    exp_slice_on(Isa::detected(), xs)
+}
+
+/// [`exp_slice`] on the compilation `isa` names: the AVX-512F kernel from
+/// [`Level::Avx512`](super::isa::Level::Avx512) on, else [`exp_slice_portable`].
+pub fn exp_slice_on(isa: Isa, xs: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { exp_slice_avx512(xs) };
         }
     }
+    let _ = isa;
     exp_slice_portable(xs)
 }
 
@@ -106,110 +117,4 @@ unsafe fn exp8(x: std::arch::x86_64::__m512d) -> (std::arch::x86_64::__m512d, u8
     );
     let scale = _mm512_castsi512_pd(_mm512_slli_epi64::<52>(ki));
     (_mm512_mul_pd(y, scale), inside)
-}
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// SplitMix64, so that a failure names a reproducible input.
-    pub(crate) struct Rng(pub(crate) u64);
-    impl Rng {
-        pub(crate) fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    }
-
-    /// `fast` on a copy of `xs` gives `scalar` of every element, bit for bit (`name` labels
-    /// a failure).
-    pub(crate) fn assert_slice_matches(
-        xs: &[f64],
-        fast: fn(&mut [f64]),
-        scalar: fn(f64) -> f64,
-        name: &str,
-    ) {
-        let mut got = xs.to_vec();
-        fast(&mut got);
-        for (&x, &y) in xs.iter().zip(&got) {
-            let want = scalar(x);
-            assert!(
-                y.to_bits() == want.to_bits(),
-                "{name}({x:e}) = {y:e}, libm gives {want:e}"
-            );
-        }
-    }
-
-    fn assert_same(xs: &[f64]) {
-        assert_slice_matches(xs, exp_slice, libm::exp, "exp");
-    }
-
-    /// Every branch of the algorithm and every range edge, bit for bit against libm: the
-    /// thresholds of the argument reduction (0.5·ln2, 1.5·ln2 and 2⁻²⁸) and of the range
-    /// (708.39…, 709.78…, −745.13…) with their neighbours one ulp away, subnormal results,
-    /// ±0, ±∞, NaN, and slice lengths 0–17 (the masked tail).
-    #[test]
-    fn edges_and_branches_match_libm() {
-        let mut xs = vec![
-            0.0,
-            -0.0,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            1.0,
-            -1.0,
-        ];
-        for hw in [0x3e30_0000u64, 0x3fd6_2e42, 0x3ff0_a2b2, 0x4086_232b] {
-            for low in [0u64, 1, 0xffff_ffff] {
-                let b = (hw << 32) | low;
-                for d in [-1i64, 0, 1] {
-                    let v = f64::from_bits((b as i64 + d) as u64);
-                    xs.extend([v, -v]);
-                }
-            }
-        }
-        // libm's overflow, underflow-to-zero and special-case thresholds.
-        for v in [709.782712893384f64, 745.1332191019411, 708.3964185322641] {
-            for d in [-2i64, -1, 0, 1, 2] {
-                let u = f64::from_bits((v.to_bits() as i64 + d) as u64);
-                xs.extend([u, -u]);
-            }
-        }
-        // Results near and below the smallest normal (k = −1022 with y < 1).
-        for i in 0..200 {
-            xs.push(-707.0 - i as f64 * 0.01);
-        }
-        assert_same(&xs);
-        for n in 0..=17 {
-            assert_same(&xs[..n]);
-            assert_same(&xs[xs.len() - n..]);
-        }
-    }
-
-    /// Ten million inputs spread over every binade that matters (|x| from 2⁻³⁰ to 2¹⁰,
-    /// both signs, uniformly random significands) and a million uniform in the softmax
-    /// range [−100, 0], bit for bit against libm.
-    #[test]
-    fn random_inputs_over_the_whole_range_match_libm() {
-        let mut rng = Rng(7);
-        let mut xs = Vec::with_capacity(1 << 20);
-        for _ in 0..10 {
-            xs.clear();
-            for _ in 0..1_000_000 {
-                let r = rng.next();
-                let exp = 1023 - 30 + (r >> 58) % 41; // 2^-30 .. 2^10
-                let v = f64::from_bits((exp << 52) | (r & ((1 << 52) - 1)));
-                xs.push(if r & (1 << 57) != 0 { -v } else { v });
-            }
-            assert_same(&xs);
-        }
-        xs.clear();
-        for _ in 0..1_000_000 {
-            xs.push(-100.0 * (rng.next() >> 11) as f64 / (1u64 << 53) as f64);
-        }
-        assert_same(&xs);
-    }
 }

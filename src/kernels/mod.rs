@@ -5,6 +5,8 @@
 //! rather than an accident of the compiler or the CPU. The orders and their
 //! sources are collected in `shared/docs/numerics.md`.
 //!
+//! - [`isa`]: the one CPU dispatch: which compilation of the vector kernels runs, detected
+//!   once, forced by tests and capped by `SEEDSWEEP_ISA`.
 //! - [`round`]: f32 -> bf16 / f16 / TF32 roundings and XLA's bf16 splits.
 //! - [`dot`]: scalar reference dot products (the specification the fast kernels
 //!   are tested against).
@@ -25,6 +27,7 @@ pub mod allreduce;
 pub mod avx512;
 pub mod dot;
 pub mod exp_slice;
+pub mod isa;
 pub mod matmul;
 pub mod revealed;
 pub mod round;

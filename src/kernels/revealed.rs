@@ -17,6 +17,7 @@
 //! Every index of `0..red` must appear exactly once. A program is compiled to a postfix list
 //! and evaluated on a reused stack: nothing is allocated per element.
 
+use super::isa::Isa;
 use std::fmt;
 
 /// The matmul roles of `F.linear(x, W)` (x `m×k`, W `n×k`) as autograd calls them, with the
@@ -430,10 +431,12 @@ impl RevealedMatmul {
     /// the [`RevealedMatmul::exceptions`]: `c` must already hold the plain order's values.
     /// Where the CPU has AVX-512F, exceptions of one row that run the same program are
     /// evaluated sixteen at a time, one per lane ([`Program::eval_lanes`]: every lane takes
-    /// the same IEEE operations as [`Program::eval`], so the same bits).
+    /// the same IEEE operations as [`Program::eval`], so the same bits); `isa` says whether
+    /// it does.
     #[allow(clippy::too_many_arguments)]
     pub fn run_exceptions(
         &self,
+        isa: Isa,
         role: Role,
         a: &[f32],
         b: &[f32],
@@ -443,11 +446,12 @@ impl RevealedMatmul {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.exceptions.len() >= LANES && std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU supports AVX-512F (checked just above).
+            if self.exceptions.len() >= LANES && isa.avx512() {
+                // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
                 return unsafe { self.run_exceptions_avx512(role, a, b, bias, c, stack) };
             }
         }
+        let _ = isa;
         self.run_exceptions_portable(role, a, b, bias, c, stack, &self.exceptions);
     }
 
@@ -562,7 +566,7 @@ impl RevealedMatmul {
 const LANES: usize = 16;
 
 /// Deepest program [`Program::eval_lanes`] evaluates (its stack of registers).
-const MAX_LANE_DEPTH: usize = 32;
+pub const MAX_LANE_DEPTH: usize = 32;
 
 /// Term t's `a` operand of output row i under `role` (the layouts of [`Role`]; `bias`: a
 /// [`Role::ForwardBias`] entry's last term is `1·bias[j]`).
@@ -737,109 +741,5 @@ mod tests {
         let at: Vec<f32> = (0..6).map(|i| a[(i % 2) * 3 + i / 2]).collect();
         rm.run(Role::GradWeight, &at, &b, &mut c, &mut stack);
         assert_eq!(c, want);
-    }
-
-    /// A random program over `lo..hi` (chains, single terms fused or rounded, pairs),
-    /// right-leaning when `deep` (a stack as deep as the terms).
-    fn random_program(rng: &mut u64, lo: usize, hi: usize, deep: bool) -> String {
-        let mut next = || {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            *rng
-        };
-        let len = hi - lo;
-        let pick = next() % 4;
-        if len == 1 {
-            return format!("{lo}{}", if pick % 2 == 0 { "r" } else { "f" });
-        }
-        if !deep && (pick == 0 || len <= 2 && pick == 1) {
-            return format!("[{lo}..{hi}]{}", if pick == 0 { "f" } else { "r" });
-        }
-        let mid = if deep {
-            lo + 1
-        } else {
-            lo + 1 + (next() as usize) % (len - 1)
-        };
-        format!(
-            "({} {})",
-            random_program(rng, lo, mid, deep),
-            random_program(rng, mid, hi, deep)
-        )
-    }
-
-    /// The sixteen-lane exceptions against the portable ones, bit for bit, in every role
-    /// (with and without the bias term): random programs (chains, fused and rounded terms,
-    /// pairs; one deeper than the lanes' stack, which runs the portable way) on a random
-    /// grid, so that runs of one program in a row are cut by program changes, row ends and
-    /// the 16-lane limit; operands with mixed signs and magnitudes, and zeros.
-    #[test]
-    fn exceptions_in_lanes_equal_the_portable_ones() {
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        for case in 0..40 {
-            let (rows, red, cols) = (1 + case % 3, 1 + (case * 7) % 41, 1 + (case * 13) % 45);
-            let bias = case % 4 == 3;
-            let mut seed = next() | 1;
-            let mut programs = vec![Program::fma_chain(red)];
-            for k in 0..4 {
-                let text = random_program(&mut seed, 0, red, k == 3 && red > MAX_LANE_DEPTH);
-                programs.push(Program::parse(&text, red).expect(&text));
-            }
-            let grid: Vec<u16> = (0..rows * cols)
-                .map(|_| {
-                    let r = next() % 8;
-                    if r < 3 {
-                        0
-                    } else {
-                        (r % 4 + 1) as u16
-                    }
-                })
-                .collect();
-            let rm = RevealedMatmul::new(rows, red, cols, programs, grid, bias);
-            let mut value = || {
-                let r = next();
-                if r % 9 == 0 {
-                    0.0
-                } else {
-                    let m = (r >> 11) as f32 / (1u64 << 53) as f32 * 4.0 - 2.0;
-                    m * 2f32.powi((r % 17) as i32 - 8)
-                }
-            };
-            let a: Vec<f32> = (0..rows.max(red) * red.max(rows))
-                .map(|_| value())
-                .collect();
-            let b: Vec<f32> = (0..cols.max(red) * red.max(cols))
-                .map(|_| value())
-                .collect();
-            let bb: Vec<f32> = (0..cols).map(|_| value()).collect();
-            for role in [
-                Role::Forward,
-                Role::ForwardBias,
-                Role::GradInput,
-                Role::GradWeight,
-            ] {
-                let bias_in = (bias && role == Role::ForwardBias).then_some(&bb[..]);
-                let (mut got, mut want) = (vec![7.0f32; rows * cols], vec![7.0f32; rows * cols]);
-                let mut stack = Vec::new();
-                rm.run_exceptions(role, &a, &b, bias_in, &mut got, &mut stack);
-                rm.run_exceptions_portable(
-                    role,
-                    &a,
-                    &b,
-                    bias_in,
-                    &mut want,
-                    &mut stack,
-                    &rm.exceptions,
-                );
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "case {case}, {role:?}");
-            }
-        }
     }
 }

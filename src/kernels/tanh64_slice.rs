@@ -1,6 +1,7 @@
 //! The f64 `tanh` of a slice, bit for bit `libm::tanh` (the pure-Rust libm, 0.2.x) of every
 //! element, eight lanes at a time where the CPU has AVX-512F. The float64 ground truth's tanh
-//! layers run through it.
+//! layers run through it. The vector lanes are checked against libm (every branch and range
+//! edge, and 11 million random inputs) in `tests/isa_paths.rs`.
 //!
 //! **The definition** is [`tanh64_slice_portable`]: `libm::tanh` element by element. libm's
 //! `tanh` is musl's `tanh.c` over FreeBSD's `s_expm1.c` (Sun, 1993). With a = |x| and w the
@@ -28,6 +29,8 @@
 //! lanes outside the range (a < 2⁻⁵⁵, including ±0 and subnormals; a ≥ 19.41…; NaN; ±∞) are
 //! sent to `libm::tanh` itself. The constants are libm's, by bit pattern.
 
+use super::isa::Isa;
+
 /// ln2 split: the high part has trailing zeros, so k·LN2HI is exact for |k| < 2²⁰.
 const LN2HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 6.93147180369123816490e-01
 const LN2LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76); // 1.90821492927058770002e-10
@@ -51,13 +54,20 @@ const HX_THREE_HALVES: u64 = 0x3ff0_a2b2;
 /// `xs[i] = tanh(xs[i])` for every element, bit for bit [`tanh64_slice_portable`] (see the
 /// module doc), vectorized where the CPU has AVX-512F.
 pub fn tanh64_slice(xs: &mut [f64]) {
+    tanh64_slice_on(Isa::detected(), xs)
+}
+
+/// [`tanh64_slice`] on the compilation `isa` names: the AVX-512F kernel from
+/// [`Level::Avx512`](super::isa::Level::Avx512) on, else [`tanh64_slice_portable`].
+pub fn tanh64_slice_on(isa: Isa, xs: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { tanh64_slice_avx512(xs) };
         }
     }
+    let _ = isa;
     tanh64_slice_portable(xs)
 }
 
@@ -169,89 +179,4 @@ unsafe fn negate_where(
     use std::arch::x86_64::*;
     let b = _mm512_castpd_si512(v);
     _mm512_castsi512_pd(_mm512_mask_xor_epi64(b, m, b, _mm512_set1_epi64(i64::MIN)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::exp_slice::tests::{assert_slice_matches, Rng};
-
-    fn assert_same(xs: &[f64]) {
-        assert_slice_matches(xs, tanh64_slice, libm::tanh, "tanh");
-    }
-
-    /// Every branch and every range edge, bit for bit against libm: tanh's branch points,
-    /// expm1's reduction points (as high words of |x| = |y|/2), the lane range's ends, each
-    /// change of k from 1 to 57 (|x| = (k − ½)·ln2/2) and k = 20, all with their neighbours
-    /// one ulp away and both signs; ±0, subnormals, ±∞, NaN, and slice lengths 0–17 (the
-    /// masked tail).
-    #[test]
-    fn edges_and_branches_match_libm() {
-        let mut xs = vec![
-            0.0,
-            -0.0,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            f64::MIN_POSITIVE,
-            f64::from_bits(1),
-            f64::from_bits(0x000f_ffff_ffff_ffff),
-            1.0,
-            -1.0,
-            20.0,
-        ];
-        let words = [
-            LOW,
-            HIGH,
-            W_SMALL,
-            W_LARGE,
-            HX_HALF - 0x0010_0000,
-            HX_THREE_HALVES - 0x0010_0000,
-            0x4034_0000,
-        ];
-        let mut edges: Vec<u64> = Vec::new();
-        for hw in words {
-            for low in [0u64, 1, 0xffff_ffff] {
-                edges.push((hw << 32) | low);
-            }
-        }
-        for k in 1..=57 {
-            edges.push((((k as f64 - 0.5) * std::f64::consts::LN_2) / 2.0).to_bits());
-        }
-        for b in edges {
-            for d in -2i64..=2 {
-                let v = f64::from_bits((b as i64 + d) as u64);
-                xs.extend([v, -v]);
-            }
-        }
-        assert_same(&xs);
-        for n in 0..=17 {
-            assert_same(&xs[..n]);
-            assert_same(&xs[xs.len() - n..]);
-        }
-    }
-
-    /// Ten million inputs spread over every binade that matters (|x| from 2⁻⁶⁰ to 2⁶, both
-    /// signs, uniformly random significands) and a million uniform in [−4, 4] (activations),
-    /// bit for bit against libm.
-    #[test]
-    fn random_inputs_over_the_whole_range_match_libm() {
-        let mut rng = Rng(11);
-        let mut xs = Vec::with_capacity(1 << 20);
-        for _ in 0..10 {
-            xs.clear();
-            for _ in 0..1_000_000 {
-                let r = rng.next();
-                let exp = 1023 - 60 + (r >> 57) % 67; // 2^-60 .. 2^6
-                let v = f64::from_bits((exp << 52) | (r & ((1 << 52) - 1)));
-                xs.push(if r & (1 << 56) != 0 { -v } else { v });
-            }
-            assert_same(&xs);
-        }
-        xs.clear();
-        for _ in 0..1_000_000 {
-            xs.push(8.0 * (rng.next() >> 11) as f64 / (1u64 << 53) as f64 - 4.0);
-        }
-        assert_same(&xs);
-    }
 }

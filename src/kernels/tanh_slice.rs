@@ -29,7 +29,8 @@
 //! margins over the narrower one, and the exhaustive test below checks every input of the
 //! fast range either way.)
 
-use super::tanh64_slice::tanh64_slice;
+use super::isa::Isa;
+use super::tanh64_slice::tanh64_slice_on;
 #[cfg(test)]
 use super::torch_ops::{tanh_cr_f32, tanh_mkl_f32};
 use super::torch_ops::{tanh_cr_f32_given, tanh_mkl_f32_given, TanhKernel};
@@ -129,21 +130,22 @@ fn block_avx2(x: &[f32; BLOCK], out: &mut [f32; BLOCK], ok: &mut [bool; BLOCK]) 
     block_body(x, out, ok)
 }
 
-/// The widest block kernel this CPU runs. Every variant computes the same IEEE operations
+/// The block kernel of `isa`'s compilation. Every variant computes the same IEEE operations
 /// in the same order (no FMA contraction), so they return identical bits; and whatever the
 /// fast path returns is proven (and tested) equal to the exact kernel anyway.
-fn block_kernel() -> fn(&[f32; BLOCK], &mut [f32; BLOCK], &mut [bool; BLOCK]) {
+fn block_kernel(isa: Isa) -> fn(&[f32; BLOCK], &mut [f32; BLOCK], &mut [bool; BLOCK]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return |x, o, k| unsafe { block_avx512(x, o, k) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return |x, o, k| unsafe { block_avx2(x, o, k) };
         }
     }
+    let _ = isa;
     block_body
 }
 
@@ -151,21 +153,27 @@ fn block_kernel() -> fn(&[f32; BLOCK], &mut [f32; BLOCK], &mut [bool; BLOCK]) {
 /// (`TanhKernel::Mkl`) or [`tanh_cr_f32`](super::torch_ops::tanh_cr_f32)
 /// (`TanhKernel::CorrectlyRounded`); see the module doc for the order. The elements the fast
 /// path leaves are gathered into batches of up to 64 (`PENDING`), whose `libm::tanh` (the
-/// exact kernels' first step) [`tanh64_slice`] computes eight lanes at a time with the same
-/// bits; each then takes its kernel's last step ([`tanh_mkl_f32_given`],
+/// exact kernels' first step) [`tanh64_slice`](super::tanh64_slice::tanh64_slice) computes
+/// eight lanes at a time with the same bits; each then takes its kernel's last step ([`tanh_mkl_f32_given`],
 /// [`tanh_cr_f32_given`]).
 pub fn tanh_slice(x: &mut [f32], kernel: TanhKernel) {
+    tanh_slice_on(Isa::detected(), x, kernel)
+}
+
+/// [`tanh_slice`] on the compilations `isa` names (the block kernel's, and
+/// [`tanh64_slice_on`]'s for the elements the fast path leaves): the same bits on every one.
+pub fn tanh_slice_on(isa: Isa, x: &mut [f32], kernel: TanhKernel) {
     let finish: fn(f32, f64) -> f32 = match kernel {
         TanhKernel::Mkl => tanh_mkl_f32_given,
         TanhKernel::CorrectlyRounded => tanh_cr_f32_given,
     };
-    let run = block_kernel();
+    let run = block_kernel(isa);
     let (mut inp, mut out, mut ok) = ([0f32; BLOCK], [0f32; BLOCK], [false; BLOCK]);
     // The pending elements: their indices in `x` and their f64 values, then tanh's.
     let (mut at, mut t) = ([0usize; PENDING], [0f64; PENDING]);
     let mut pending = 0;
     let flush = |x: &mut [f32], at: &[usize], t: &mut [f64]| {
-        tanh64_slice(t);
+        tanh64_slice_on(isa, t);
         for (&i, &ti) in at.iter().zip(t.iter()) {
             x[i] = finish(x[i], ti);
         }

@@ -30,48 +30,37 @@
 // FMA dispatch
 // ---------------------------------------------------------------------------
 
+use super::isa::Isa;
+
 #[inline(always)]
 fn fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
 
-#[inline]
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "x86")),
-    allow(dead_code)
-)]
-fn has_fma() -> bool {
-    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
-    {
-        std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
-    {
-        false
-    }
-}
-
 /// Runs `$body` (an expression using only `#[inline(always)]` helpers) either in a
-/// `#[target_feature(enable = "fma")]` function or in a portable one.  Both give
-/// identical bits because every FMA is written explicitly as `mul_add` and every
-/// other operation is a plain IEEE op.
+/// `#[target_feature(enable = "fma")]` function, where `$isa` (an [`Isa`]) reaches
+/// [`Level::Avx2`](super::isa::Level::Avx2), or in a portable one. Both give identical bits
+/// because every FMA is written explicitly as `mul_add` and every other operation is a plain
+/// IEEE op (the portable build's `fmaf` is correctly rounded in software).
 macro_rules! fma_dispatch {
-    (fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block) => {{
-        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+    ($isa:expr, fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "fma")]
         unsafe fn fast($($arg: $ty),*) -> $ret $body
         fn portable($($arg: $ty),*) -> $ret $body
-        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        let isa: Isa = $isa;
+        #[cfg(target_arch = "x86_64")]
         {
-            if has_fma() {
-                // SAFETY: the CPU supports FMA (checked at run time just above).
+            if isa.avx2() {
+                // SAFETY: an `Isa` of this level exists only where the CPU supports FMA.
                 unsafe { fast($($arg),*) }
             } else {
                 portable($($arg),*)
             }
         }
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+        #[cfg(not(target_arch = "x86_64"))]
         {
+            let _ = isa;
             portable($($arg),*)
         }
     }};
@@ -599,6 +588,7 @@ pub fn tanh_slice(x: &mut [f32]) {
 #[inline]
 pub fn sleef_tanhf_u10(x: f32) -> f32 {
     fma_dispatch!(
+        Isa::detected(),
         fn run(x: f32) -> f32 {
             tanh_core(x)
         }
@@ -618,6 +608,7 @@ pub fn sleef_tanhf_u10(x: f32) -> f32 {
 #[inline]
 pub fn exp_f32(x: f32) -> f32 {
     fma_dispatch!(
+        Isa::detected(),
         fn run(x: f32) -> f32 {
             exp_core(x)
         }
@@ -637,8 +628,35 @@ pub fn exp_f32(x: f32) -> f32 {
 #[inline]
 pub fn log_f32(x: f32) -> f32 {
     fma_dispatch!(
+        Isa::detected(),
         fn run(x: f32) -> f32 {
             log_core(x)
+        }
+    )
+}
+
+/// Test support: [`exp_f32`] of each element of `x` into `out` (as long as `x`), sixteen lanes
+/// at a time by the cross-entropy kernel's vector exponential where `isa` reaches
+/// [`Level::Avx512`](super::isa::Level::Avx512), else by the scalar kernel in `isa`'s build.
+/// `tests/isa_paths.rs` checks the lanes against the scalar kernel over the f32 range.
+#[doc(hidden)]
+pub fn exp_f32_lanes_on(isa: Isa, x: &[f32], out: &mut [f32]) {
+    assert_eq!(x.len(), out.len(), "exp_f32_lanes_on: lengths");
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx512() {
+        for (c, o) in x.chunks(16).zip(out.chunks_mut(16)) {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
+            let got = unsafe { ce_avx512::exp16_of(c) };
+            o.copy_from_slice(&got[..c.len()]);
+        }
+        return;
+    }
+    fma_dispatch!(
+        isa,
+        fn run(x: &[f32], out: &mut [f32]) -> () {
+            for (o, &d) in out.iter_mut().zip(x) {
+                *o = exp_core(d);
+            }
         }
     )
 }
@@ -800,10 +818,27 @@ pub fn log_softmax_cross_entropy_f32_isa(
     dlogits: &mut [f32],
     isa: TorchIsa,
 ) -> f32 {
+    log_softmax_cross_entropy_f32_on(Isa::detected(), logits, labels, v, grad_scale, dlogits, isa)
+}
+
+/// [`log_softmax_cross_entropy_f32_isa`] on the compilation `cpu` names: the AVX-512F kernel
+/// (`ce_avx512`) from [`Level::Avx512`](super::isa::Level::Avx512) on, else the scalar
+/// kernel in its FMA build ([`Level::Avx2`](super::isa::Level::Avx2)) or its portable one
+/// (software `fmaf`). Every non-NaN result is the same bits on each; a NaN's sign may differ
+/// (see `ce_avx512`'s tests), which no comparison sees.
+pub fn log_softmax_cross_entropy_f32_on(
+    cpu: Isa,
+    logits: &[f32],
+    labels: &[i64],
+    v: usize,
+    grad_scale: f32,
+    dlogits: &mut [f32],
+    isa: TorchIsa,
+) -> f32 {
     check_ce_args(logits, labels, v, dlogits);
     #[cfg(target_arch = "x86_64")]
-    if ce_avx512::available() {
-        // SAFETY: the CPU supports AVX-512F (checked just above).
+    if cpu.avx512() {
+        // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
         return unsafe {
             match isa {
                 TorchIsa::Avx512 => ce_avx512::ce::<LANES>(logits, labels, v, grad_scale, dlogits),
@@ -813,6 +848,7 @@ pub fn log_softmax_cross_entropy_f32_isa(
     }
     match isa {
         TorchIsa::Avx512 => fma_dispatch!(
+            cpu,
             fn run(
                 logits: &[f32],
                 labels: &[i64],
@@ -824,6 +860,7 @@ pub fn log_softmax_cross_entropy_f32_isa(
             }
         ),
         TorchIsa::Avx2 => fma_dispatch!(
+            cpu,
             fn run(
                 logits: &[f32],
                 labels: &[i64],
@@ -906,6 +943,7 @@ pub fn tanh_backward_f32(dy: &[f32], y: &[f32], out: &mut [f32]) {
     assert_eq!(dy.len(), y.len());
     assert_eq!(dy.len(), out.len());
     fma_dispatch!(
+        Isa::detected(),
         fn run(dy: &[f32], y: &[f32], out: &mut [f32]) -> () {
             for ((o, &g), &t) in out.iter_mut().zip(dy).zip(y) {
                 *o = g * fma(-t, t, 1.0);
@@ -1044,6 +1082,7 @@ pub fn sgd_f32(p: &mut [f32], g: &[f32], lr: f32) {
     assert_eq!(p.len(), g.len());
     let alpha = -lr;
     fma_dispatch!(
+        Isa::detected(),
         fn run(p: &mut [f32], g: &[f32], alpha: f32) -> () {
             for (p, &g) in p.iter_mut().zip(g) {
                 *p = fma(g, alpha, *p);

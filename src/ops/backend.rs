@@ -7,9 +7,10 @@
 
 use crate::kernels::allreduce::{all_reduce_sum, AllReduceAlgo, Wire};
 use crate::kernels::dot::dot_blocked;
+use crate::kernels::isa::Isa;
 use crate::kernels::matmul::{
     matmul_f64, matmul_nt_abs_f64, matmul_nt_and_abs_f64, matmul_nt_f64, matmul_tn_f64,
-    matmul_tn_f64_rows, Accum, MatmulModel, MatmulScratch, Passes,
+    matmul_tn_f64_rows, Accum, Mat, MatMut, MatmulModel, MatmulScratch, Passes,
 };
 use crate::kernels::revealed::Role;
 use crate::kernels::torch_ops::{
@@ -243,18 +244,33 @@ pub trait Backend {
 pub struct F64Backend {
     /// Transpose buffer, reused.
     scratch: Vec<f64>,
+    /// The compilation the products run on ([`Isa::detected`] by default).
+    isa: Isa,
+}
+
+impl F64Backend {
+    /// A backend whose products run on `isa` (tests force each path with it).
+    pub fn with_isa(isa: Isa) -> Self {
+        Self {
+            scratch: Vec::new(),
+            isa,
+        }
+    }
 }
 
 impl Backend for F64Backend {
     type R = f64;
     fn matmul(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-        matmul_f64(a, b, c, m, k, n);
+        let (a, b) = (Mat::new(a, m, k), Mat::new(b, k, n));
+        matmul_f64(a, b, MatMut::new(c, m, n), self.isa);
     }
     fn matmul_nt(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-        matmul_nt_f64(a, b, c, m, k, n, &mut self.scratch);
+        let (a, b, c) = (Mat::new(a, m, k), Mat::new(b, n, k), MatMut::new(c, m, n));
+        matmul_nt_f64(a, b, c, &mut self.scratch, self.isa);
     }
     fn matmul_nt_abs(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-        matmul_nt_abs_f64(a, b, c, m, k, n, &mut self.scratch);
+        let (a, b, c) = (Mat::new(a, m, k), Mat::new(b, n, k), MatMut::new(c, m, n));
+        matmul_nt_abs_f64(a, b, c, &mut self.scratch, self.isa);
     }
     /// Where the few-rows kernel runs ([`matmul_nt_and_abs_f64`]): a V = 32,000 head's
     /// logits and their condition read the 131 MB weight once instead of twice.
@@ -268,10 +284,13 @@ impl Backend for F64Backend {
         k: usize,
         n: usize,
     ) -> bool {
-        matmul_nt_and_abs_f64(a, b, c, cabs, m, k, n, &mut self.scratch)
+        let (a, b) = (Mat::new(a, m, k), Mat::new(b, n, k));
+        let (c, cabs) = (MatMut::new(c, m, n), MatMut::new(cabs, m, n));
+        matmul_nt_and_abs_f64(a, b, c, cabs, &mut self.scratch, self.isa)
     }
     fn matmul_tn(&mut self, a: &[f64], b: &[f64], c: &mut [f64], m: usize, k: usize, n: usize) {
-        matmul_tn_f64(a, b, c, m, k, n);
+        let (a, b) = (Mat::new(a, k, m), Mat::new(b, k, n));
+        matmul_tn_f64(a, b, MatMut::new(c, m, n), self.isa);
     }
     /// Every element of `matmul_f64` and `matmul_tn_f64` is the chain over the reduction
     /// from +0, whatever the width.
@@ -288,7 +307,9 @@ impl Backend for F64Backend {
         n: usize,
         rows: std::ops::Range<usize>,
     ) -> bool {
-        matmul_tn_f64_rows(a, b, c_rows, m, k, n, rows);
+        let (a, b) = (Mat::new(a, k, m), Mat::new(b, k, n));
+        let c_rows = MatMut::new(c_rows, rows.len(), n);
+        matmul_tn_f64_rows(a, b, c_rows, rows, self.isa);
         true
     }
     /// Rank order: `((x0 + x1) + x2) + …`, in f64.
@@ -307,7 +328,8 @@ impl Backend for F64Backend {
 /// is the same chain in the same order); only the speed differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {
-    /// The vectorized kernels of [`crate::kernels::matmul`] (runtime-dispatched AVX2/FMA).
+    /// The vectorized kernels of [`crate::kernels::matmul`] (on the scratch's
+    /// [`Isa`](crate::kernels::isa::Isa): AVX-512F, AVX2 and FMA, or portable).
     #[default]
     Fast,
     /// The straightforward implementation: one scalar [`dot_blocked`] per output element.
@@ -385,14 +407,23 @@ impl<'a> F32Backend<'a> {
         };
         match orders.get(role, m, k, n) {
             Some(r) if self.plain_is_native(k) && self.kernels == Kernels::Fast => {
+                let cm = MatMut::new(&mut *c, m, n);
                 match role {
                     Role::Forward | Role::ForwardBias => {
-                        self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch)
+                        let (am, bm) = (Mat::new(a, m, k), Mat::new(b, n, k));
+                        self.matmul.matmul_nt(am, bm, cm, self.scratch)
                     }
-                    Role::GradInput => self.matmul.matmul(a, b, c, m, k, n, self.scratch),
-                    Role::GradWeight => self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch),
+                    Role::GradInput => {
+                        let (am, bm) = (Mat::new(a, m, k), Mat::new(b, k, n));
+                        self.matmul.matmul(am, bm, cm, self.scratch)
+                    }
+                    Role::GradWeight => {
+                        let (am, bm) = (Mat::new(a, k, m), Mat::new(b, k, n));
+                        self.matmul.matmul_tn(am, bm, cm, self.scratch)
+                    }
                 }
-                r.run_exceptions(role, a, b, None, c, &mut self.stack);
+                let isa = self.scratch.isa();
+                r.run_exceptions(isa, role, a, b, None, c, &mut self.stack);
                 true
             }
             Some(r) => {
@@ -457,7 +488,8 @@ impl Backend for F32Backend<'_> {
             self.scalar_nt(a, &bt, c, m, k, n);
             self.transposed = bt;
         } else {
-            self.matmul.matmul(a, b, c, m, k, n, self.scratch);
+            let (a, b, c) = (Mat::new(a, m, k), Mat::new(b, k, n), MatMut::new(c, m, n));
+            self.matmul.matmul(a, b, c, self.scratch);
         }
     }
     fn matmul_nt(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
@@ -467,7 +499,8 @@ impl Backend for F32Backend<'_> {
         if self.scalar() {
             self.scalar_nt(a, b, c, m, k, n);
         } else {
-            self.matmul.matmul_nt(a, b, c, m, k, n, self.scratch);
+            let (a, b, c) = (Mat::new(a, m, k), Mat::new(b, n, k), MatMut::new(c, m, n));
+            self.matmul.matmul_nt(a, b, c, self.scratch);
         }
     }
     fn matmul_tn(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
@@ -483,7 +516,8 @@ impl Backend for F32Backend<'_> {
             self.scalar_nt(&at, &bt, c, m, k, n);
             self.transposed = at;
         } else {
-            self.matmul.matmul_tn(a, b, c, m, k, n, self.scratch);
+            let (a, b, c) = (Mat::new(a, k, m), Mat::new(b, k, n), MatMut::new(c, m, n));
+            self.matmul.matmul_tn(a, b, c, self.scratch);
         }
     }
     /// Only by the profile's own kernels: a profile with revealed orders (which are per
@@ -501,8 +535,9 @@ impl Backend for F32Backend<'_> {
         if self.orders.is_some() || self.kernels != Kernels::Fast {
             return false;
         }
-        self.matmul
-            .matmul_tn_rows(a, b, c_rows, m, k, n, rows, self.scratch);
+        let (a, b) = (Mat::new(a, k, m), Mat::new(b, k, n));
+        let c_rows = MatMut::new(c_rows, rows.len(), n);
+        self.matmul.matmul_tn_rows(a, b, c_rows, rows, self.scratch);
         true
     }
     /// Only by the profile's own fast kernels, and only where the few-rows kernel runs
@@ -522,8 +557,10 @@ impl Backend for F32Backend<'_> {
         if self.orders.is_some() || self.kernels != Kernels::Fast {
             return false;
         }
+        let a = Mat::new(a, m, cols.len());
+        let w = Mat::new(w, n, width).columns(cols);
         self.matmul
-            .matmul_nt_cols(a, w, width, cols, c, m, n, self.scratch)
+            .matmul_nt_cols(a, w, MatMut::new(c, m, n), self.scratch)
     }
     /// The model's kernels and the scalar reference compute each element as its own chain
     /// (or pairwise tree) over the reduction, and the input roundings are per element;
@@ -546,13 +583,16 @@ impl Backend for F32Backend<'_> {
         if let Some(orders) = self.orders.clone() {
             if let Some(r) = orders.get(Role::ForwardBias, m, k + 1, n) {
                 if self.plain_is_native(k) && self.kernels == Kernels::Fast {
-                    self.matmul.matmul_nt(x, w, y, m, k, n, self.scratch);
+                    let (xm, wm) = (Mat::new(x, m, k), Mat::new(w, n, k));
+                    self.matmul
+                        .matmul_nt(xm, wm, MatMut::new(&mut *y, m, n), self.scratch);
                     for row in y.chunks_exact_mut(n) {
                         for (v, &b) in row.iter_mut().zip(bias) {
                             *v += b;
                         }
                     }
-                    r.run_exceptions(Role::ForwardBias, x, w, Some(bias), y, &mut self.stack);
+                    let isa = self.scratch.isa();
+                    r.run_exceptions(isa, Role::ForwardBias, x, w, Some(bias), y, &mut self.stack);
                 } else {
                     r.run_bias(x, w, bias, y, &mut self.stack);
                 }

@@ -11,7 +11,8 @@
 //!   names an independent stream, so results never depend on thread scheduling or on which other
 //!   seeds run.
 //!
-//! This module depends only on `std`, `libm`, `rand` and `rand_chacha`.
+//! This module depends only on `std`, `libm`, `rand`, `rand_chacha` and the CPU dispatch
+//! [`crate::kernels::isa`] (which compilation of the generator's bulk loops runs).
 
 pub mod chacha;
 pub mod torch;

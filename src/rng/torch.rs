@@ -23,6 +23,8 @@
 //!
 //! Verified element by element against PyTorch 2.15 draws in `tests/suite/rng_torch_fixtures.rs`.
 
+use crate::kernels::isa::Isa;
+
 /// MT19937 state size.
 const MT_N: usize = 624;
 /// MT19937 middle word offset.
@@ -62,6 +64,9 @@ pub struct TorchGenerator {
     next: usize,
     /// `CPUGeneratorImpl::next_double_normal_sample_`.
     next_double_normal: Option<f64>,
+    /// The compilation the twist and the bulk transforms run on (the same draws on every
+    /// one).
+    isa: Isa,
 }
 
 impl std::fmt::Debug for TorchGenerator {
@@ -85,9 +90,18 @@ impl TorchGenerator {
             state: [0; MT_N],
             next: MT_N,
             next_double_normal: None,
+            isa: Isa::detected(),
         };
         g.reseed(seed);
         g
+    }
+
+    /// This generator with its twist and bulk transforms ([`TorchGenerator::uniform_`],
+    /// [`TorchGenerator::normal_`]) on the compilation `isa` names: the same draws on every
+    /// one (tests force each path with it).
+    pub fn on(mut self, isa: Isa) -> Self {
+        self.isa = isa;
+        self
     }
 
     /// `torch.manual_seed(seed)` in place: the same state as [`TorchGenerator::new`], without
@@ -118,8 +132,8 @@ impl TorchGenerator {
     fn twist(&mut self) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: AVX-512F was detected at run time just above.
+            if self.isa.avx512() {
+                // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
                 unsafe { twist_avx512(&mut self.state) };
                 self.next = 0;
                 return;
@@ -221,9 +235,9 @@ impl TorchGenerator {
         let from = lo as f32;
         let to = hi as f32;
         let (span, base) = ((to - from) as f64, from as f64);
-        let mut done = 0;
+        let (mut done, isa) = (0, self.isa);
         self.draw_runs(out.len(), |words| {
-            uniform_run(&mut out[done..done + words.len()], words, span, base);
+            uniform_run(isa, &mut out[done..done + words.len()], words, span, base);
             done += words.len();
         });
     }
@@ -276,6 +290,7 @@ impl TorchGenerator {
     pub fn normal_(&mut self, out: &mut [f32], mean: f64, std: f64) {
         let len = out.len();
         if len >= 16 {
+            let isa = self.isa;
             let mean_f = mean as f32;
             let std_f = std as f32;
             self.rand(out);
@@ -286,18 +301,18 @@ impl TorchGenerator {
                 use rayon::prelude::*;
                 out[..full].par_chunks_mut(BOX_MULLER_RUN).for_each(|run| {
                     for block in run.chunks_exact_mut(16) {
-                        box_muller_block(block, mean_f, std_f);
+                        box_muller_block(isa, block, mean_f, std_f);
                     }
                 });
             } else {
                 for block in out[..full].chunks_exact_mut(16) {
-                    box_muller_block(block, mean_f, std_f);
+                    box_muller_block(isa, block, mean_f, std_f);
                 }
             }
             if !len.is_multiple_of(16) {
                 let tail = &mut out[len - 16..];
                 self.rand(tail);
-                box_muller_block(tail, mean_f, std_f);
+                box_muller_block(isa, tail, mean_f, std_f);
             }
         } else {
             for o in out.iter_mut() {
@@ -425,15 +440,16 @@ unsafe fn twist_avx512(s: &mut [u32; MT_N]) {
 /// conversion that is exact, one exact product, one rounded addition, one rounding to f32,
 /// and no contraction, so the results are the portable loop's on every machine).
 #[inline]
-fn uniform_run(out: &mut [f32], words: &[u32], span: f64, base: f64) {
+fn uniform_run(isa: Isa, out: &mut [f32], words: &[u32], span: f64, base: f64) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected at run time just above.
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             unsafe { uniform_run_avx512(out, words, span, base) };
             return;
         }
     }
+    let _ = isa;
     uniform_run_body(out, words, span, base);
 }
 
@@ -458,25 +474,27 @@ fn uniform_run_body(out: &mut [f32], words: &[u32], span: f64, base: f64) {
 // ---------------------------------------------------------------------------------------------
 
 /// Box-Muller on one block of 16 (`normal_fill_16_AVX2`), dispatching to a body compiled with
-/// hardware FMA when the CPU has it. Both bodies perform the identical IEEE operations
+/// hardware FMA where `isa` has it ([`Level::Avx2`](crate::kernels::isa::Level::Avx2)). Both
+/// bodies perform the identical IEEE operations
 /// (`f32::mul_add` is the exactly specified fused multiply-add either way), so the choice only
 /// affects speed, never bits.
 #[inline]
-fn box_muller_block(d: &mut [f32], mean: f32, std: f32) {
-    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+fn box_muller_block(isa: Isa, d: &mut [f32], mean: f32, std: f32) {
+    #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the `fma` target feature was detected at run time just above.
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports FMA.
             unsafe { box_muller_block_fma(d, mean, std) };
             return;
         }
     }
+    let _ = isa;
     box_muller_block_body(d, mean, std);
 }
 
 /// [`box_muller_block_body`] compiled with the `fma` target feature, so that every
 /// `f32::mul_add` becomes one `vfmadd` instruction instead of a call to `fmaf`.
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
 unsafe fn box_muller_block_fma(d: &mut [f32], mean: f32, std: f32) {
     box_muller_block_body(d, mean, std);
@@ -747,7 +765,10 @@ mod tests {
     #[test]
     fn big_normal_fills_equal_the_blocks_in_order() {
         for len in [BOX_MULLER_PARALLEL_FROM, BOX_MULLER_PARALLEL_FROM + 37] {
-            let (mut a, mut b) = (TorchGenerator::new(5), TorchGenerator::new(5));
+            let (mut a, mut b) = (
+                TorchGenerator::new(5).on(Isa::PORTABLE),
+                TorchGenerator::new(5),
+            );
             let mut got = vec![0.0f32; len];
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(3)
@@ -758,12 +779,12 @@ mod tests {
             b.rand(&mut want);
             let (mean, std) = (0.25f64 as f32, 1.5f64 as f32);
             for block in want[..len - len % 16].chunks_exact_mut(16) {
-                box_muller_block(block, mean, std);
+                box_muller_block(Isa::PORTABLE, block, mean, std);
             }
             if len % 16 != 0 {
                 let tail = &mut want[len - 16..];
                 b.rand(tail);
-                box_muller_block(tail, mean, std);
+                box_muller_block(Isa::PORTABLE, tail, mean, std);
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(bits(&got) == bits(&want), "len {len}");
@@ -771,17 +792,19 @@ mod tests {
         }
     }
 
+    /// The portable blocked twist against the one-word-at-a-time definition (the vector
+    /// compilations against the portable one: `tests/isa_paths.rs`).
     #[test]
     fn blocked_twist_equals_the_definition() {
         for seed in [0u64, 1, 5489, 8173, 0xdead_beef] {
-            let mut g = TorchGenerator::new(seed);
+            let mut g = TorchGenerator::new(seed).on(Isa::PORTABLE);
             let (mut want, mut portable) = (g.state, g.state);
             for _ in 0..4 {
                 twist_by_definition(&mut want);
                 g.twist();
                 twist_body(&mut portable);
-                assert_eq!(g.state, want, "seed {seed}, as dispatched");
-                assert_eq!(portable, want, "seed {seed}, portable");
+                assert_eq!(g.state, want, "seed {seed}, portable generator");
+                assert_eq!(portable, want, "seed {seed}, portable body");
             }
         }
     }
@@ -800,7 +823,7 @@ mod tests {
             (1, 5000),
         ] {
             for (lo, hi) in [(0.0, 1.0), (-0.169, 0.169), (-1.0 / 3.0, 0.5)] {
-                let mut bulk = TorchGenerator::new(8173);
+                let mut bulk = TorchGenerator::new(8173).on(Isa::PORTABLE);
                 let mut one = TorchGenerator::new(8173);
                 for _ in 0..skip {
                     bulk.next_u32();
@@ -890,21 +913,6 @@ mod tests {
         g.kaiming_uniform_linear(&mut w, 35);
         let bound = (1.0 / 35f64.sqrt()) as f32;
         assert!(w.iter().all(|v| (-bound..=bound).contains(v)));
-    }
-
-    /// The hardware-FMA body and the portable body must agree bit for bit (the portable one
-    /// uses `fmaf`); checked on many blocks, covering every octant of `sincos256`.
-    #[test]
-    fn fma_fast_path_and_portable_path_agree() {
-        let mut g = TorchGenerator::new(2024);
-        let mut a = [0f32; 16];
-        for _ in 0..20_000 {
-            g.rand(&mut a);
-            let mut b = a;
-            box_muller_block(&mut a, 0.25, 1.5);
-            box_muller_block_body(&mut b, 0.25, 1.5);
-            assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits));
-        }
     }
 
     /// Sanity of the emulated polynomials against libm (not a bit-exactness claim): Cephes'

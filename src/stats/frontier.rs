@@ -35,6 +35,7 @@
 //! argument assumes no intermediate underflows into subnormals (any realistic tolerance and
 //! data).
 
+use crate::kernels::isa::Isa;
 use std::cmp::Ordering;
 
 #[cfg(target_arch = "x86_64")]
@@ -44,13 +45,15 @@ mod stream;
 #[cfg(target_arch = "x86_64")]
 pub use avx512::BlockScan;
 pub use simd::{
-    keep_pairs, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_portable, scan_pairs,
-    two_pass_is_vectorized,
+    keep_pairs, keep_pairs_on, keep_pairs_portable, pair_point, scan_anchors, scan_anchors_on,
+    scan_anchors_portable, scan_pairs, scan_pairs_on, scan_pairs_portable, two_pass_is_vectorized,
 };
+#[doc(hidden)]
+pub use stream::screen_both_on;
 pub use stream::FrontierStream;
 
 /// Relative margin of the hull test, 2⁻⁴⁸ = 32u; see the module doc.
-const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
+pub const HULL_MARGIN: f64 = 1.0 / 281_474_976_710_656.0;
 
 /// Whether `b` lies at or below (1 − 2⁻⁴⁸)·(the chord from `a` to `p`) at e_b, with
 /// e_a < e_b < e_p and d_a < d_b < d_p (all (d, e)). Chord height
@@ -150,13 +153,19 @@ pub const SMALL_STAIRCASE: usize = 128;
 /// is the staircase of all of them. When the staircase outgrows [`SMALL_STAIRCASE`] points,
 /// the definition runs instead.
 pub fn staircase_in_place(pts: &mut Vec<(f64, f64)>) {
+    staircase_in_place_on(Isa::detected(), pts)
+}
+
+/// [`staircase_in_place`] on the compilation `isa` names (the same staircase on each).
+pub fn staircase_in_place_on(isa: Isa, pts: &mut Vec<(f64, f64)>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { staircase_avx512(pts) };
         }
     }
+    let _ = isa;
     staircase_body(pts)
 }
 
@@ -384,6 +393,11 @@ impl AnchorScan {
         self.infinite
     }
 
+    /// The best ratio d/e offered so far (None before any point with e > 0).
+    pub fn best_ratio(&self) -> Option<f64> {
+        self.best.map(|(_, r)| r)
+    }
+
     /// Offers a point.
     #[inline]
     pub fn add(&mut self, q: (f64, f64)) {
@@ -467,6 +481,11 @@ pub struct Anchors {
 }
 
 impl Anchors {
+    /// The anchor of the largest d/e (p₀) and the one of the largest d (p*), as (d, e).
+    pub fn points(&self) -> ((f64, f64), (f64, f64)) {
+        (self.p0, self.ps)
+    }
+
     /// The anchors of the points with d > 0; None when there is none, or when some d is
     /// infinite (then only d > 0 filters).
     pub fn of(points: impl Iterator<Item = (f64, f64)>) -> Option<Self> {
@@ -504,7 +523,12 @@ impl Anchors {
     /// Keeps, in place and in order, the points of `pts` that [`Anchors::keep`] keeps
     /// (vectorized where the CPU allows, with the same answer per point).
     pub fn retain(&self, pts: &mut Vec<(f64, f64)>) {
-        simd::retain(self, pts);
+        self.retain_on(Isa::detected(), pts);
+    }
+
+    /// [`Anchors::retain`] on the compilation `isa` names (the same points on each).
+    pub fn retain_on(&self, isa: Isa, pts: &mut Vec<(f64, f64)>) {
+        simd::retain(isa, self, pts);
     }
 }
 

@@ -27,6 +27,7 @@
 //! loop.
 
 use super::gpd::{ln1p_div, ln1p_phi_z};
+use crate::kernels::isa::Isa;
 
 /// Σ (vᵢ − shift)/σ · ln1p_div(ξ·(vᵢ − shift)/σ) over `values` in order; None as soon as some
 /// ξ·wᵢ ≤ −1 (outside the support). The definition of [`excess_sum`].
@@ -46,29 +47,53 @@ pub fn excess_sum_portable(values: &[f64], shift: f64, xi: f64, sigma: f64) -> O
 /// [`excess_sum_portable`], with the terms computed eight at a time where the CPU has
 /// AVX-512F and AVX-512DQ (the same result).
 pub fn excess_sum(values: &[f64], shift: f64, xi: f64, sigma: f64) -> Option<f64> {
+    excess_sum_on(Isa::detected(), values, shift, xi, sigma)
+}
+
+/// [`excess_sum`] on the compilation `isa` names: the vector sum from
+/// [`Level::Avx512`](crate::kernels::isa::Level::Avx512) on (AVX-512F and AVX-512DQ), else
+/// [`excess_sum_portable`]; the same result.
+pub fn excess_sum_on(isa: Isa, values: &[f64], shift: f64, xi: f64, sigma: f64) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     {
-        if vectorized() {
-            // SAFETY: the CPU supports AVX-512F and AVX-512DQ (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F and
+            // AVX-512DQ.
             if let Some(r) = unsafe { avx512::excess_sum(values, shift, xi, sigma) } {
                 return r;
             }
         }
     }
+    let _ = isa;
     excess_sum_portable(values, shift, xi, sigma)
 }
 
-/// Whether the vector sums run on this CPU (AVX-512F and AVX-512DQ).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn vectorized() -> bool {
+/// Test support: `libm::log1p` (`log1p`) or `libm::log` of each element of `xs`, in place,
+/// by the vector sums' lane functions (eight at a time, a short last block padded with
+/// ones) where `isa` reaches [`Level::Avx512`](crate::kernels::isa::Level::Avx512), else by
+/// libm. The lanes hold libm's value only on their domains (log1p: −1 < x finite and
+/// |x| ≥ 2⁻⁵³; log: positive normal x); `tests/isa_paths.rs` checks them there.
+#[doc(hidden)]
+pub fn log_lanes_on(isa: Isa, log1p: bool, xs: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
+    if isa.avx512() {
+        for c in xs.chunks_mut(8) {
+            let mut v = [1.0f64; 8];
+            v[..c.len()].copy_from_slice(c);
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F and
+            // AVX-512DQ.
+            let y = unsafe { avx512::lanes_of(log1p, &v) };
+            c.copy_from_slice(&y[..c.len()]);
+        }
+        return;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    let _ = isa;
+    for x in xs {
+        *x = if log1p {
+            libm::log1p(*x)
+        } else {
+            libm::log(*x)
+        };
     }
 }
 
@@ -86,21 +111,37 @@ pub fn phi_sum_portable(values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
 /// and AVX-512DQ, and eˢ, e⁻ˢ or expm1(s) taken once instead of per term (the same
 /// result).
 pub fn phi_sum(values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
+    phi_sum_on(Isa::detected(), values, shift, ymax, s)
+}
+
+/// [`phi_sum`] on the compilation `isa` names: the vector sum from
+/// [`Level::Avx512`](crate::kernels::isa::Level::Avx512) on (AVX-512F and AVX-512DQ), else
+/// [`phi_sum_portable`]; the same result.
+pub fn phi_sum_on(isa: Isa, values: &[f64], shift: f64, ymax: f64, s: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if vectorized() {
-            // SAFETY: the CPU supports AVX-512F and AVX-512DQ (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F and
+            // AVX-512DQ.
             if let Some(r) = unsafe { avx512::phi_sum(values, shift, ymax, s) } {
                 return r;
             }
         }
     }
+    let _ = isa;
     phi_sum_portable(values, shift, ymax, s)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
+
+    /// [`log1p`] (`log1p`) or [`log`] of the eight values of `v`.
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn lanes_of(log1p: bool, v: &[f64; 8]) -> [f64; 8] {
+        let x = _mm512_loadu_pd(v.as_ptr());
+        crate::kernels::avx512::lanes(if log1p { self::log1p(x) } else { log(x) })
+    }
 
     // fdlibm's constants (s_log1p.c / e_log.c), by their bit patterns.
     const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
@@ -385,229 +426,5 @@ mod avx512 {
             i += 8;
         }
         Some(acc)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Uniform exponents: `count` values 2^(lo + span·u), u uniform in [0, 1), negated when
-    /// `signed` and the draw says so (an xorshift stream from `seed`).
-    fn log_spaced(seed: u64, count: usize, lo: f64, span: f64, signed: bool) -> Vec<f64> {
-        let mut s = seed;
-        (0..count)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                let mag = 2f64.powf((s >> 11) as f64 / (1u64 << 53) as f64 * span + lo);
-                if signed && s & 1 == 1 {
-                    -mag
-                } else {
-                    mag
-                }
-            })
-            .collect()
-    }
-
-    /// The 16 floats around `x` (8 ulps below to 7 above).
-    fn ulps_around(x: f64) -> impl Iterator<Item = f64> {
-        (x.to_bits() - 8..x.to_bits() + 8).map(f64::from_bits)
-    }
-
-    /// 4096 floats of one high word `hw`, spread over its low words.
-    fn high_word(hw: u64) -> impl Iterator<Item = f64> {
-        (0..4096u64)
-            .map(move |j| f64::from_bits(hw << 32 | (j.wrapping_mul(0x9E37_79B9) & 0xffff_ffff)))
-    }
-
-    /// `vector` eight lanes at a time over `xs` (a multiple of 8 taken), each lane equal to
-    /// `scalar` bit for bit.
-    fn assert_lanes(
-        xs: &[f64],
-        vector: unsafe fn(&[f64; 8]) -> [f64; 8],
-        scalar: fn(f64) -> f64,
-        name: &str,
-    ) {
-        for c in xs.chunks_exact(8) {
-            let c: &[f64; 8] = c.try_into().expect("chunks of 8");
-            // SAFETY: the callers check AVX-512F/DQ before they call.
-            let out = unsafe { vector(c) };
-            for (x, y) in c.iter().zip(out) {
-                let want = scalar(*x);
-                assert_eq!(
-                    y.to_bits(),
-                    want.to_bits(),
-                    "{name}({x:e}) = {y:e}, libm {want:e}"
-                );
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f,avx512dq")]
-    unsafe fn log1p_lanes(c: &[f64; 8]) -> [f64; 8] {
-        use std::arch::x86_64::*;
-        crate::kernels::avx512::lanes(avx512::log1p(_mm512_loadu_pd(c.as_ptr())))
-    }
-
-    #[target_feature(enable = "avx512f,avx512dq")]
-    unsafe fn log_lanes(c: &[f64; 8]) -> [f64; 8] {
-        use std::arch::x86_64::*;
-        crate::kernels::avx512::lanes(avx512::log(_mm512_loadu_pd(c.as_ptr())))
-    }
-
-    /// `log1p` lane by lane against `libm::log1p`, bit for bit: log-spaced magnitudes of both
-    /// signs from 2⁻⁵³ to 10³⁰⁰ (x > −1), and a few ulps around every branch point of the
-    /// scalar code (the k = 0 bounds, k = 2, k = 54, and −1).
-    #[test]
-    fn lane_log1p_is_libm_log1p() {
-        if !vectorized() {
-            eprintln!("no AVX-512F/DQ on this CPU: the vector sum is not used here");
-            return;
-        }
-        let mut xs = log_spaced(0x2545_F491_4F6C_DD1D, 400_000, -53.0, 1050.0, true);
-        let edges = [
-            f64::from_bits(0x3fda_827a_0000_0000),
-            -f64::from_bits(0x3fd2_bec4_0000_0000),
-            -f64::from_bits(0x3fd2_bec5_0000_0000),
-            2f64.sqrt() * 2.0 - 1.0,
-            2f64.powi(53),
-            2f64.powi(54),
-            -1.0 + f64::EPSILON,
-            2f64.powi(-53),
-            1e-4,
-            -1e-4,
-        ];
-        xs.extend(edges.into_iter().flat_map(ulps_around));
-        // Whole high words next to the k = 0 bounds: both reductions are accurate, so they
-        // agree on most inputs, and only many low words tell them apart.
-        for hw in [0x3fda_8279u64, 0x3fda_827a, 0xbfd2_bec4, 0xbfd2_bec5] {
-            xs.extend(high_word(hw));
-        }
-        xs.retain(|&x| x > -1.0 && x.is_finite());
-        assert_lanes(&xs, log1p_lanes, libm::log1p, "log1p");
-    }
-
-    /// The sum against its definition: GPD-like excesses at shapes across [−0.5, 2] (the fit
-    /// range), ξ = 0, scales that put terms on both sides of the series cutoff, values past
-    /// the support's end (None), and NaN or infinite values (the portable fallback).
-    #[test]
-    fn excess_sum_equals_its_definition() {
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let mut nones = 0;
-        for case in 0..3000 {
-            let n = (next() * 90.0) as usize;
-            let shift = if case % 3 == 0 { 0.0 } else { next() };
-            let mut values: Vec<f64> = (0..n)
-                .map(|_| shift + (-libm::log(1.0 - next())) * 10f64.powi((case % 7) as i32 - 3))
-                .collect();
-            if case % 50 == 7 && n > 3 {
-                values[n / 2] = [f64::NAN, f64::INFINITY][case % 2];
-            }
-            let xi = [-0.5, -0.2, 0.0, 1e-9, 0.1, 0.7, 2.0][case % 7];
-            let sigma = 10f64.powi((case % 11) as i32 - 5) * (0.5 + next());
-            let want = excess_sum_portable(&values, shift, xi, sigma);
-            let got = excess_sum(&values, shift, xi, sigma);
-            nones += want.is_none() as usize;
-            assert_eq!(
-                got.map(f64::to_bits),
-                want.map(f64::to_bits),
-                "case {case}: xi {xi} sigma {sigma}"
-            );
-        }
-        // Negative shapes with small scales leave the support in some cases, not in all.
-        assert!(nones > 0 && nones < 1500, "{nones} outside the support");
-        let _ = vectorized();
-    }
-
-    /// `log` lane by lane against `libm::log`, bit for bit: log-spaced normal positive
-    /// inputs over the whole exponent range, whole high words around the reduction's bound
-    /// √2/2 and around 1, and a few ulps around 1, 2, √2 and the smallest normal.
-    #[test]
-    fn lane_log_is_libm_log() {
-        if !vectorized() {
-            return;
-        }
-        let mut xs = log_spaced(0x5DEE_CE66_D1CE_4E5B, 400_000, -1021.0, 2044.0, false);
-        for hw in [
-            0x3fe6_a09du64,
-            0x3fe6_a09e,
-            0x3fef_ffff,
-            0x3ff0_0000,
-            0x3ff6_a09e,
-        ] {
-            xs.extend(high_word(hw));
-        }
-        let edges = [
-            1.0,
-            2.0,
-            2f64.sqrt(),
-            f64::MIN_POSITIVE * 16.0,
-            f64::MAX / 2.0,
-        ];
-        xs.extend(edges.into_iter().flat_map(ulps_around));
-        assert_lanes(&xs, log_lanes, libm::log, "log");
-    }
-
-    /// The profile sum against its definition in all three branches of `ln1p_phi_z` (s > 1,
-    /// −1 < s ≤ 1 with s down to 1e-300, s ≤ −1; s = ±1 exactly), with normalized excesses
-    /// holding exact zeros and ones, tiny and huge s (arguments of `log` that underflow: the
-    /// portable fallback), and NaN.
-    #[test]
-    fn phi_sum_equals_its_definition() {
-        let mut st = 0xD1B5_4A32_D192_ED03u64;
-        let mut next = || {
-            st ^= st << 13;
-            st ^= st >> 7;
-            st ^= st << 17;
-            (st >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let ss = [
-            -1e300,
-            -800.0,
-            -40.0,
-            -3.0,
-            -1.0,
-            -0.999,
-            -0.3,
-            -1e-9,
-            -1e-300,
-            0.0,
-            1e-300,
-            1e-17,
-            0.2,
-            1.0,
-            1.0000001,
-            2.5,
-            30.0,
-            750.0,
-            1e300,
-            f64::NAN,
-        ];
-        for case in 0..3000 {
-            let n = (next() * 70.0) as usize;
-            let shift = if case % 2 == 0 { 0.0 } else { next() * 3.0 };
-            let mut ys: Vec<f64> = (0..n).map(|_| -libm::log(1.0 - next())).collect();
-            if n > 2 {
-                ys[case % n] = 0.0;
-            }
-            let values: Vec<f64> = ys.iter().map(|y| shift + y).collect();
-            // As the fit computes it: z = 1 exactly at the largest excess.
-            let ymax = values.iter().map(|v| v - shift).fold(0.0f64, f64::max);
-            if ymax <= 0.0 {
-                continue;
-            }
-            let s = ss[case % ss.len()];
-            let want = phi_sum_portable(&values, shift, ymax, s);
-            let got = phi_sum(&values, shift, ymax, s);
-            assert_eq!(got.to_bits(), want.to_bits(), "case {case}: s {s}, n {n}");
-        }
     }
 }

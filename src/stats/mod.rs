@@ -2,7 +2,8 @@
 
 pub mod frontier;
 pub mod gpd;
-mod gpd_sums;
+#[doc(hidden)]
+pub mod gpd_sums;
 pub mod profile_likelihood;
 pub mod tail;
 

@@ -6,7 +6,7 @@
 //! elements per thread count) bit for bit. The one-thread FMA chain of `cpu-fma` is checked
 //! against both, so the test also shows what the thread count changes.
 
-use seedsweep::kernels::matmul::MatmulScratch;
+use seedsweep::kernels::matmul::{Mat, MatMut, MatmulScratch};
 use seedsweep::kernels::revealed::Role;
 use seedsweep::scenario::profile::ProfileRegistry;
 use seedsweep::scenario::revealed_file::RevealedOrders;
@@ -123,27 +123,43 @@ fn rates(threads: u32) -> Rates {
             m.run(role, &a, &b, &mut got, &mut stack);
         }
         match role {
-            Role::Forward => fma.matmul_nt(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
+            Role::Forward => {
+                let (am, bm) = (Mat::new(&a, c.rows, c.red), Mat::new(&b, c.cols, c.red));
+                fma.matmul_nt(am, bm, MatMut::new(&mut base, c.rows, c.cols), &mut scratch)
+            }
             Role::ForwardBias => {
                 // cpu-fma: the matmul, then the bias added (MKL's one-thread addmm).
                 let (w, bias) = b.split_at(k1 * c.cols);
-                fma.matmul_nt(&a, w, &mut base, c.rows, k1, c.cols, &mut scratch);
+                let (am, wm) = (Mat::new(&a, c.rows, k1), Mat::new(w, c.cols, k1));
+                fma.matmul_nt(am, wm, MatMut::new(&mut base, c.rows, c.cols), &mut scratch);
                 for row in base.chunks_exact_mut(c.cols) {
                     for (v, &bb) in row.iter_mut().zip(bias) {
                         *v += bb;
                     }
                 }
             }
-            Role::GradInput => fma.matmul(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch),
+            Role::GradInput => {
+                let (am, bm) = (Mat::new(&a, c.rows, c.red), Mat::new(&b, c.red, c.cols));
+                fma.matmul(am, bm, MatMut::new(&mut base, c.rows, c.cols), &mut scratch)
+            }
             Role::GradWeight => {
-                fma.matmul_tn(&a, &b, &mut base, c.rows, c.red, c.cols, &mut scratch)
+                let (am, bm) = (Mat::new(&a, c.red, c.rows), Mat::new(&b, c.red, c.cols));
+                fma.matmul_tn(am, bm, MatMut::new(&mut base, c.rows, c.cols), &mut scratch)
             }
         }
         // The backend's fast path: cpu-fma's kernels for every element, then the programs of
         // the exceptions only. It must give the same bits as running every program.
         let mut fast = base.clone();
         let bias_part = (role == Role::ForwardBias).then(|| &b[k1 * c.cols..]);
-        m.run_exceptions(role, &a, &b, bias_part, &mut fast, &mut stack);
+        m.run_exceptions(
+            scratch.isa(),
+            role,
+            &a,
+            &b,
+            bias_part,
+            &mut fast,
+            &mut stack,
+        );
         let same = fast
             .iter()
             .zip(&got)

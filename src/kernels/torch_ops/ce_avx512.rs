@@ -1,6 +1,6 @@
 //! [`super::ce_core`] (torch's fp32 cross-entropy, forward and backward) on AVX-512F: the
 //! SLEEF exponential sixteen lanes at a time. The scalar `ce_core` is the definition; this
-//! gives its bits for every input (tests below, against `ce_core` itself and against
+//! gives its bits for every input (`tests/isa_paths.rs`, against `ce_core` itself and against
 //! `exp_core` lane by lane).
 //!
 //! **Order of operations**, the same IEEE operations as the scalar code, lane by lane:
@@ -26,11 +26,6 @@
 
 use super::{ceil_log2, log_core, tree_reduce, IGNORE_INDEX, L2LF, L2UF, R_LN2F};
 use std::arch::x86_64::*;
-
-/// Whether this CPU runs the vector kernel.
-pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
 
 /// SLEEF `xexpf` on sixteen lanes, bit for bit `exp_core` per lane (module doc).
 ///
@@ -88,6 +83,15 @@ unsafe fn load16(row: &[f32], i: usize) -> (__m512, __mmask16) {
         // SAFETY: the `live` lanes are elements i .. row.len().
         (_mm512_maskz_loadu_ps(live, row.as_ptr().add(i)), live)
     }
+}
+
+/// [`exp16`] of up to sixteen values (the lanes past `x.len()` are exp(0)).
+///
+/// # Safety
+/// The CPU must support AVX-512F; `x` is not empty.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn exp16_of(x: &[f32]) -> [f32; 16] {
+    lanes16(exp16(load16(x, 0).0))
 }
 
 /// The sixteen lanes of `v`, lowest first.
@@ -236,186 +240,4 @@ pub unsafe fn ce<const N: usize>(
         loss += p;
     }
     loss / total_weight
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::{ce_core, exp_core};
-    use super::*;
-
-    /// exp_core of each input through the FMA build (mul_add is the definition everywhere;
-    /// the target-feature copy only makes the test fast).
-    #[target_feature(enable = "fma")]
-    unsafe fn exp_scalar(x: &[f32], out: &mut [f32]) {
-        for (o, &d) in out.iter_mut().zip(x) {
-            *o = exp_core(d);
-        }
-    }
-
-    fn check_exp(inputs: &[f32]) {
-        let mut want = vec![0.0f32; inputs.len()];
-        // SAFETY: AVX-512F (which includes FMA) is checked by every caller.
-        unsafe { exp_scalar(inputs, &mut want) };
-        for (c, w) in inputs.chunks(16).zip(want.chunks(16)) {
-            // SAFETY: as above.
-            let got = unsafe { lanes16(exp16(load16(c, 0).0)) };
-            for l in 0..c.len() {
-                assert_eq!(
-                    got[l].to_bits(),
-                    w[l].to_bits(),
-                    "exp({:e}) = bits {:#x}, want {:#x}",
-                    c[l],
-                    got[l].to_bits(),
-                    w[l].to_bits()
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn exp16_equals_exp_core_over_the_f32_range() {
-        if !available() {
-            eprintln!("no AVX-512F on this CPU: the vector kernel is not used here");
-            return;
-        }
-        // Every 61st bit pattern (70 M inputs: every binade of both signs, NaNs and
-        // infinities included), then every input within 64 ulps of the cut-offs −104 and
-        // 100, of q's rounding points (d·log2 e at half-integers, where q changes) for
-        // |q| ≤ 160, and of 0.
-        let mut xs: Vec<f32> = (0..=u32::MAX).step_by(61).map(f32::from_bits).collect();
-        let mut around = |c: f32| {
-            for k in -64i32..=64 {
-                xs.push(f32::from_bits(c.to_bits().wrapping_add_signed(k)));
-            }
-        };
-        around(-104.0);
-        around(100.0);
-        around(0.0);
-        around(-0.0);
-        for h in -320..=320 {
-            around((h as f32 + 0.5) / std::f32::consts::LOG2_E);
-        }
-        check_exp(&xs);
-    }
-
-    /// `ce_core::<N>` in the FMA build, the one a machine with AVX-512F runs without the
-    /// vector kernel (the soft-float `fmaf` of the portable build gives the same numbers, but
-    /// a NaN it makes may carry another sign than the hardware's default NaN).
-    #[target_feature(enable = "fma")]
-    unsafe fn ce_fma<const N: usize>(
-        logits: &[f32],
-        labels: &[i64],
-        v: usize,
-        grad_scale: f32,
-        dlogits: &mut [f32],
-    ) -> f32 {
-        ce_core::<N>(logits, labels, v, grad_scale, dlogits)
-    }
-
-    /// Equal bit patterns, or both NaN. Which NaN comes out of a row holding NaN and ±∞
-    /// logits is not part of either kernel's definition: x86 returns a NaN operand (or the
-    /// negative default NaN for ∞ − ∞), and which one follows the compiler's order of
-    /// commutative operations and the instructions it picks. Measured: the two agreed bit
-    /// for bit on all 3000 cases on the Intel Xeon of an earlier session; on this project's
-    /// AMD EPYC case 20's loss is +qNaN (0x7fc00000) from the vector kernel and −qNaN
-    /// (0xffc00000) from `ce_core`, and every non-NaN value still agrees bit for bit. No
-    /// output sees a NaN's sign: every comparison takes |actual − expected| and |expected|,
-    /// and a NaN prints as `nan`.
-    fn same(a: f32, b: f32) -> bool {
-        a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()
-    }
-
-    /// A small deterministic generator (xorshift64).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn logit(&mut self, scale: f32) -> f32 {
-            match self.below(40) {
-                0 => f32::NAN,
-                1 => f32::INFINITY,
-                2 => f32::NEG_INFINITY,
-                3 => 0.0,
-                4 => -0.0,
-                _ => ((self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale,
-            }
-        }
-    }
-
-    #[test]
-    fn vector_cross_entropy_equals_ce_core() {
-        if !available() {
-            eprintln!("no AVX-512F on this CPU: the vector kernel is not used here");
-            return;
-        }
-        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-        for case in 0..3000 {
-            let v = 1 + rng.below(70) as usize;
-            let n = 1 + rng.below(40) as usize;
-            // Mostly ordinary logits; now and then rows with specials or huge spreads, and
-            // all-equal rows (zero maxima of both signs among them).
-            let special = case % 4 == 0;
-            let scale = [1.0, 20.0, 300.0, 1e-30][rng.below(4) as usize];
-            let logits: Vec<f32> = (0..n * v)
-                .map(|_| {
-                    if special {
-                        rng.logit(scale)
-                    } else if case % 7 == 1 {
-                        [0.0, -0.0][rng.below(2) as usize]
-                    } else {
-                        ((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                    }
-                })
-                .collect();
-            let labels: Vec<i64> = (0..n)
-                .map(|_| {
-                    if rng.below(9) == 0 {
-                        IGNORE_INDEX
-                    } else {
-                        rng.below(v as u64) as i64
-                    }
-                })
-                .collect();
-            let grad_scale = [1.0, 0.5, 1.0 / 3.0][rng.below(3) as usize];
-            let mut want = vec![0.0f32; n * v];
-            let mut got = vec![7.0f32; n * v];
-            for lanes in [16, 8] {
-                // SAFETY: AVX-512F (which includes FMA) checked above.
-                let (lw, lg) = unsafe {
-                    if lanes == 16 {
-                        (
-                            ce_fma::<16>(&logits, &labels, v, grad_scale, &mut want),
-                            ce::<16>(&logits, &labels, v, grad_scale, &mut got),
-                        )
-                    } else {
-                        (
-                            ce_fma::<8>(&logits, &labels, v, grad_scale, &mut want),
-                            ce::<8>(&logits, &labels, v, grad_scale, &mut got),
-                        )
-                    }
-                };
-                assert!(
-                    same(lg, lw),
-                    "case {case} N={lanes}: loss {:#x} vs {:#x}",
-                    lg.to_bits(),
-                    lw.to_bits()
-                );
-                for (j, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        same(g, w),
-                        "case {case} N={lanes}: dlogit {j} {:#x} vs {:#x}",
-                        g.to_bits(),
-                        w.to_bits()
-                    );
-                }
-            }
-        }
-    }
 }

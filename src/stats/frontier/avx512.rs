@@ -35,11 +35,6 @@ const HUGE: f64 = f64::from_bits((1023 + 1000) << 52);
 /// 1 − 2⁻¹²: the screen's relative margin.
 const SHRINK: f64 = 1.0 - 1.0 / 4096.0;
 
-/// Whether this CPU runs the vector passes.
-pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
 /// The screen's bound on ratios for the current best ratio (module doc), exclusive: a
 /// screened ratio passes when it is below fl(r₀·(1 − 2⁻¹²)); −1 when there is no best, when
 /// it is below 2⁻¹⁰⁰⁰, or when it is +∞ (a d/e that overflowed): then no ratio ≥ 0 passes.

@@ -7,6 +7,7 @@
 //! bit for bit, which the tests check against the portable loops.
 
 use super::{AnchorScan, Anchors, HULL_MARGIN};
+use crate::kernels::isa::Isa;
 
 /// The point of one (actual x, expected y) pair, as the frontiers store it: d = |x − y|
 /// (NaN → +∞, and 0 when x == y, so equal infinities count as equal), e = |y| (0 for a
@@ -28,13 +29,25 @@ pub fn scan_pairs(
     scan: &mut AnchorScan,
     pts: &mut Vec<(f64, f64)>,
 ) {
+    scan_pairs_on(Isa::detected(), actual, expected, scan, pts)
+}
+
+/// [`scan_pairs`] on the compilation `isa` names (the same points and anchors on each).
+pub fn scan_pairs_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    scan: &mut AnchorScan,
+    pts: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { scan_pairs_avx2(actual, expected, scan, pts) };
         }
     }
+    let _ = isa;
     scan_pairs_portable(actual, expected, scan, pts)
 }
 
@@ -174,32 +187,31 @@ unsafe fn scan_pairs_avx2(
     scan.merge(&local);
 }
 
-/// Whether [`scan_anchors`] and [`keep_pairs`] run their vector kernels on this CPU
-/// (AVX-512F). Where they do, the two passes beat buffering every point with
+/// Whether [`scan_anchors`] and [`keep_pairs`] run their vector kernels on the detected
+/// [`Isa`] (AVX-512F). Where they do, the two passes beat buffering every point with
 /// [`scan_pairs`]: they store only the kept points and divide only where a ratio could
 /// matter.
 pub fn two_pass_is_vectorized() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::avx512::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::detected().avx512()
 }
 
 /// Offers the point of every pair of `actual` and `expected` to `scan`, in order, storing
 /// none: the first of the two passes that take a check's prefiltered points straight from
 /// its tensors ([`keep_pairs`] is the second).
 pub fn scan_anchors(actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
+    scan_anchors_on(Isa::detected(), actual, expected, scan)
+}
+
+/// [`scan_anchors`] on the compilation `isa` names (the same anchors on each).
+pub fn scan_anchors_on(isa: Isa, actual: &[f64], expected: &[f64], scan: &mut AnchorScan) {
     #[cfg(target_arch = "x86_64")]
     {
-        if two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::scan_anchors(actual, expected, scan) };
         }
     }
+    let _ = isa;
     scan_anchors_portable(actual, expected, scan)
 }
 
@@ -218,13 +230,25 @@ pub fn keep_pairs(
     anchors: Option<&Anchors>,
     pts: &mut Vec<(f64, f64)>,
 ) {
+    keep_pairs_on(Isa::detected(), actual, expected, anchors, pts)
+}
+
+/// [`keep_pairs`] on the compilation `isa` names (the same points on each).
+pub fn keep_pairs_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    anchors: Option<&Anchors>,
+    pts: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::keep_pairs(actual, expected, anchors, pts) };
         }
     }
+    let _ = isa;
     keep_pairs_portable(actual, expected, anchors, pts)
 }
 
@@ -248,14 +272,15 @@ pub fn keep_pairs_portable(
 }
 
 /// Keeps, in place and in order, the points of `pts` that `an.keep` keeps.
-pub fn retain(an: &Anchors, pts: &mut Vec<(f64, f64)>) {
+pub fn retain(isa: Isa, an: &Anchors, pts: &mut Vec<(f64, f64)>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if isa.avx2() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX2.
             return unsafe { retain_avx2(an, pts) };
         }
     }
+    let _ = isa;
     pts.retain(|&q| an.keep(q));
 }
 
@@ -361,400 +386,4 @@ unsafe fn retain_avx2(an: &Anchors, pts: &mut Vec<(f64, f64)>) {
         }
     }
     pts.truncate(w);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Pairs mixing equal values, NaN and infinities on either side, zeros, tiny and huge
-    /// magnitudes, repeated points and ties in ratio.
-    fn pairs(seed: u64, n: usize) -> (Vec<f64>, Vec<f64>) {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let special = [
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            1e-300,
-            2.0,
-        ];
-        let (mut a, mut e) = (Vec::new(), Vec::new());
-        for _ in 0..n {
-            let r = next();
-            let y = match r % 7 {
-                0 => special[(r >> 8) as usize % special.len()],
-                1 => ((r >> 8) % 5) as f64,
-                _ => {
-                    ((r >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 10f64.powi((r % 9) as i32 - 4)
-                }
-            };
-            let r2 = next();
-            let x = match r2 % 6 {
-                0 => y,
-                1 => special[(r2 >> 8) as usize % special.len()],
-                2 => y * 2.0,
-                3 => ((r2 >> 8) % 5) as f64,
-                _ => y + ((r2 >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 1e-6 * y.abs().max(1e-3),
-            };
-            a.push(x);
-            e.push(y);
-        }
-        (a, e)
-    }
-
-    #[test]
-    fn vector_passes_equal_the_portable_definitions() {
-        for seed in 0..400u64 {
-            let n = (seed as usize * 7) % 67;
-            let (a, e) = pairs(seed, n);
-            // Two runs offered in order (a check of two slots), into a scan that may already
-            // hold points.
-            let cut = n / 3;
-            let (mut s1, mut s2) = (AnchorScan::default(), AnchorScan::default());
-            let (mut p1, mut p2) = (Vec::new(), Vec::new());
-            if seed % 3 == 0 {
-                s1.add((0.5, 0.25));
-                s2.add((0.5, 0.25));
-            }
-            scan_pairs(&a[..cut], &e[..cut], &mut s1, &mut p1);
-            scan_pairs(&a[cut..], &e[cut..], &mut s1, &mut p1);
-            scan_pairs_portable(&a[..cut], &e[..cut], &mut s2, &mut p2);
-            scan_pairs_portable(&a[cut..], &e[cut..], &mut s2, &mut p2);
-            let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-                v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
-            };
-            assert_eq!(bits(&p1), bits(&p2), "points, seed {seed}");
-            let (f1, f2) = (s1.finish(), s2.finish());
-            assert_eq!(format!("{f1:?}"), format!("{f2:?}"), "anchors, seed {seed}");
-            // The filter, with these anchors and with anchors from a finite cloud (the
-            // random pairs often hold an infinite d, which leaves no anchors).
-            let finite: Vec<(f64, f64)> = p2.iter().copied().filter(|q| q.0.is_finite()).collect();
-            for an in [f1, Anchors::of(finite.iter().copied())]
-                .into_iter()
-                .flatten()
-            {
-                for pts in [&p2, &finite] {
-                    let mut v = pts.clone();
-                    retain(&an, &mut v);
-                    let want: Vec<_> = pts.iter().copied().filter(|&q| an.keep(q)).collect();
-                    assert_eq!(bits(&v), bits(&want), "retain, seed {seed} {an:?}");
-                }
-            }
-        }
-    }
-
-    /// The points [`keep_pairs`] keeps under `an`, checked bit for bit against its portable
-    /// definition.
-    fn kept_by_both(a: &[f64], e: &[f64], an: &Anchors) -> Vec<(f64, f64)> {
-        let (mut fast, mut slow) = (Vec::new(), Vec::new());
-        keep_pairs(a, e, Some(an), &mut fast);
-        keep_pairs_portable(a, e, Some(an), &mut slow);
-        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
-        };
-        assert_eq!(bits(&fast), bits(&slow));
-        slow
-    }
-
-    /// The keep pass on the edges of its tests, against its definition: anchors
-    /// p₀ = (d, e) = (1, 0.25) (the largest d/e) and p* = (2, 1) (the largest d); points
-    /// between them at, one ulp above and one ulp below the chord test's boundary km·h, at
-    /// and around h itself, and around the below-p₀ test's two boundaries (d = km·d₀ and
-    /// d·e₀ = km·d₀·e), each duplicated, plus copies of the anchors. Each point is the pair
-    /// (d − e, −e) with e < d a multiple of d's ulp, so that the pair gives exactly (d, e).
-    #[test]
-    fn keep_pairs_on_its_tests_boundaries_equals_its_definition() {
-        let km = 1.0 - HULL_MARGIN;
-        let (p0, ps) = ((1.0f64, 0.25f64), (2.0f64, 1.0f64));
-        let q52 = |x: f64| (x * 2f64.powi(52)).round() / 2f64.powi(52);
-        let q53 = |x: f64| (x * 2f64.powi(53)).round() / 2f64.powi(53);
-        let around = |x: f64| [x.next_down().next_down(), x.next_down(), x, x.next_up()];
-        let mut pts = vec![p0, ps, p0, ps];
-        for k in 1..200 {
-            let e = q52(0.25 + 0.75 * k as f64 / 200.0);
-            let t = (e - p0.1) / (ps.1 - p0.1);
-            let h = p0.0 + (ps.0 - p0.0) * t;
-            for d in around(km * h).into_iter().chain(around(h)) {
-                pts.push((d, e));
-            }
-            // Below p₀: d around km·d₀, and e around the ray's boundary km·d₀·e = d·e₀.
-            let d = 0.5 + 0.5 * k as f64 / 200.0;
-            for dd in around(km * p0.0) {
-                pts.push((dd, q53(0.3)));
-            }
-            let e_ray = q53(d * p0.1 / (km * p0.0));
-            for ee in [e_ray - 2f64.powi(-53), e_ray, e_ray + 2f64.powi(-53)] {
-                pts.push((d, ee));
-            }
-        }
-        let (mut a, mut e) = (Vec::new(), Vec::new());
-        for &(d, ee) in &pts {
-            let (x, y) = (d - ee, -ee);
-            assert_eq!((x - y).abs(), d, "the pair gives d exactly");
-            for _ in 0..2 {
-                a.push(x);
-                e.push(y);
-            }
-        }
-        let mut scan = AnchorScan::default();
-        scan_anchors_portable(&a, &e, &mut scan);
-        let an = scan.finish().expect("anchors");
-        assert_eq!((an.p0, an.ps), (p0, ps), "the intended anchors");
-        let slow = kept_by_both(&a, &e, &an);
-        // Both sides of each boundary occur: some points are kept, some dropped.
-        assert!(
-            !slow.is_empty() && slow.len() < a.len() / 2,
-            "{}",
-            slow.len()
-        );
-    }
-
-    /// The keep pass's block screen (`avx512::keep_finite`) against the definition, on
-    /// points around the screen's own edges: below p₀'s ray and below the chord by factors
-    /// c = 1 − 2⁻⁴⁰ give or take a few ulps (dropped by the test either way), d exactly d₀
-    /// and one ulp either side with e between the anchors (d = d₀ is kept: neither below
-    /// p₀ nor strictly between the anchors), e at the screen range's ends 2^±200, and a kept
-    /// point now and then among blocks of dropped ones, over several runs of 64 blocks.
-    #[test]
-    fn keep_pairs_around_its_block_screen_equals_its_definition() {
-        let (p0, ps) = ((1.0f64, 0.25f64), (2.0f64, 1.0f64));
-        let c = 1.0 - 2f64.powi(-40);
-        let around = |x: f64| {
-            [
-                x.next_down().next_down(),
-                x.next_down(),
-                x,
-                x.next_up(),
-                x.next_up().next_up(),
-            ]
-        };
-        let q = |x: f64, ulp: f64| (x / ulp).round() * ulp;
-        let mut pts = vec![p0, ps];
-        for k in 1..400 {
-            let f = k as f64 / 400.0;
-            // Left of p₀: the ray d = r₀·e.
-            let e = q(0.25 * f, 2f64.powi(-56));
-            for d in around(c * 4.0 * e) {
-                pts.push((d, e));
-            }
-            // Between the anchors: the chord, d = d₀ and its neighbours.
-            let e = q(0.25 + 0.75 * f, 2f64.powi(-54));
-            let h = 1.0 + (e - 0.25) / 0.75;
-            for d in around(c * h).into_iter().chain(around(p0.0)) {
-                pts.push((d, e));
-            }
-            // Right of p*: under d* (dominated) and at it.
-            for d in around(c * ps.0) {
-                pts.push((d, q(1.0 + f, 2f64.powi(-52))));
-            }
-            // Far below (a block the screen skips), then now and then a kept point.
-            for j in 0..16 {
-                pts.push((0.25 * f, q(0.3 + 0.001 * j as f64, 2f64.powi(-54))));
-            }
-            if k % 7 == 0 {
-                // Above the chord (kept), with a ratio below r₀ = 4 and d below d* = 2.
-                let e = q(0.4 + 0.5 * f, 2f64.powi(-54));
-                let h = 1.0 + (e - 0.25) / 0.75;
-                pts.push((q(h * 1.001, 2f64.powi(-52)), e));
-            }
-        }
-        // e at the ends of the screen's range: below the ray, and dominated by p*.
-        for ee in around(2f64.powi(-200)) {
-            pts.push((ee * 1e-3, ee));
-        }
-        for ee in around(2f64.powi(200)) {
-            pts.push((0.5, ee));
-        }
-        let (mut a, mut e) = (Vec::new(), Vec::new());
-        for &(d, ee) in &pts {
-            // The pair (ee + d, ee) gives d exactly when it is exact, as it is for these
-            // multiples of small powers of two; pairs where it is not are kept as they are
-            // (both sides still see the same pair).
-            a.push(ee + d);
-            e.push(ee);
-        }
-        let mut scan = AnchorScan::default();
-        scan_anchors_portable(&a, &e, &mut scan);
-        let an = scan.finish().expect("anchors");
-        let slow = kept_by_both(&a, &e, &an);
-        // Kept points and dropped ones, d = d₀ between the anchors among the kept.
-
-        assert!(
-            slow.len() > 400 && slow.len() < a.len() / 4,
-            "{}",
-            slow.len()
-        );
-        assert!(slow.iter().any(|q| q.0 == an.p0.0 && q.1 > an.p0.1));
-        assert!(slow
-            .iter()
-            .any(|q| q.1 >= 0.4 && q.0 > 1.0005 * (1.0 + (q.1 - 0.25) / 0.75)));
-    }
-
-    /// Finite pairs on the anchor screen's edges: ratios d/e within a few ulps of each
-    /// other (the best-ratio test), differences equal to the largest so far (the p* test),
-    /// exact zeros in d and in e, and magnitudes from 1e-300 to 1e300.
-    fn finite_pairs(seed: u64, n: usize) -> (Vec<f64>, Vec<f64>) {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let ratio = 10f64.powi((next() % 9) as i32 - 4);
-        let (mut a, mut e) = (Vec::new(), Vec::new());
-        for k in 0..n {
-            let r = next();
-            let y = match r % 6 {
-                0 => 0.0,
-                1 => ((r >> 8) % 5) as f64 - 2.0,
-                2 => {
-                    (((r >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
-                        * 10f64.powi((r % 601) as i32 - 300)
-                }
-                _ => {
-                    (((r >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
-                        * 10f64.powi((r % 7) as i32 - 3)
-                }
-            };
-            let r2 = next();
-            let ulps = ((r2 >> 8) % 7) as f64 - 3.0;
-            let x = match r2 % 7 {
-                0 => y,
-                1 => y + y.abs() * ratio * (1.0 + ulps * f64::EPSILON),
-                2 => y - y.abs() * ratio,
-                3 => y + (k % 3) as f64 * 1e-3,
-                4 => ((r2 >> 16) % 3) as f64,
-                _ => {
-                    y + (((r2 >> 11) as f64) / (1u64 << 53) as f64 - 0.5)
-                        * ratio
-                        * y.abs().max(1e-6)
-                }
-            };
-            a.push(x);
-            e.push(y);
-        }
-        (a, e)
-    }
-
-    #[test]
-    fn two_pass_kernels_equal_their_definitions() {
-        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-            v.iter().map(|q| (q.0.to_bits(), q.1.to_bits())).collect()
-        };
-        for seed in 0..3000u64 {
-            let n = (seed as usize * 13) % 150;
-            let (a, e) = if seed % 4 == 0 {
-                pairs(seed, n)
-            } else {
-                finite_pairs(seed, n)
-            };
-            let cut = (seed as usize % 5) * n / 5;
-            let (mut s1, mut s2) = (AnchorScan::default(), AnchorScan::default());
-            if seed % 3 == 0 {
-                s1.add((0.5, 0.25));
-                s2.add((0.5, 0.25));
-            }
-            scan_anchors(&a[..cut], &e[..cut], &mut s1);
-            scan_anchors(&a[cut..], &e[cut..], &mut s1);
-            scan_anchors_portable(&a[..cut], &e[..cut], &mut s2);
-            scan_anchors_portable(&a[cut..], &e[cut..], &mut s2);
-            assert_eq!(format!("{s1:?}"), format!("{s2:?}"), "scan, seed {seed}");
-            let an = s2.finish();
-            let (mut p1, mut p2) = (vec![(9.0, 9.0)], vec![(9.0, 9.0)]);
-            keep_pairs(&a, &e, an.as_ref(), &mut p1);
-            keep_pairs_portable(&a, &e, an.as_ref(), &mut p2);
-            assert_eq!(bits(&p1), bits(&p2), "kept, seed {seed}");
-            // And the same as buffering every point and filtering (the one-pass form).
-            let (mut s3, mut p3) = (AnchorScan::default(), Vec::new());
-            if seed % 3 == 0 {
-                s3.add((0.5, 0.25));
-            }
-            scan_pairs_portable(&a, &e, &mut s3, &mut p3);
-            s3.filter(&mut p3);
-            assert_eq!(bits(&p1[1..]), bits(&p3), "filtered, seed {seed}");
-        }
-    }
-
-    /// Without anchors, pairs that are all equal (±0 and ±∞ included) keep no point, and
-    /// one pair that differs anywhere (by an ulp, or a NaN on either side, which never
-    /// equals) sends the pass to the definition: the vector pass against it.
-    #[test]
-    fn without_anchors_equal_pairs_keep_nothing_and_one_difference_counts() {
-        let bits = |v: &[(f64, f64)]| -> Vec<(u64, u64)> {
-            v.iter().map(|p| (p.0.to_bits(), p.1.to_bits())).collect()
-        };
-        for n in [0usize, 1, 7, 8, 9, 16, 61] {
-            let e: Vec<f64> = (0..n)
-                .map(|i| match i % 5 {
-                    0 => 0.0,
-                    1 => f64::INFINITY,
-                    2 => -1.5 * i as f64,
-                    _ => 1e-3 * i as f64,
-                })
-                .collect();
-            let mut a = e.clone();
-            a.iter_mut().step_by(3).for_each(|x| {
-                if *x == 0.0 {
-                    *x = -0.0;
-                }
-            });
-            let (mut p1, mut p2) = (vec![(9.0, 9.0)], vec![(9.0, 9.0)]);
-            keep_pairs(&a, &e, None, &mut p1);
-            keep_pairs_portable(&a, &e, None, &mut p2);
-            assert_eq!(bits(&p1), bits(&p2), "equal, n {n}");
-            assert_eq!(p1.len(), 1, "equal pairs keep nothing, n {n}");
-            for at in (0..n).step_by(4) {
-                for (x, y) in [
-                    (f64::from_bits(e[at].to_bits() + 1), e[at]),
-                    (f64::NAN, e[at]),
-                    (a[at], f64::NAN),
-                ] {
-                    let (mut a2, mut e2) = (a.clone(), e.clone());
-                    (a2[at], e2[at]) = (x, y);
-                    let (mut p1, mut p2) = (Vec::new(), Vec::new());
-                    keep_pairs(&a2, &e2, None, &mut p1);
-                    keep_pairs_portable(&a2, &e2, None, &mut p2);
-                    assert_eq!(bits(&p1), bits(&p2), "n {n}, at {at}, ({x}, {y})");
-                    assert!(!p1.is_empty(), "n {n}, at {at}: the differing pair is kept");
-                }
-            }
-        }
-    }
-
-    /// A best ratio d/e that overflows to +∞ (d = 1 over a subnormal e) and later points
-    /// with e = 0 (below p*, so only the e = 0 flag records them) or a subnormal e: the
-    /// vector scan must still see them. (Its screen once compared ratios with the bound
-    /// +∞ − +∞ = NaN and let such a block through as quiet, leaving the flag unset.)
-    #[test]
-    fn an_infinite_best_ratio_leaves_later_points_seen() {
-        let tiny = 1e-320;
-        for later in [(0.5, 0.0), (0.25, 0.0), (0.75, 3e-321), (2.0, 5e-324)] {
-            for at in [8, 9, 15, 16, 40] {
-                let mut a = vec![0.5; at + 3];
-                let mut e = a.clone();
-                (a[1], e[1]) = (1.0 + tiny, tiny);
-                (a[at], e[at]) = (later.0 + later.1, later.1);
-                let (mut fast, mut slow) = (AnchorScan::default(), AnchorScan::default());
-                scan_anchors(&a, &e, &mut fast);
-                scan_anchors_portable(&a, &e, &mut slow);
-                assert!(slow.best.is_some_and(|(_, r)| r == f64::INFINITY));
-                assert_eq!(
-                    format!("{fast:?}"),
-                    format!("{slow:?}"),
-                    "{later:?} at {at}"
-                );
-            }
-        }
-    }
 }

@@ -35,6 +35,7 @@ use super::{
     frontier, is_staircase, merge_staircases, pair_point, scan_anchors, staircase_in_place,
     staircase_merge, AnchorScan, SMALL_STAIRCASE,
 };
+use crate::kernels::isa::Isa;
 
 /// Staircase length from which screened points are pooled between merges (module doc).
 pub(super) const DEFER_FROM: usize = 4096;
@@ -90,7 +91,7 @@ impl FrontierStream {
         scan_anchors(actual, expected, &mut self.scan);
         let pending = &mut self.pending;
         pending.clear();
-        screen(actual, expected, &self.below, pending);
+        screen(Isa::detected(), actual, expected, &self.below, pending);
         if pending.is_empty() {
             return;
         }
@@ -179,14 +180,21 @@ fn merge_into(
 /// Appends, in order, the point of each pair ([`pair_point`]) with d > 0 and d above its
 /// e's entry of `below`: the screen of [`FrontierStream::offer`], vectorized where the CPU
 /// allows (the same points).
-fn screen(actual: &[f64], expected: &[f64], below: &[f64; BELOW_LEN], out: &mut Vec<(f64, f64)>) {
+fn screen(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    below: &[f64; BELOW_LEN],
+    out: &mut Vec<(f64, f64)>,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::two_pass_is_vectorized() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if isa.avx512() {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
             return unsafe { super::avx512::screen_pairs(actual, expected, below, out) };
         }
     }
+    let _ = isa;
     screen_portable(actual, expected, below, out)
 }
 
@@ -219,6 +227,24 @@ fn rebuild_below(below: &mut [f64], stairs: &[(f64, f64)]) {
         largest = d;
     }
     below[k..].fill(largest);
+}
+
+/// Test support: the points the screen of [`FrontierStream::offer`] keeps from the pairs of
+/// `actual` and `expected` against the table of the staircase `stairs`, on `isa` and by the
+/// portable definition (`tests/isa_paths.rs` checks that they are the same, in order).
+#[doc(hidden)]
+pub fn screen_both_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    stairs: &[(f64, f64)],
+) -> [Vec<(f64, f64)>; 2] {
+    let mut below = Box::new([0.0; BELOW_LEN]);
+    rebuild_below(&mut below[..], stairs);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    screen(isa, actual, expected, &below, &mut got);
+    screen_portable(actual, expected, &below, &mut want);
+    [got, want]
 }
 
 #[cfg(test)]
@@ -291,31 +317,6 @@ mod tests {
             let (a, e) = pairs(&raw, narrow, odd);
             let want = at_once(&a, &e);
             let got = streamed(&a, &e, chunk);
-            prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(300))]
-        /// The screen (vectorized where the CPU allows) keeps the points its definition
-        /// keeps, in order, against the table of another set's staircase.
-        #[test]
-        fn the_screen_equals_its_definition(
-            raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..300),
-            stairs_raw in prop::collection::vec((any::<u64>(), any::<i8>(), any::<u8>()), 0..40),
-            narrow in any::<bool>(),
-            odd in any::<bool>(),
-        ) {
-            let (a, e) = pairs(&raw, narrow, odd);
-            let (sa, se) = pairs(&stairs_raw, narrow, false);
-            let mut stairs: Vec<_> = sa.iter().zip(&se).map(|(&x, &y)| pair_point(x, y)).collect();
-            stairs.retain(|q| q.0 > 0.0);
-            staircase_by_sorting(&mut stairs);
-            let mut below = Box::new([0.0; BELOW_LEN]);
-            rebuild_below(&mut below[..], &stairs);
-            let (mut got, mut want) = (vec![(1.0, 2.0)], vec![(1.0, 2.0)]);
-            screen(&a, &e, &below, &mut got);
-            screen_portable(&a, &e, &below, &mut want);
             prop_assert_eq!(format!("{got:?}"), format!("{want:?}"));
         }
     }
