@@ -18,9 +18,9 @@
 //! - the digest separates different computations (it is not constant).
 
 use crate::common::legacy_graphs::{t1_graphs, t2_graphs};
+use seedsweep::engine::catalog::Catalog;
 use seedsweep::exec::graph_scenario::merged_check_names;
 use seedsweep::exec::scenario::{Scenario, Workspace};
-use seedsweep::engine::catalog::Catalog;
 use seedsweep::exec::GraphScenario;
 use seedsweep::scenario::config::{parse_scenario_config, RngKind};
 use seedsweep::scenario::mutant::Mutant;
