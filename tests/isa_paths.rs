@@ -1010,11 +1010,12 @@ mod elementwise_paths {
 /// Tolerances and usage: each compilation of the statistics against the definitions.
 mod check_paths {
     use super::{Check, ALL, AVX512};
-    use seedsweep::check::{
+    use seedsweep::check::usage::{
         compare, magnitude_stats_on, max_ratio_on, max_ratio_portable, pair_kernel_applies,
         pair_stats_finite2_on, pair_stats_finite_on, pair_stats_finite_scan_on, usage_stats_on,
-        PairStats, Tolerance,
+        PairStats,
     };
+    use seedsweep::check::Tolerance;
     use seedsweep::kernels::isa::Isa;
     use seedsweep::stats::frontier::{scan_anchors_portable, AnchorScan};
 
@@ -1211,7 +1212,7 @@ mod check_paths {
     }
 
     /// The asserted comparison's statistics with its frontier's anchor scan in the same pass
-    /// ([`crate::check::pair_stats_finite_scan`]) against the two definitions one after the
+    /// ([`crate::check::usage::pair_stats_finite_scan`]) against the two definitions one after the
     /// other: [`pair_stats_impl`] and `scan_anchors_portable`, continuing a scan of earlier
     /// pairs as a check's later steps do, over the same generated slices as above (exact
     /// zeros, usages on the screen's edges, non-finite values, differences that overflow), and

@@ -9,7 +9,7 @@
 //! order; for a scenario with execution modes ([`crate::exec::scenario::Scenario::execution_modifiers`],
 //! JAX eager and jit) each of them once per mode (`f32+xla-eager`, `f32+xla-jit`, ...).
 
-use crate::check::py_repr;
+use crate::check::python_repr::py_repr;
 use crate::commands::{emit, load_catalog, Common};
 use crate::engine::catalog::{Catalog, Group, Selection};
 use crate::exec::scenario::Workspace;

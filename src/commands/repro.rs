@@ -10,7 +10,8 @@ use anyhow::Context;
 use std::path::PathBuf;
 
 use crate::check::comparison::Comparison;
-use crate::check::{compare, torch_mismatch_message};
+use crate::check::torch_message::torch_mismatch_message;
+use crate::check::usage::compare;
 use crate::commands::{emit_text, load_catalog, status, CiOutputs, Common, EXIT_EXCEEDED};
 use crate::engine::catalog::{Catalog, Group};
 use crate::engine::evaluate::{for_each_pair, SeedCheck};
@@ -357,8 +358,8 @@ pub fn repro(
                             step,
                             message_comparison.name(),
                             policy,
-                            crate::check::py_repr(tol.atol),
-                            crate::check::py_repr(tol.rtol)
+                            crate::check::python_repr::py_repr(tol.atol),
+                            crate::check::python_repr::py_repr(tol.rtol)
                         );
                         text.push_str(&msg);
                         text.push('\n');

@@ -158,7 +158,7 @@ fn validate(
     flake: f64,
     quiet: bool,
 ) -> anyhow::Result<(String, String)> {
-    use crate::check::py_repr;
+    use crate::check::python_repr::py_repr;
     use crate::report::size::{clopper_pearson, usages};
     use crate::report::table::{pct, render};
     use crate::stats::tail::seeds_needed_empirical;

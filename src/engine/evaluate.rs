@@ -12,10 +12,11 @@
 //! traces give the tolerance frontiers `size` fits ([`unit_frontiers`]).
 
 use crate::check::comparison::Comparison;
-use crate::check::{
+use crate::check::usage::{
     magnitude_stats, max_ratio, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan,
-    usage_stats, PairStats, StepLabel, Tolerance,
+    usage_stats, PairStats,
 };
+use crate::check::{StepLabel, Tolerance};
 use crate::exec::scenario::{CheckSpec, Scenario, Traces, Workspace};
 use crate::exec::trace::{Slot, SlotRole, Trace, View};
 use crate::stats::frontier::{

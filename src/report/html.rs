@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::svg::{self, escape, num, pct, Bar, LogAxis};
 use crate::check::comparison::Comparison;
-use crate::check::py_repr;
+use crate::check::python_repr::py_repr;
 use crate::engine::plan::GroupMeta;
 
 /// What [`write_report`] wrote.

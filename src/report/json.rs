@@ -34,7 +34,7 @@ fn float(out: &mut String, x: f64) {
     } else if x.is_infinite() {
         out.push_str(if x > 0.0 { "\"inf\"" } else { "\"-inf\"" });
     } else {
-        out.push_str(&crate::check::py_repr(x));
+        out.push_str(&crate::check::python_repr::py_repr(x));
     }
 }
 

@@ -65,7 +65,7 @@ pub fn to_markdown(v: &Verdict) -> String {
                 g.push("`--fail-on-missed-mutant`".to_string());
             }
             if let Some(p) = v.gates.max_flake_rate {
-                g.push(format!("`--max-flake-rate {}`", crate::check::py_repr(p)));
+                g.push(format!("`--max-flake-rate {}`", crate::check::python_repr::py_repr(p)));
             }
             if g.is_empty() {
                 "none".to_string()

@@ -19,7 +19,8 @@ use std::fmt::Write as _;
 
 use rayon::prelude::*;
 
-use crate::check::{py_repr, Tolerance};
+use crate::check::python_repr::py_repr;
+use crate::check::Tolerance;
 use crate::engine::plan::GroupMeta;
 use crate::report::table::{pct, render};
 use crate::stats::frontier::usage;

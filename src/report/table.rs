@@ -1,7 +1,7 @@
 //! Plain-text tables for the terminal.
 
 use crate::check::comparison::Comparison;
-use crate::check::py_repr;
+use crate::check::python_repr::py_repr;
 use crate::engine::aggregate::{GroupAgg, SummaryEntry};
 use crate::engine::plan::GroupMeta;
 

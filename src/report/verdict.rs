@@ -424,9 +424,9 @@ pub fn of_sweep(
                 if t.flake_rate > limit {
                     failures.push(format!(
                         "predicted flake rate {} ({}) is above --max-flake-rate {}",
-                        crate::check::py_repr(t.flake_rate),
+                        crate::check::python_repr::py_repr(t.flake_rate),
                         t.flake_rate_method,
-                        crate::check::py_repr(limit)
+                        crate::check::python_repr::py_repr(limit)
                     ));
                 }
             }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::check::comparison::Comparison;
 #[cfg(doc)]
-use crate::check::py_repr;
+use crate::check::python_repr::py_repr;
 use crate::check::StepLabel;
 use crate::engine::{aggregate::SummaryEntry, evaluate::SeedValues, plan::GroupMeta};
 use crate::results::schema;
@@ -33,7 +33,7 @@ pub fn float_into(x: f64, out: &mut Vec<u8>) {
     if x.is_nan() {
         out.extend_from_slice(b"NaN");
     } else {
-        crate::check::py_repr_into(x, out);
+        crate::check::python_repr::py_repr_into(x, out);
     }
 }
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::check::py_repr;
+use crate::check::python_repr::py_repr;
 use crate::exec::scenario::{CheckSpec, Traces};
 use crate::exec::trace::{SlotRole, Trace};
 

@@ -172,7 +172,7 @@ pub fn lr_in_range(file: &str, key: &str, v: f64) -> Result<(), InputError> {
             key,
             format!(
                 "{} is not allowed; allowed: 0 < {key} < {MAX_LR}",
-                crate::check::py_repr(v)
+                crate::check::python_repr::py_repr(v)
             ),
         ));
     }
@@ -187,7 +187,7 @@ fn tolerance(file: &str, key: &str, t: ToleranceToml) -> Result<Tolerance, Input
                 format!("{key}.{part}"),
                 format!(
                     "{} is not allowed; a tolerance must be a number in 0..={MAX_TOLERANCE:e}",
-                    crate::check::py_repr(v)
+                    crate::check::python_repr::py_repr(v)
                 ),
             ));
         }

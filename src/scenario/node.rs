@@ -261,7 +261,7 @@ impl<'a> Obj<'a> {
                 key,
                 format!(
                     "{} is not allowed; allowed: {allowed}",
-                    crate::check::py_repr(v)
+                    crate::check::python_repr::py_repr(v)
                 ),
             ));
         }

@@ -3,7 +3,7 @@
 //! patterns, values at every decimal exponent from 1e-25 to 1e25, and 200 exact ties at the
 //! 17th significant digit, where Python rounds half to even.
 
-use seedsweep::check::py_repr;
+use seedsweep::check::python_repr::py_repr;
 
 #[test]
 fn py_repr_equals_python_repr_on_the_fixture() {

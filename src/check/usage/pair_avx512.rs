@@ -36,7 +36,8 @@
 //! |e| bit pattern; a non-finite a with finite e makes d non-finite. d can also overflow from
 //! finite inputs, so a non-finite largest d is settled by a scan of `actual`.
 
-use super::{all_finite, PairStats, Tolerance};
+use super::{all_finite, PairStats};
+use crate::check::Tolerance;
 use crate::kernels::avx512::{lanes, load_pair};
 use crate::stats::frontier::BlockScan;
 use std::arch::x86_64::*;
