@@ -368,6 +368,29 @@ pub fn pair_stats_finite(
     pair_stats_impl(actual, expected, t1, t2)
 }
 
+/// [`pair_stats_finite`] without the mismatch counts (both 0 in the result): the maxima
+/// alone, which is what a mutant's evaluation keeps. With AVX-512F a comparison whose usage
+/// is above 100 % (every mutant's) then takes one pass instead of two.
+pub fn pair_usages_finite(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<PairStats> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fusable(t1, t2)
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && pair_avx512::applies(actual, expected, t1, t2)
+        {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { pair_avx512::pair_usages(actual, expected, t1, t2) };
+        }
+    }
+    pair_stats_finite(actual, expected, t1, t2)
+        .map(|(per, mags)| (per.map(|(u, _, _)| (u, 0, 0)), mags))
+}
+
 /// [`pair_stats_finite`] of `actual` against `expected`, and
 /// [`scan_anchors`](crate::stats::frontier::scan_anchors) of the same pairs into `scan`, with
 /// the same results as the two calls: in one pass where the AVX-512 kernels apply to both (the
