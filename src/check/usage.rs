@@ -314,6 +314,38 @@ pub fn pair_stats_finite_on(
     pair_stats_impl(actual, expected, t1, t2)
 }
 
+/// [`pair_stats_finite`] without the mismatch counts (both 0 in the result): the maxima
+/// alone, which is what a mutant's evaluation keeps. With AVX-512F a comparison whose usage
+/// is above 100 % (every mutant's) then takes one pass instead of two.
+pub fn pair_usages_finite(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<PairStats> {
+    pair_usages_finite_on(Isa::detected(), actual, expected, t1, t2)
+}
+
+/// [`pair_usages_finite`] on the compilation `isa` names; the same results on each: the
+/// usages and magnitudes of [`pair_stats_finite_on`], the counts 0.
+pub fn pair_usages_finite_on(
+    isa: Isa,
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<PairStats> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fusable(t1, t2) && isa.avx512() && pair_avx512::applies(actual, expected, t1, t2) {
+            // SAFETY: an `Isa` of this level exists only where the CPU supports AVX-512F.
+            return unsafe { pair_avx512::pair_usages(actual, expected, t1, t2) };
+        }
+    }
+    pair_stats_finite_on(isa, actual, expected, t1, t2)
+        .map(|(per, mags)| (per.map(|(u, _, _)| (u, 0, 0)), mags))
+}
+
 /// Whether the screened AVX-512F kernel of [`pair_stats_finite_on`] takes these operands and
 /// tolerances at [`Level::Avx512`](crate::kernels::isa::Level::Avx512) (for tests that must
 /// know which kernel they compare).
@@ -651,5 +683,36 @@ mod tests {
         assert_eq!(s.worst_index, 2);
         assert_eq!(s.max_abs_diff, f64::INFINITY);
         assert_eq!(s.max_abs_expected, 4.0);
+    }
+    #[test]
+    fn usages_only_equal_the_full_statistics_without_counts_on_every_isa() {
+        use crate::kernels::isa::Level;
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        let t1 = OLD;
+        let t2 = Tolerance {
+            atol: 1e-5,
+            rtol: 1.3e-6,
+        };
+        for n in [0, 1, 7, 8, 9, 63, 1000] {
+            let e: Vec<f64> = (0..n).map(|_| next()).collect();
+            // Differences around the allowances: some pass, some fail (as a mutant's do).
+            let a: Vec<f64> = e.iter().map(|&y| y + next() * 4e-5).collect();
+            for level in [Level::Portable, Level::Avx2, Level::Avx512] {
+                let Some(isa) = Isa::new(level) else { continue };
+                let full = pair_stats_finite_on(isa, &a, &e, t1, t2);
+                let want = full.map(|(per, mags)| (per.map(|(u, _, _)| (u, 0, 0)), mags));
+                assert_eq!(
+                    pair_usages_finite_on(isa, &a, &e, t1, t2),
+                    want,
+                    "{n} {level:?}"
+                );
+            }
+        }
     }
 }

@@ -77,8 +77,9 @@ pub fn check(dirs: &[PathBuf]) -> i32 {
 }
 
 /// Combines shard outputs into the files one run over all seeds writes, byte for byte: the
-/// shards are read and checked ([`crate::sweepdir::shard_set::read`]), every group's rows are
-/// aggregated in seed order as a sweep aggregates them, and the folder is written as a sweep
+/// shards are read and checked ([`crate::sweepdir::shard_set::read`]), every clean group's
+/// rows are aggregated in seed order as a sweep aggregates them, every mutant group's
+/// counts are merged from the shards' `mutants.csv`, and the folder is written as a sweep
 /// writes it.
 pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
     if o.check {
@@ -92,7 +93,7 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         &o.out.join(crate::sweepdir::fingerprint::FILE),
         fingerprint.to_text().as_bytes(),
     )?;
-    write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices)?)?;
+    write_atomic(&o.out.join("plan.csv"), &plan_csv(metas, &set.slices))?;
     // The merged per-seed file takes the shards' format (their fingerprints agree on it).
     let partial = o.out.join(set.format.partial());
     let mut writer = SeedsOut::open(set.format, &partial, false)?;
@@ -105,6 +106,10 @@ pub fn merge(o: &MergeOptions) -> anyhow::Result<i32> {
         for (seed, vals) in list {
             aggs[gi].feed(&metas[gi], *seed, vals);
             writer.write(&metas[gi], gi, *seed, vals)?;
+        }
+        // A mutant group: its shards' counts, which merge exactly.
+        for part in &set.mutant_parts[gi] {
+            aggs[gi].merge_caught(part.seeds, &part.entries, &part.any);
         }
     }
     let summaries: Vec<Vec<SummaryEntry>> = summarize_all(metas, &aggs);

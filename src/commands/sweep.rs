@@ -14,6 +14,7 @@ use crate::engine::plan::{
 use crate::report::table::{mutant_summary, sweep_summary};
 use crate::results::csv::plan_csv;
 use crate::results::frontiers::FrontierWriter;
+use crate::results::rowlog::RowLogWriter;
 use crate::results::seeds_file::{SeedsFormat, SeedsOut};
 use crate::sweepdir::checkpoint::{
     finish_frontiers, finish_outputs, resume_units, FileSink, PROGRESS,
@@ -91,7 +92,7 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     let pool = pool(o.threads)?;
     let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
     let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();
-    let plan_bytes = plan_csv(&metas, &slices)?;
+    let plan_bytes = plan_csv(&metas, &slices);
     let plan_path = o.out.join("plan.csv");
     let partial = o.out.join(o.format.partial());
     let progress = o.out.join(PROGRESS);
@@ -180,8 +181,18 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
         Some(SeedsOut::open(o.format, &partial, skip > 0)?)
     };
     let frontiers_partial = o.out.join(crate::results::frontiers::PARTIAL);
+    // The mutant groups' values, for --resume (a mutant group writes no per-seed rows).
+    let mutants = if writer.is_some() && metas.iter().any(|m| !m.mutant.is_empty()) {
+        Some(RowLogWriter::open(
+            &o.out.join(crate::results::rowlog::MUTANTS_PARTIAL),
+            skip > 0,
+        )?)
+    } else {
+        None
+    };
     let mut sink = FileSink {
         writer,
+        mutants,
         metas: &metas,
         partial: &partial,
         progress: &progress,
@@ -431,6 +442,10 @@ fn check_sweep_memory(
     let mut parts = vec![seed_runs_memory(catalog, groups, o.threads, units)];
     let mut results = 0u64;
     for (m, (_, r)) in metas.iter().zip(plan) {
+        if !m.mutant.is_empty() {
+            // A mutant group keeps counts and extremes per entry, whatever its seeds.
+            continue;
+        }
         let n = r.end - r.start;
         let per_entry = if o.summary_only {
             (tail_keep(n.min(usize::MAX as u64) as usize) as u64)

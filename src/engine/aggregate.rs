@@ -4,11 +4,16 @@
 //! entries with their tail estimates; and the per-seed frontiers `size` fits are collected
 //! per group in seed order ([`collect_frontiers`]). Seed order makes every aggregate
 //! independent of the thread count and of how the seeds were split into shards.
+//!
+//! A mutant group answers one question: is the bug caught, on which seeds, by how much? Its
+//! aggregate keeps exactly that, per entry and per policy over all checks ([`Caught`]): no
+//! usages for quantiles, and [`summarize_all`] fits no tail for it. A shard's [`Caught`]
+//! counts merge exactly ([`GroupAgg::merge_caught`]).
 
 use crate::check::comparison::Comparison;
 use crate::check::{StepLabel, Tolerance};
 use crate::engine::catalog::{Catalog, Group};
-use crate::engine::evaluate::{unit_frontiers, SeedValues};
+use crate::engine::evaluate::{evaluate, unit_frontiers, SeedValues};
 use crate::engine::plan::{self, GroupMeta, SeedRange};
 use crate::engine::run::run_family;
 use crate::exec::scenario::Workspace;
@@ -40,6 +45,8 @@ pub enum Quantiles {
     /// plus the largest usages exactly, as many as the tail estimate reads
     /// ([`tail_keep`]).
     Histogram(Box<LogHistogram>, TopK),
+    /// None: a mutant group (its quantiles and tail answer nothing).
+    None,
 }
 
 /// The `k` largest values seen, exactly (by `total_cmp`; NaN above +∞).
@@ -188,11 +195,34 @@ pub struct GroupAgg {
     /// Per policy: seeds on which some check of the asserted comparison exceeds (for mutants:
     /// seeds on which the bug is caught).
     pub caught: Vec<usize>,
+    /// Per policy: the first of those seeds.
+    pub caught_first: Vec<Option<u64>>,
+    /// Per policy: the smallest over seeds of the largest usage over the checks of the
+    /// asserted comparison, percent (how surely some check catches a mutant).
+    pub caught_min_usage: Vec<f64>,
+    /// Per policy: the largest usage over seeds and the checks of the asserted comparison.
+    pub caught_max_usage: Vec<f64>,
+}
+
+/// How one entry (or, per policy, the checks of the asserted comparison together) catches
+/// a mutant over the seeds: what `mutants.csv` writes. Counts add and extremes combine, so
+/// shards' values merge to exactly the values of one run over all their seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Caught {
+    /// Seeds with usage above 100 %.
+    pub detected: usize,
+    /// The first such seed.
+    pub first: Option<u64>,
+    /// Smallest usage over seeds, percent (+∞ without seeds).
+    pub min_usage: f64,
+    /// Largest usage over seeds, percent (−∞ without seeds).
+    pub max_usage: f64,
 }
 
 impl GroupAgg {
     /// An empty aggregate for `meta`; `histogram` selects bounded-memory quantiles (which
     /// keep the top of the `expected_seeds` usages exactly for the tail estimate).
+    /// A mutant group's keeps no quantiles.
     pub fn new(meta: &GroupMeta, histogram: bool, expected_seeds: usize) -> Self {
         let entry = EntryAgg {
             failing: 0,
@@ -206,18 +236,82 @@ impl GroupAgg {
             min_usage: f64::INFINITY,
             theory_det: f64::NAN,
             theory_prob: f64::NAN,
-            quantiles: if histogram {
+            quantiles: if !meta.mutant.is_empty() {
+                Quantiles::None
+            } else if histogram {
                 Quantiles::Histogram(Box::default(), TopK::new(tail_keep(expected_seeds)))
             } else {
                 Quantiles::Exact(Vec::new())
             },
         };
+        let np = meta.policies.len();
         Self {
             seeds: 0,
             first_seed: None,
             last_seed: None,
             entries: vec![entry; meta.entries()],
-            caught: vec![0; meta.policies.len()],
+            caught: vec![0; np],
+            caught_first: vec![None; np],
+            caught_min_usage: vec![f64::INFINITY; np],
+            caught_max_usage: vec![f64::NEG_INFINITY; np],
+        }
+    }
+
+    /// Entry `k`'s detection over the seeds fed.
+    pub fn entry_caught(&self, k: usize) -> Caught {
+        let e = &self.entries[k];
+        Caught {
+            detected: e.failing,
+            first: e.failing_first.first().copied(),
+            min_usage: e.min_usage,
+            max_usage: e.worst_usage,
+        }
+    }
+
+    /// Policy `p`'s detection by some check of the asserted comparison over the seeds fed.
+    pub fn any_caught(&self, p: usize) -> Caught {
+        Caught {
+            detected: self.caught[p],
+            first: self.caught_first[p],
+            min_usage: self.caught_min_usage[p],
+            max_usage: self.caught_max_usage[p],
+        }
+    }
+
+    /// Adds another part of the seeds of a mutant group, given as what it wrote
+    /// (`mutants.csv` of a shard): `seeds` seeds, `entries[k]` per entry and `any[p]` per
+    /// policy. Afterwards the aggregate gives the [`Caught`] of one run over the seeds of
+    /// every part, in any order of parts, exactly: counts add, the first seed is the least,
+    /// and the extremes are compared as [`GroupAgg::feed`] compares them.
+    pub fn merge_caught(&mut self, seeds: usize, entries: &[Caught], any: &[Caught]) {
+        fn first(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            }
+        }
+        self.seeds += seeds;
+        for (e, c) in self.entries.iter_mut().zip(entries) {
+            e.failing += c.detected;
+            if let Some(f) = first(e.failing_first.first().copied(), c.first) {
+                e.failing_first = vec![f];
+            }
+            if c.min_usage < e.min_usage {
+                e.min_usage = c.min_usage;
+            }
+            if c.max_usage > e.worst_usage {
+                e.worst_usage = c.max_usage;
+            }
+        }
+        for (p, c) in any.iter().enumerate() {
+            self.caught[p] += c.detected;
+            self.caught_first[p] = first(self.caught_first[p], c.first);
+            if c.min_usage < self.caught_min_usage[p] {
+                self.caught_min_usage[p] = c.min_usage;
+            }
+            if c.max_usage > self.caught_max_usage[p] {
+                self.caught_max_usage[p] = c.max_usage;
+            }
         }
     }
 
@@ -256,6 +350,7 @@ impl GroupAgg {
                     h.add(u);
                     top.add(u);
                 }
+                Quantiles::None => {}
             }
         }
         let ci = Comparison::ALL
@@ -263,8 +358,23 @@ impl GroupAgg {
             .position(|c| *c == meta.asserted)
             .expect("asserted comparison is one of ALL");
         for p in 0..meta.policies.len() {
-            if (0..meta.checks.len()).any(|c| res[meta.index(c, ci, p)].usage_pct > 100.0) {
+            // The largest usage over the checks (NaN never wins, as for the worst usage).
+            let mut most = f64::NEG_INFINITY;
+            for c in 0..meta.checks.len() {
+                let u = res[meta.index(c, ci, p)].usage_pct;
+                if u > most {
+                    most = u;
+                }
+            }
+            if most > 100.0 {
                 self.caught[p] += 1;
+                self.caught_first[p].get_or_insert(seed);
+            }
+            if most < self.caught_min_usage[p] {
+                self.caught_min_usage[p] = most;
+            }
+            if most > self.caught_max_usage[p] {
+                self.caught_max_usage[p] = most;
             }
         }
     }
@@ -291,11 +401,11 @@ pub struct SummaryEntry {
     pub worst_seed: u64,
     /// Step of the largest usage in that seed.
     pub worst_step: StepLabel,
-    /// Median usage over seeds, percent.
+    /// Median usage over seeds, percent (NaN for a mutant group).
     pub p50_usage: f64,
-    /// 95th-percentile usage over seeds, percent.
+    /// 95th-percentile usage over seeds, percent (NaN for a mutant group).
     pub p95_usage: f64,
-    /// `exact` or `histogram` (how the quantiles were computed).
+    /// `exact` or `histogram` (how the quantiles were computed; `none` for a mutant group).
     pub quantile_method: &'static str,
     /// Largest |actual - expected| over all seeds.
     pub max_abs_diff: f64,
@@ -305,7 +415,8 @@ pub struct SummaryEntry {
     pub nonfinite_seeds: usize,
     /// Smallest usage over seeds, percent: how surely a mutant is detected.
     pub min_usage: f64,
-    /// Tail estimate of the per-seed usage at [`TAIL_PROBS`] (percent), `None` without seeds.
+    /// Tail estimate of the per-seed usage at [`TAIL_PROBS`] (percent), `None` without seeds
+    /// and for a mutant group.
     pub tail: Option<TailEstimate>,
     /// Largest usage of the deterministic error bound over seeds, percent (NaN: none).
     pub theory_det: f64,
@@ -350,8 +461,9 @@ impl TailInput<'_> {
 }
 
 /// The summary entries of every group, in group order, as [`summarize`] gives them one
-/// group at a time. The tail fits, the costly part, run in parallel on the current rayon
-/// pool, and each distinct sample is fitted once: entries whose samples are equal bit for
+/// group at a time. A mutant group's entries have no quantiles and no tail. The tail fits,
+/// the costly part, run in parallel on the current rayon pool, and each distinct sample is
+/// fitted once: entries whose samples are equal bit for
 /// bit (the `ref-vs-f64` entries of a clean group and its mutants, the entries of two
 /// parametrizations that compute the same) share one fit. [`tail_estimate`] is a
 /// deterministic function of its sample, so the result is the same for any thread count.
@@ -372,6 +484,8 @@ pub fn summarize_all(metas: &[GroupMeta], aggs: &[GroupAgg]) -> Vec<Vec<SummaryE
                     let input = match &e.quantiles {
                         Quantiles::Exact(v) => TailInput::Exact(v),
                         Quantiles::Histogram(_, top) => TailInput::Top(top.sorted(), agg.seeds),
+                        // A mutant group: no tail fit.
+                        Quantiles::None => return None,
                     };
                     let mut h = std::collections::hash_map::DefaultHasher::new();
                     input.bits().for_each(|b| b.hash(&mut h));
@@ -430,6 +544,7 @@ fn entry_quantiles(e: &EntryAgg, seeds: usize) -> EntryQuantiles {
             )
         }
         Quantiles::Histogram(h, _) => (h.quantile(0.5), h.quantile(0.95), "histogram"),
+        Quantiles::None => (f64::NAN, f64::NAN, "none"),
     }
 }
 
@@ -545,6 +660,92 @@ pub fn collect_frontiers(
     out
 }
 
+/// What `size` reads of one group: a clean group's frontiers in the asserted comparison
+/// (`[check][seed]`), or a mutant group's aggregate (how each check catches the bug).
+#[derive(Debug, Clone)]
+pub enum SizingData {
+    /// A clean group's frontiers.
+    Frontiers(Frontiers),
+    /// A mutant group's aggregate, as a sweep aggregates it.
+    Mutant(GroupAgg),
+}
+
+/// One run's results for [`collect_for_sizing`].
+enum RunResult {
+    Frontiers(Vec<Vec<(f64, f64)>>),
+    Values(Vec<SeedValues>),
+}
+
+/// [`collect_frontiers`] for `size`: every clean group's frontiers, and every mutant group's
+/// aggregate over its seeds (the values a sweep feeds it; its frontiers are not computed).
+pub fn collect_for_sizing(
+    catalog: &Catalog,
+    groups: &[Group],
+    range: &SeedRange,
+    what: &str,
+    quiet: bool,
+) -> Vec<SizingData> {
+    let plan = plan::units(catalog, groups, range);
+    let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+    let pb = crate::sys::progress::bar(total, quiet, what);
+    let metas: Vec<GroupMeta> = groups.iter().map(|g| GroupMeta::of(catalog, g)).collect();
+    let mut out: Vec<SizingData> = groups
+        .iter()
+        .zip(&metas)
+        .zip(&plan)
+        .map(|((g, m), (_, r))| match g.mutant {
+            Some(_) => SizingData::Mutant(GroupAgg::new(m, false, (r.end - r.start) as usize)),
+            None => SizingData::Frontiers(vec![
+                Vec::new();
+                catalog.scenarios[g.scenario].checks(g.param).len()
+            ]),
+        })
+        .collect();
+    for f in plan::families(catalog, groups, &plan, u64::MAX, |_| 0) {
+        plan::in_chunks_of(
+            plan::CHUNK / f.runs.len(),
+            f.seeds.clone(),
+            || (Workspace::default(), Vec::new(), Vec::new()),
+            |(ws, pts, vals), &seed| {
+                let mut res = Vec::with_capacity(f.runs.len());
+                run_family(catalog, groups, &f, seed, ws, |g, _, ws| {
+                    let s = catalog.scenarios[g.scenario].as_ref();
+                    res.push(match g.mutant {
+                        None => RunResult::Frontiers(unit_frontiers(s, g.param, ws, pts)),
+                        Some(_) => {
+                            evaluate(s.checks(g.param), &g.tolerances, &ws.traces, vals);
+                            RunResult::Values(vals.iter().map(SeedValues::from).collect())
+                        }
+                    });
+                });
+                pb.inc(f.groups.len() as u64);
+                res
+            },
+            |seeds, per_seed| {
+                for (&seed, res) in seeds.iter().zip(per_seed) {
+                    for (j, gi) in f.groups.clone().enumerate() {
+                        match (&mut out[gi], &res[f.source[j]]) {
+                            (SizingData::Frontiers(fr), RunResult::Frontiers(r)) => {
+                                for (c, x) in r.iter().enumerate() {
+                                    fr[c].push(x.clone());
+                                }
+                            }
+                            (SizingData::Mutant(agg), RunResult::Values(v)) => {
+                                agg.feed(&metas[gi], seed, v)
+                            }
+                            _ => unreachable!("a group reports the results of a run like it"),
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .expect("collecting frontiers cannot fail");
+    }
+    pb.finish_and_clear();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,5 +823,90 @@ mod tests {
         let a = tail_estimate(&full, &TAIL_PROBS);
         let b = tail_estimate(&top.sample(full.len()), &TAIL_PROBS);
         assert_eq!(a, b);
+    }
+
+    fn mutant_meta() -> GroupMeta {
+        GroupMeta {
+            scenario: "s".into(),
+            param: "p".into(),
+            profile: "f".into(),
+            mutant: "m".into(),
+            checks: vec!["a".into(), "b".into()],
+            policies: vec!["old".into(), "new".into()],
+            tolerances: vec![
+                vec![
+                    Tolerance {
+                        atol: 1.0,
+                        rtol: 0.0
+                    };
+                    2
+                ];
+                2
+            ],
+            asserted: Comparison::ShardedVsRef,
+            seed_dependent: true,
+        }
+    }
+
+    /// A mutant group's counts from parts of its seeds, merged in any order, are the counts
+    /// of one run over all of them: what `merge` relies on. Usages around 100 % (caught on
+    /// some seeds), with ties, zeros and infinities.
+    #[test]
+    fn merged_parts_give_the_counts_of_one_run() {
+        let m = mutant_meta();
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let seeds: Vec<(u64, Vec<SeedValues>)> = (100..400u64)
+            .map(|seed| {
+                let v = (0..m.entries())
+                    .map(|_| SeedValues {
+                        usage_pct: match next() % 10 {
+                            0 => f64::INFINITY,
+                            1 => 0.0,
+                            2 => 100.0,
+                            r => (r * 31 % 200) as f64,
+                        },
+                        ..SeedValues::default()
+                    })
+                    .collect();
+                (seed, v)
+            })
+            .collect();
+        let mut whole = GroupAgg::new(&m, false, seeds.len());
+        for (s, v) in &seeds {
+            whole.feed(&m, *s, v);
+        }
+        assert!(matches!(whole.entries[0].quantiles, Quantiles::None));
+        let caught = |a: &GroupAgg| {
+            let e: Vec<Caught> = (0..m.entries()).map(|k| a.entry_caught(k)).collect();
+            let any: Vec<Caught> = (0..m.policies.len()).map(|p| a.any_caught(p)).collect();
+            (e, any)
+        };
+        // Parts of 0, 1, 120 and the rest of the seeds, merged in reverse order.
+        let mut merged = GroupAgg::new(&m, false, 0);
+        let cuts = [0, 0, 1, 121, seeds.len()];
+        for w in cuts.windows(2).rev() {
+            let mut part = GroupAgg::new(&m, false, 0);
+            for (s, v) in &seeds[w[0]..w[1]] {
+                part.feed(&m, *s, v);
+            }
+            if part.seeds > 0 {
+                let (e, any) = caught(&part);
+                merged.merge_caught(part.seeds, &e, &any);
+            }
+        }
+        assert_eq!(merged.seeds, whole.seeds);
+        let (a, b) = (caught(&merged), caught(&whole));
+        assert_eq!(a, b);
+        assert!(b
+            .0
+            .iter()
+            .any(|c| c.detected > 0 && c.detected < seeds.len()));
+        assert!(b.1.iter().all(|c| c.first.is_some()));
     }
 }

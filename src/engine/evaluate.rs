@@ -14,7 +14,7 @@
 use crate::check::comparison::Comparison;
 use crate::check::usage::{
     magnitude_stats, max_ratio, pair_stats_finite, pair_stats_finite2, pair_stats_finite_scan,
-    usage_stats, PairStats,
+    pair_usages_finite, usage_stats, PairStats,
 };
 use crate::check::{StepLabel, Tolerance};
 use crate::exec::scenario::{CheckSpec, Scenario, Traces, Workspace};
@@ -226,7 +226,35 @@ pub fn evaluate_scanning(
     traces: &Traces,
     reuse: Option<&[SeedCheck]>,
     out: &mut Vec<SeedCheck>,
+    scans: Option<(Comparison, &mut Vec<AnchorScan>)>,
+) {
+    evaluate_with(checks, tolerances, traces, reuse, out, scans, false)
+}
+
+/// [`evaluate_scanning`] for a mutant run, without frontiers: the same entries but for what
+/// the comparisons with the sharded computation do not compute, their theory columns (NaN)
+/// and, where a tensor's statistics are taken in one pass, their mismatch counts (0). A
+/// mutant group keeps how each check catches the bug, which the usages say; the error bounds
+/// and mismatch counts of a computation with a bug in it answer nothing.
+pub fn evaluate_mutant(
+    checks: &[CheckSpec],
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    reuse: Option<&[SeedCheck]>,
+    out: &mut Vec<SeedCheck>,
+) {
+    evaluate_with(checks, tolerances, traces, reuse, out, None, true)
+}
+
+/// [`evaluate_scanning`], or for a `mutant` run [`evaluate_mutant`].
+fn evaluate_with(
+    checks: &[CheckSpec],
+    tolerances: &[Vec<Tolerance>],
+    traces: &Traces,
+    reuse: Option<&[SeedCheck]>,
+    out: &mut Vec<SeedCheck>,
     mut scans: Option<(Comparison, &mut Vec<AnchorScan>)>,
+    mutant: bool,
 ) {
     out.clear();
     let asserted = scans.as_ref().map(|(k, _)| *k);
@@ -290,6 +318,9 @@ pub fn evaluate_scanning(
                             r
                         }
                         (None, Some(scan)) => pair_stats_finite_scan(a, e, t1, t2, scan),
+                        (None, None) if mutant && comparison != Comparison::RefVsF64 => {
+                            pair_usages_finite(a, e, t1, t2)
+                        }
                         (None, None) => pair_stats_finite(a, e, t1, t2),
                     }
                 };
@@ -301,7 +332,9 @@ pub fn evaluate_scanning(
                 traces,
                 &mut out[base..],
                 &mut first,
-                &mut memo,
+                // `ref-vs-f64` reads no sharded trace: its entries are those of the clean
+                // run, theory included, whoever computes them (a later run may reuse them).
+                (!mutant || comparison == Comparison::RefVsF64).then_some(&mut memo),
                 &mut stats,
             );
         }
@@ -323,7 +356,8 @@ type StatsOf<'a> =
 
 /// Folds the (actual, expected) tensors of check `c` in `comparison` that `traces` holds,
 /// in recording order, into `out` (one entry per policy): the worst usage (the first on
-/// ties; `first`: no tensor folded yet), maxima and sums as [`evaluate`] documents them.
+/// ties; `first`: no tensor folded yet), maxima and sums as [`evaluate`] documents them,
+/// and with `memo` (the ratios taken so far) the theory columns.
 #[allow(clippy::too_many_arguments)]
 fn fold_comparison(
     spec: &CheckSpec,
@@ -333,7 +367,7 @@ fn fold_comparison(
     traces: &Traces,
     out: &mut [SeedCheck],
     first: &mut bool,
-    memo: &mut RatioMemo,
+    mut memo: Option<&mut RatioMemo>,
     stats: &mut StatsOf<'_>,
 ) {
     let mut k = 0;
@@ -352,7 +386,16 @@ fn fold_comparison(
             e,
             ratios: None,
         };
-        fold_pair(spec, &pair, tolerances, traces, fused, out, first, memo);
+        fold_pair(
+            spec,
+            &pair,
+            tolerances,
+            traces,
+            fused,
+            out,
+            first,
+            memo.as_deref_mut(),
+        );
     });
 }
 
@@ -403,7 +446,7 @@ struct Pair<'t> {
 /// Folds one tensor pair into `out` as [`fold_comparison`] does, given what
 /// [`pair_stats_finite`] returns for it under the two policies (`fused`; None: computed here
 /// per policy, as for any other number of policies) and, for a check with theory columns,
-/// [`Pair::ratios`].
+/// [`Pair::ratios`]. Without `memo` the theory columns are left as they are.
 #[allow(clippy::too_many_arguments)]
 fn fold_pair(
     spec: &CheckSpec,
@@ -413,7 +456,7 @@ fn fold_pair(
     fused: Option<PairStats>,
     out: &mut [SeedCheck],
     first: &mut bool,
-    memo: &mut RatioMemo,
+    memo: Option<&mut RatioMemo>,
 ) {
     let &Pair {
         c,
@@ -444,7 +487,14 @@ fn fold_pair(
         r.max_abs_expected = r.max_abs_expected.max(max_e);
         r.nonfinite += nonfinite as u32;
     }
-    if let (Some(red), Some(cond)) = (spec.reduction, condition(traces, c, step)) {
+    let theory = match memo {
+        Some(memo) => spec
+            .reduction
+            .zip(condition(traces, c, step))
+            .map(|r| (r, memo)),
+        None => None,
+    };
+    if let Some(((red, cond), memo)) = theory {
         let (gd, gp) = theory_factors(&red, comparison, len);
         // Without precomputed ratios, two policies' ratios come from `memo` when an earlier
         // comparison of this check had the same condition and expected tensor (ref-vs-f64
@@ -660,7 +710,7 @@ impl StreamedEval {
                         t,
                         out,
                         &mut self.first[i],
-                        &mut memo,
+                        Some(&mut memo),
                         &mut |_, _, a, e, [t1, t2]| pair_stats_finite(a, e, t1, t2),
                     );
                 }
@@ -816,7 +866,7 @@ impl StreamedEval {
                     stat,
                     &mut out[i * 2..(i + 1) * 2],
                     &mut first[i],
-                    &mut RatioMemo::default(),
+                    Some(&mut RatioMemo::default()),
                 );
             }
         }
@@ -875,6 +925,10 @@ impl From<&SeedCheck> for SeedValues {
         }
     }
 }
+
+/// One seed's tolerance frontiers in the asserted comparison, `[check]` of
+/// (|actual − expected|, |expected|) points ([`crate::stats::frontier`]).
+pub type SeedFrontiers = Vec<Vec<(f64, f64)>>;
 
 /// Most points of one check [`unit_frontiers`] buffers (16 bytes each, 64 MiB); a check
 /// with more elements is streamed twice instead.

@@ -22,7 +22,9 @@ use super::UnitSink;
 /// units to a temporary file.
 pub const HELD_IN_MEMORY: usize = 64 << 20;
 
-/// One unit's rows and frontier record, as formatted by the workers.
+/// One unit as the workers encoded it ([`super::UnitEncoder`]): two byte strings, for the
+/// sink's two streams (a sweep's: the unit's per-seed rows, or a mutant's values, and its
+/// frontier record).
 pub type UnitBytes = (Vec<u8>, Vec<u8>);
 
 /// The held-back units of one family's later groups (see the module doc).
@@ -82,30 +84,31 @@ impl<'d> Held<'d> {
         }
     }
 
-    /// Hands group `j`'s units to `sink` in order (then forgets them), calling
-    /// [`UnitSink::chunk_done`] after every `every` units and at the end, with `emitted`
-    /// counting every unit handed on.
-    pub fn hand_on(
+    /// Hands group `j`'s units to `sink` in order (then forgets them) as units of plan group
+    /// `group`, calling [`UnitSink::chunk_done`] after every `every` units and at the end,
+    /// with `emitted` counting every unit handed on.
+    pub fn hand_on<S: UnitSink>(
         &mut self,
         j: usize,
-        sink: &mut dyn UnitSink,
+        group: usize,
+        sink: &mut S,
         emitted: &mut u64,
         every: u64,
     ) -> anyhow::Result<()> {
         let g = std::mem::take(&mut self.groups[j]);
         let mut any = false;
-        let mut one = |sink: &mut dyn UnitSink, rows: &[u8], fr: &[u8]| -> anyhow::Result<()> {
+        let mut one = |sink: &mut S, unit: &UnitBytes| -> anyhow::Result<()> {
             any = true;
-            sink.unit(rows, fr)?;
+            sink.unit(group, unit)?;
             *emitted += 1;
             if emitted.is_multiple_of(every) {
                 sink.chunk_done(*emitted)?;
             }
             Ok(())
         };
-        for (rows, fr) in &g.units {
-            self.in_memory -= rows.len() + fr.len();
-            one(sink, rows, fr)?;
+        for u in &g.units {
+            self.in_memory -= u.0.len() + u.1.len();
+            one(sink, u)?;
         }
         if let Some(w) = g.file {
             let mut file = w
@@ -115,10 +118,10 @@ impl<'d> Held<'d> {
             file.seek(SeekFrom::Start(0))
                 .context("cannot rewind the temporary file of results held back")?;
             let mut r = BufReader::with_capacity(1 << 20, file);
-            let (mut rows, mut fr) = (Vec::new(), Vec::new());
-            while read_part(&mut r, &mut rows, true)? {
-                read_part(&mut r, &mut fr, false)?;
-                one(sink, &rows, &fr)?;
+            let mut u = UnitBytes::default();
+            while read_part(&mut r, &mut u.0, true)? {
+                read_part(&mut r, &mut u.1, false)?;
+                one(sink, &u)?;
             }
         }
         if any {
@@ -172,18 +175,28 @@ mod tests {
     #[derive(Default)]
     struct Record {
         units: Vec<UnitBytes>,
+        groups: Vec<usize>,
         checkpoints: Vec<u64>,
     }
 
+    /// Encodes nothing (the test hands on bytes it made itself).
+    struct Nothing;
+    impl super::super::UnitEncoder for Nothing {
+        type Scratch = ();
+        fn encode(&self, _: &super::super::Unit<'_>, _: &mut (), _: &mut UnitBytes) {}
+    }
+
     impl UnitSink for Record {
-        fn rows_format(&self) -> Option<crate::results::seeds_file::SeedsFormat> {
-            None
+        type Encoder = Nothing;
+        fn encoder(&self) -> Nothing {
+            Nothing
         }
         fn wants_frontiers(&self) -> bool {
             true
         }
-        fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()> {
-            self.units.push((rows.to_vec(), frontiers.to_vec()));
+        fn unit(&mut self, group: usize, unit: &UnitBytes) -> anyhow::Result<()> {
+            self.units.push(unit.clone());
+            self.groups.push(group);
             Ok(())
         }
         fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()> {
@@ -214,9 +227,11 @@ mod tests {
             let mut sink = Record::default();
             let mut emitted = 1000;
             for j in 1..3 {
-                held.hand_on(j, &mut sink, &mut emitted, 64).unwrap();
+                held.hand_on(j, 10 + j, &mut sink, &mut emitted, 64)
+                    .unwrap();
             }
             assert_eq!(held.in_memory, 0);
+            assert!(sink.groups.iter().all(|&g| g == 11 || g == 12));
             (sink.units, sink.checkpoints, emitted)
         };
         let want = run(usize::MAX, None);

@@ -11,8 +11,11 @@
 //! ```
 //!
 //! [`unit`] is one work unit run and evaluated; [`drive`] is the whole sweep loop (plan →
-//! run → evaluate → aggregate, and each unit handed to a [`UnitSink`] in output order),
-//! which shares the work of a seed across the groups of a [`Family`].
+//! run → evaluate → aggregate, and each unit encoded by the sink's [`UnitEncoder`] on the
+//! workers and handed to the [`UnitSink`] in output order), which shares the work of a seed
+//! across the groups of a [`Family`]. The engine defines what it hands on ([`Unit`]) and the
+//! two traits; the output formats implement them (in `results`, and the sweep folder's
+//! sink in `sweepdir`), so nothing here depends on a file format.
 
 pub mod aggregate;
 pub mod budget;
@@ -26,12 +29,10 @@ use std::ops::Range;
 
 use crate::engine::catalog::{Catalog, Group};
 use crate::exec::scenario::Workspace;
-use crate::results::csv::FloatMemo;
-use crate::results::frontiers::SeedFrontiers;
-use crate::results::seeds_file::{format_unit, SeedsFormat};
 use crate::stats::frontier::AnchorScan;
 use aggregate::GroupAgg;
-use evaluate::{unit_frontiers_scanned, SeedCheck, SeedValues};
+use evaluate::{unit_frontiers_scanned, SeedCheck, SeedFrontiers, SeedValues};
+pub use held::UnitBytes;
 use plan::{Family, GroupMeta};
 
 /// Runs one work unit, a group at one seed (its mutant injected into the sharded
@@ -50,17 +51,45 @@ pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &m
     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
 }
 
-/// Where finished units go, in output order. The workers format each unit's bytes in the
-/// formats the sink asks for ([`UnitSink::rows_format`], [`UnitSink::wants_frontiers`]), so
-/// the sink only writes.
+/// One finished work unit, as [`drive`] hands it to a sink's [`UnitEncoder`]: a group at one
+/// seed, its values in result order (layout of [`evaluate::evaluate`]) and, for a clean
+/// group whose sink wants them, its frontiers in the asserted comparison (`[check]`). A
+/// mutant group's frontiers are never computed: whether a bug is caught, on which seeds and
+/// by how much is in its values.
+#[derive(Debug, Clone, Copy)]
+pub struct Unit<'a> {
+    /// Index of the group in the plan.
+    pub group: usize,
+    /// The group.
+    pub meta: &'a GroupMeta,
+    /// The seed.
+    pub seed: u64,
+    /// One value per check × comparison × policy.
+    pub values: &'a [SeedValues],
+    /// `[check]` frontiers; `None` for a mutant group, or when the sink wants none.
+    pub frontiers: Option<&'a SeedFrontiers>,
+}
+
+/// Turns finished units into the bytes a [`UnitSink`] writes. It runs on the worker threads
+/// (every unit is encoded where it was computed, in parallel), so the sink only writes.
+pub trait UnitEncoder: Sync {
+    /// A worker's own state, kept across the units it encodes (one per worker thread).
+    type Scratch: Default + Send;
+    /// Appends `unit`'s bytes to `out` (both parts empty on entry).
+    fn encode(&self, unit: &Unit<'_>, scratch: &mut Self::Scratch, out: &mut UnitBytes);
+}
+
+/// Where finished units go, in output order: every unit's bytes as its [`UnitEncoder`]
+/// made them.
 pub trait UnitSink {
-    /// The format of the per-seed rows; `None`: no rows are written.
-    fn rows_format(&self) -> Option<SeedsFormat>;
-    /// Whether frontier records are written.
+    /// The encoder the workers use.
+    type Encoder: UnitEncoder;
+    /// The encoder for this sink's units.
+    fn encoder(&self) -> Self::Encoder;
+    /// Whether the clean groups' frontiers are computed and handed to the encoder.
     fn wants_frontiers(&self) -> bool;
-    /// One unit's rows ([`format_unit`]) and frontier record
-    /// ([`crate::results::frontiers::record`]), each empty when not asked for.
-    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()>;
+    /// One unit of group `group`, encoded.
+    fn unit(&mut self, group: usize, bytes: &UnitBytes) -> anyhow::Result<()>;
     /// Every unit so far has been given to [`UnitSink::unit`]: a safe point to checkpoint.
     fn chunk_done(&mut self, units_so_far: u64) -> anyhow::Result<()>;
     /// Where results held back past [`held::HELD_IN_MEMORY`] may go, in unnamed temporary
@@ -70,12 +99,17 @@ pub trait UnitSink {
     }
 }
 
-/// Bytes one unit's results take while held back for a family (see [`plan::families`]): its
-/// formatted rows when the sweep writes a per-seed table (`rows`; a CSV row is under 400
-/// bytes; `--summary-only` formats none) and its frontier record (a few points per check),
-/// with the vectors' own headers.
+/// Bytes one unit's results take while held back for a family (see [`plan::families`]), at
+/// most: with a per-seed table (`rows`), a clean unit's formatted rows (a CSV row is under
+/// 400 bytes; `--summary-only` formats none) and a mutant unit's values (at most 64 bytes
+/// per entry); a clean unit's frontier record (a few points per check); and the vectors'
+/// own headers.
 pub fn held_unit_bytes(meta: &GroupMeta, rows: bool) -> u64 {
-    let rows = if rows { meta.entries() as u64 * 400 } else { 0 };
+    let entries = meta.entries() as u64;
+    if !meta.mutant.is_empty() {
+        return if rows { 16 + entries * 64 } else { 0 } + 64;
+    }
+    let rows = if rows { entries * 400 } else { 0 };
     let frontiers = 16 + meta.checks.len() as u64 * (4 + 8 * 16);
     rows + frontiers + 64
 }
@@ -99,22 +133,23 @@ pub fn held_bytes(families: &[Family], metas: &[GroupMeta], rows: bool) -> u64 {
 }
 
 /// One seed's results: per run of the family its values, and per group (of those still to
-/// hand on) its formatted rows and frontier record.
-type SeedResult = (Vec<Vec<SeedValues>>, Vec<(Vec<u8>, Vec<u8>)>);
+/// hand on) its encoded unit.
+type SeedResult = (Vec<Vec<SeedValues>>, Vec<UnitBytes>);
 
 /// Runs every unit of `plan` after the first `skip` (already fed by a resume) on the current
 /// rayon pool, family by family (`families`, from [`plan::families`] of `plan`): the seeds
 /// of a family in chunks ([`plan::in_chunks_of`], about [`plan::CHUNK`] computations a
 /// chunk), each seed computing the family's runs once ([`run::run_family`]; a group that
-/// streams is alone in its family and runs step by step, [`run::run_group_streamed`]). Every group's
-/// aggregate is fed in seed order as its results come; the workers format every unit's
-/// rows and frontier record, and the sink gets them in output order (group-major): the
-/// family's first group as its chunks finish, the others held back and handed on when the
-/// family's seeds are done ([`held::Held`]: up to `held_budget` bytes in memory, the rest in
-/// temporary files in [`UnitSink::spill_dir`]). A checkpoint ([`UnitSink::chunk_done`])
-/// follows every chunk and every held-back group.
+/// streams is alone in its family and runs step by step, [`run::run_group_streamed`]). Every
+/// group's aggregate is fed in seed order as its results come; the workers encode every
+/// unit ([`UnitSink::encoder`]; the clean groups' frontiers are computed only when the sink
+/// wants them, a mutant group's never), and the sink gets them in output order
+/// (group-major): the family's first group as its chunks finish, the others held back and
+/// handed on when the family's seeds are done ([`held::Held`]: up to `held_budget` bytes in
+/// memory, the rest in temporary files in [`UnitSink::spill_dir`]). A checkpoint
+/// ([`UnitSink::chunk_done`]) follows every chunk and every held-back group.
 #[allow(clippy::too_many_arguments)]
-pub fn drive(
+pub fn drive<S: UnitSink>(
     catalog: &Catalog,
     groups: &[Group],
     metas: &[GroupMeta],
@@ -124,7 +159,7 @@ pub fn drive(
     aggs: &mut [GroupAgg],
     quiet: bool,
     held_budget: usize,
-    sink: &mut dyn UnitSink,
+    sink: &mut S,
 ) -> anyhow::Result<()> {
     let total: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
     let pb = crate::sys::progress::bar(total, quiet, "sweep");
@@ -132,7 +167,8 @@ pub fn drive(
     // Units of the families before the current one, and units handed to the sink.
     let mut before = 0u64;
     let mut emitted = skip;
-    let rows_format = sink.rows_format();
+    let encoder = sink.encoder();
+    let encoder = &encoder;
     let want_frontiers = sink.wants_frontiers();
     let spill_dir = sink.spill_dir().map(std::path::Path::to_path_buf);
     for f in families {
@@ -156,19 +192,19 @@ pub fn drive(
                     Vec::new(),
                     Vec::new(),
                     scans,
-                    FloatMemo::default(),
+                    <S::Encoder as UnitEncoder>::Scratch::default(),
                 )
             },
-            |(ws, pts, out, prev, scans, memo), &seed| -> anyhow::Result<SeedResult> {
+            |(ws, pts, out, prev, scans, scratch), &seed| -> anyhow::Result<SeedResult> {
                 let mut values = Vec::with_capacity(f.runs.len());
-                let mut frontiers: Vec<SeedFrontiers> = Vec::with_capacity(f.runs.len());
+                let mut frontiers: Vec<Option<SeedFrontiers>> = Vec::with_capacity(f.runs.len());
                 let first = &groups[f.groups.start];
                 if catalog.scenarios[first.scenario].streams(first.param) {
                     // Alone in its family ([`plan::families`]): step by step.
-                    let (out, fr) =
-                        run::run_group_streamed(catalog, first, seed, ws, want_frontiers);
+                    let wanted = want_frontiers && first.mutant.is_none();
+                    let (out, fr) = run::run_group_streamed(catalog, first, seed, ws, wanted);
                     values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
-                    frontiers.push(fr);
+                    frontiers.push(wanted.then_some(fr));
                 } else {
                     run::run_family(catalog, groups, f, seed, ws, |g, parts, ws| {
                         let s = catalog.scenarios[g.scenario].as_ref();
@@ -176,22 +212,32 @@ pub fn drive(
                         // groups have equal checks and tolerances): its ref-vs-f64 entries.
                         let reuse = (!parts.reference).then_some(&prev[..]);
                         let checks = s.checks(g.param);
-                        // With frontiers, their anchor scans in the asserted comparison's
-                        // statistics pass.
-                        let scan_in =
-                            want_frontiers.then(|| (s.asserted_comparison(), &mut *scans));
-                        evaluate::evaluate_scanning(
-                            checks,
-                            &g.tolerances,
-                            &ws.traces,
-                            reuse,
-                            out,
-                            scan_in,
-                        );
-                        values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
-                        if want_frontiers {
-                            frontiers.push(unit_frontiers_scanned(s, g.param, ws, pts, scans));
+                        // A clean run's frontiers, when wanted, with their anchor scans in
+                        // the asserted comparison's statistics pass; a mutant's never.
+                        let wanted = want_frontiers && g.mutant.is_none();
+                        if g.mutant.is_some() {
+                            evaluate::evaluate_mutant(
+                                checks,
+                                &g.tolerances,
+                                &ws.traces,
+                                reuse,
+                                out,
+                            );
+                        } else {
+                            let scan_in = wanted.then(|| (s.asserted_comparison(), &mut *scans));
+                            evaluate::evaluate_scanning(
+                                checks,
+                                &g.tolerances,
+                                &ws.traces,
+                                reuse,
+                                out,
+                                scan_in,
+                            );
                         }
+                        values.push(out.iter().map(SeedValues::from).collect::<Vec<_>>());
+                        frontiers.push(
+                            wanted.then(|| unit_frontiers_scanned(s, g.param, ws, pts, scans)),
+                        );
                         std::mem::swap(out, prev);
                     });
                 }
@@ -202,27 +248,16 @@ pub fn drive(
                         continue;
                     }
                     fresh += 1;
-                    let (mut rows, mut fr) = (Vec::new(), Vec::new());
-                    if let Some(format) = rows_format {
-                        format_unit(
-                            format,
-                            &metas[gi],
-                            gi,
-                            seed,
-                            &values[f.source[j]],
-                            &mut rows,
-                            memo,
-                        );
-                    }
-                    if want_frontiers {
-                        crate::results::frontiers::record(
-                            gi,
-                            seed,
-                            &frontiers[f.source[j]],
-                            &mut fr,
-                        );
-                    }
-                    bytes.push((rows, fr));
+                    let mut b = UnitBytes::default();
+                    let unit = Unit {
+                        group: gi,
+                        meta: &metas[gi],
+                        seed,
+                        values: &values[f.source[j]],
+                        frontiers: frontiers[f.source[j]].as_ref(),
+                    };
+                    encoder.encode(&unit, scratch, &mut b);
+                    bytes.push(b);
                 }
                 pb.inc(fresh);
                 Ok((values, bytes))
@@ -239,7 +274,7 @@ pub fn drive(
                         aggs[gi].feed(&metas[gi], seed, &values[f.source[j]]);
                         let b = bytes.next().expect("bytes for every unit still to hand on");
                         if j == 0 {
-                            sink.unit(&b.0, &b.1)?;
+                            sink.unit(gi, &b)?;
                             emitted += 1;
                         } else {
                             held.push(j, b)?;
@@ -253,7 +288,13 @@ pub fn drive(
             },
         )?;
         for j in 1..f.groups.len() {
-            held.hand_on(j, sink, &mut emitted, plan::CHUNK as u64)?;
+            held.hand_on(
+                j,
+                f.groups.start + j,
+                sink,
+                &mut emitted,
+                plan::CHUNK as u64,
+            )?;
         }
         before += len;
     }

@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 use std::ops::Range;
 use std::path::Path;
 
-use anyhow::Context;
-use serde::Deserialize;
+use crate::results::schema::{
+    RecRow, ANY_CHECK, MUTANT_COLUMNS, RECOMMENDATION_COLUMNS, SUMMARY_COLUMNS,
+};
 
 use super::svg::{self, escape, num, pct, Bar, LogAxis};
 use crate::check::comparison::Comparison;
@@ -66,63 +67,10 @@ pub fn render_report(dir: &Path) -> anyhow::Result<(String, ReportStats)> {
 // ---------------------------------------------------------------------------------------
 // Input
 
-/// One row of `summary.csv` as read back.
-#[derive(Debug, Clone, Deserialize)]
-struct SummaryIn {
-    scenario: String,
-    param: String,
-    profile: String,
-    check: String,
-    comparison: String,
-    policy: String,
-    atol: f64,
-    rtol: f64,
-    seeds: usize,
-    failing_seeds: usize,
-    worst_usage_pct: f64,
-    worst_seed: u64,
-    worst_step: u32,
-    /// -1 (or absent, in a file written before the column): none.
-    #[serde(default = "no_micro")]
-    worst_micro_step: i64,
-    p50_usage_pct: f64,
-    p95_usage_pct: f64,
-    max_abs_diff: f64,
-    max_abs_expected: f64,
-    nonfinite_seeds: usize,
-    #[serde(default)]
-    mutant: Option<String>,
-    quantile_method: String,
-}
-
-fn no_micro() -> i64 {
-    -1
-}
-
-impl SummaryIn {
-    /// The worst seed's step as the tables print it: `s`, or `s.m` for a micro-step.
-    fn step_label(&self) -> String {
-        match self.worst_micro_step {
-            -1 => self.worst_step.to_string(),
-            m => format!("{}.{m}", self.worst_step),
-        }
-    }
-}
-
-/// One row of `mutants.csv` as read back.
-#[derive(Debug, Clone, Deserialize)]
-struct MutantIn {
-    mutant: String,
-    scenario: String,
-    param: String,
-    profile: String,
-    check: String,
-    comparison: String,
-    policy: String,
-    detected_seeds: usize,
-    seeds: usize,
-    min_usage_pct: f64,
-}
+// One row of `summary.csv` and of `mutants.csv` as read back: the rows their declarations
+// read ([`crate::results::schema`]).
+use crate::results::schema::MutantRow as MutantIn;
+use crate::results::schema::SummaryRow as SummaryIn;
 
 /// (scenario, param, profile, check, comparison): the rows of one chart.
 type ChartKey = (String, String, String, String, String);
@@ -151,16 +99,26 @@ struct Data {
     /// The per-seed file the series come from (`seeds.csv` or `seeds.parquet`).
     seeds_name: Option<String>,
     /// `recommendations.csv` rows (written by `size DIR`), when present.
-    recommendations: Vec<verdict::RecIn>,
+    recommendations: Vec<RecRow>,
 }
 
-fn read_csv<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let mut r = ::csv::Reader::from_path(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+/// Every row of a table whose rows own their strings, as its declaration reads them
+/// ([`crate::results::csv::read_rows`]; errors name the file and row).
+fn read_csv<F>(
+    cols: &[crate::results::schema::Col<F>],
+    path: &Path,
+) -> anyhow::Result<Vec<F::Row<'static>>>
+where
+    F: crate::results::schema::RowFamily,
+    for<'a> F::Row<'a>: Into<F::Row<'static>>,
+{
     let mut out = Vec::new();
-    for (i, row) in r.deserialize::<T>().enumerate() {
-        out.push(row.with_context(|| format!("{}: row {}", path.display(), i + 2))?);
-    }
+    crate::results::csv::read_rows(cols, path, false, |row, _, _| {
+        // A row that owns its strings: the same type for every lifetime.
+        #[allow(clippy::useless_conversion)]
+        out.push(row.into());
+        Ok(true)
+    })?;
     Ok(out)
 }
 
@@ -170,7 +128,7 @@ impl Data {
         let plan = crate::results::csv::read_plan(&plan_path)?;
 
         let mut summary: BTreeMap<ChartKey, BTreeMap<String, SummaryIn>> = BTreeMap::new();
-        for r in read_csv::<SummaryIn>(&dir.join("summary.csv"))? {
+        for r in read_csv(SUMMARY_COLUMNS, &dir.join("summary.csv"))? {
             if r.mutant.as_deref().is_some_and(|m| !m.is_empty()) {
                 continue;
             }
@@ -186,7 +144,11 @@ impl Data {
         let mpath = dir.join("mutants.csv");
         let mutants = if mpath.exists() {
             let mut m: BTreeMap<ChartKey, Vec<MutantIn>> = BTreeMap::new();
-            for r in read_csv::<MutantIn>(&mpath)? {
+            for r in read_csv(MUTANT_COLUMNS, &mpath)? {
+                if r.check == ANY_CHECK {
+                    // The test as a whole; the report shows each check's margins.
+                    continue;
+                }
                 let key = chart_key(&r.scenario, &r.param, &r.profile, &r.check, &r.comparison);
                 m.entry(key).or_default().push(r);
             }
@@ -245,7 +207,7 @@ impl Data {
 
         let rpath = dir.join("recommendations.csv");
         let recommendations = if rpath.exists() {
-            read_csv::<verdict::RecIn>(&rpath)?
+            read_csv(RECOMMENDATION_COLUMNS, &rpath)?
         } else {
             Vec::new()
         };
@@ -1117,7 +1079,7 @@ fn quantile_chart(
                 policies[p],
                 pct(r.worst_usage_pct),
                 r.worst_seed,
-                r.step_label(),
+                r.worst_step,
                 r.failing_seeds,
                 r.seeds
             ))
@@ -1182,7 +1144,7 @@ fn summary_table(
             r.failing_seeds,
             cell(r.worst_usage_pct),
             r.worst_seed,
-            escape(&r.step_label()),
+            escape(&r.worst_step.to_string()),
             cell(r.p50_usage_pct),
             cell(r.p95_usage_pct),
             escape(&sci(r.max_abs_diff)),

@@ -8,21 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Deserialize;
-
-use super::{chart_key, escape, py_repr, Ctx, GroupMeta, SummaryIn};
-
-/// One row of `recommendations.csv`, as far as the report reads it.
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct RecIn {
-    scenario: String,
-    param: String,
-    profile: String,
-    check: String,
-    shape: String,
-    atol: Option<f64>,
-    rtol: Option<f64>,
-}
+use super::{chart_key, escape, py_repr, Ctx, GroupMeta, RecRow, SummaryIn};
 
 /// The summary row of a clean group's check under a policy, in the asserted comparison.
 fn row<'a>(ctx: &'a Ctx, m: &GroupMeta, check: &str, policy: &str) -> Option<&'a SummaryIn> {
@@ -205,7 +191,7 @@ pub(super) fn failing_box(out: &mut String, ctx: &Ctx, m: &GroupMeta) {
                 r.seeds,
                 escape(&super::pct(r.worst_usage_pct)),
                 r.worst_seed,
-                escape(&r.step_label()),
+                escape(&r.worst_step.to_string()),
                 escape(&cmd)
             );
             let recs = recommended(ctx, m, check);
@@ -232,14 +218,14 @@ pub(super) fn failing_box(out: &mut String, ctx: &Ctx, m: &GroupMeta) {
 
 /// The recommendations for a group's check: its own profile's rows, else `all`'s.
 fn recommended(ctx: &Ctx, m: &GroupMeta, check: &str) -> Vec<String> {
-    let rows: Vec<&RecIn> = ctx
+    let rows: Vec<&RecRow> = ctx
         .data
         .recommendations
         .iter()
         .filter(|r| r.scenario == m.scenario && r.param == m.param && r.check == check)
         .collect();
-    let own: Vec<&&RecIn> = rows.iter().filter(|r| r.profile == m.profile).collect();
-    let pick: Vec<&&RecIn> = if own.is_empty() {
+    let own: Vec<&&RecRow> = rows.iter().filter(|r| r.profile == m.profile).collect();
+    let pick: Vec<&&RecRow> = if own.is_empty() {
         rows.iter().filter(|r| r.profile == "all").collect()
     } else {
         own

@@ -12,8 +12,10 @@
 //! smallest atol at torch's fp32 rtol (1.3e-6), the smallest rtol at atol = 0 (chex style),
 //! and the smallest multiple of torch's default pair (1e-5, 1.3e-6). Each is rounded up to
 //! two significant digits (what a person writes in a test) and re-checked. Then every mutant
-//! is evaluated under the balanced recommendation: a bug counts as caught on a seed when some
-//! check exceeds its recommended tolerance.
+//! is checked against the balanced recommendation from its rows (`mutants.csv`: per check
+//! and swept policy, its smallest usage over the seeds; a mutant has no frontiers): it is
+//! shown caught on every seed when some check's smallest usage, scaled by the least ratio of
+//! the swept tolerance to the recommended one, stays above 100 % ([`caught`]).
 
 use std::fmt::Write as _;
 
@@ -27,7 +29,6 @@ use crate::stats::frontier::usage;
 use crate::stats::tail::{
     seeds_needed_empirical, seeds_needed_gpd, sizing_bound, SizingBound, SizingMethod,
 };
-use serde::Serialize;
 
 /// torch's fp32 rtol, the fixed rtol of the atol-only recommendation.
 pub const TORCH_RTOL: f64 = 1.3e-6;
@@ -284,60 +285,26 @@ pub fn size_shape(fr: &Frontiers, checks: &[usize], shape: Shape, p: f64, target
     }
 }
 
-/// The data of one group to size: what `plan.csv` says about it, its seeds, and its
-/// frontiers `[check][seed]`.
+/// The data of one group to size: what `plan.csv` says about it, its seeds, and (a clean
+/// group) its frontiers `[check][seed]` or (a mutant group) its smallest usages.
 #[derive(Debug, Clone)]
 pub struct GroupData {
     /// Identity and layout.
     pub meta: GroupMeta,
     /// Seeds, ascending.
     pub seeds: Vec<u64>,
-    /// `[check][seed]`.
+    /// `[check][seed]` (a clean group; empty for a mutant group).
     pub fr: Frontiers,
+    /// A mutant group: `[check][policy]`, the smallest usage over the seeds in the asserted
+    /// comparison, percent (`mutants.csv`'s `min_usage_pct`); empty for a clean group.
+    pub mutant_min_usage: Vec<Vec<f64>>,
     /// Whether the test is a JAX one (chex assertions).
     pub jax: bool,
 }
 
-/// One row of `recommendations.csv`.
-#[derive(Debug, Clone, Serialize)]
-pub struct RecRow {
-    /// Scenario.
-    pub scenario: String,
-    /// Parametrization id.
-    pub param: String,
-    /// Profile, or `all` (holds for every selected profile).
-    pub profile: String,
-    /// Check, or `all` (one pair for every check of the test).
-    pub check: String,
-    /// Shape.
-    pub shape: &'static str,
-    /// Recommended atol (empty when none).
-    pub atol: Option<f64>,
-    /// Recommended rtol (empty when none).
-    pub rtol: Option<f64>,
-    /// Per-seed failure probability sized for.
-    pub flake_rate: f64,
-    /// Target usage at that probability, percent.
-    pub target_pct: f64,
-    /// Point estimate of the usage at the flake rate under the pair, percent.
-    pub predicted_pct: Option<f64>,
-    /// Upper end of its 95 % interval, percent (≤ target).
-    pub predicted_upper_pct: Option<f64>,
-    /// `empirical`, `gpd`, `conservative` or `not-estimable`.
-    pub tail_method: &'static str,
-    /// Seeds the estimate used.
-    pub seeds: usize,
-    /// Seeds a GPD extrapolation to the flake rate needs.
-    pub seeds_needed_gpd: usize,
-    /// Seeds a distribution-free bound at the flake rate needs.
-    pub seeds_needed_empirical: usize,
-    /// For profile `all`: the profile that needs the largest tolerance.
-    pub binding_profile: String,
-    /// For check `all`: the check that alone needs the largest tolerance.
-    pub binding_check: String,
-    /// Why a pair is empty, or how it was made conservative.
-    pub note: String,
-}
+/// One row of `recommendations.csv` (declared with its columns in
+/// [`crate::results::schema`]).
+pub use crate::results::schema::RecRow;
 
 /// (scenario, param, the recommended balanced pair of each check by name).
 pub type ValidatePairs = (String, String, Vec<(String, Tolerance)>);
@@ -358,7 +325,7 @@ pub struct SizeReport {
     pub text: String,
     /// Markdown for a pull request.
     pub markdown: String,
-    /// Mutants not caught on every seed under the recommendation.
+    /// Mutants not shown to be caught on every seed under the recommendation ([`caught`]).
     pub missed: usize,
     /// `recommendations.csv` rows.
     pub rows: Vec<RecRow>,
@@ -553,14 +520,14 @@ fn report_key(
             param: param.clone(),
             profile,
             check: check_name(c),
-            shape: rec.shape.name(),
+            shape: rec.shape.name().into(),
             atol: opt(rec.tol.atol),
             rtol: opt(rec.tol.rtol),
             flake_rate: flake,
             target_pct: target,
             predicted_pct: opt(rec.predicted),
             predicted_upper_pct: opt(rec.upper),
-            tail_method: rec.method.name(),
+            tail_method: rec.method.name().into(),
             seeds,
             seeds_needed_gpd: need_gpd,
             seeds_needed_empirical: need_df,
@@ -813,24 +780,30 @@ fn report_key(
             );
             continue;
         }
-        let (n, total) = caught(&d.fr, &tols);
-        if n < total {
+        let total = d.seeds.len();
+        let shown = caught(d, &tols);
+        if !shown {
             *missed += 1;
         }
+        let cell = if shown {
+            format!("{total}/{total}")
+        } else {
+            "not shown".to_string()
+        };
         mrows.push(vec![
             d.meta.mutant.clone(),
             d.meta.profile.clone(),
-            format!("{n}/{total}"),
+            cell.clone(),
         ]);
         let _ = writeln!(
             md,
-            "| `{}` | `{}` | {n}/{total}{} |",
+            "| `{}` | `{}` | {cell}{} |",
             d.meta.mutant,
             d.meta.profile,
-            if n < total {
-                " (missed on some seeds)"
-            } else {
+            if shown {
                 ""
+            } else {
+                " on every seed (no check's smallest usage bounds it above 100 %)"
             }
         );
     }
@@ -870,27 +843,43 @@ fn report_key(
     text.push('\n');
 }
 
-/// Seeds on which a mutant is caught by some check under `tols` (one per check; a NaN pair
-/// catches nothing).
-pub fn caught(fr: &Frontiers, tols: &[Tolerance]) -> (usize, usize) {
-    let seeds = fr.first().map(|c| c.len()).unwrap_or(0);
-    let n = (0..seeds)
-        .filter(|&s| {
-            fr.iter()
-                .zip(tols)
-                .any(|(c, t)| !t.atol.is_nan() && usage(&c[s], t.atol, t.rtol) > 1.0)
+/// Whether the mutant group `d` is shown caught on every seed under `tols` (one per check;
+/// a NaN pair catches nothing). For an element with |actual − expected| = x and
+/// |expected| = e, the usage under (a, r) is its usage under a swept policy's (a_p, r_p)
+/// times (a_p + r_p·e) / (a + r·e), which for every e ≥ 0 is at least the smaller of
+/// a_p / a and r_p / r. So a check whose smallest usage over the seeds under some policy,
+/// times that factor, is above 100 % exceeds the recommendation on every seed. (Bugs are
+/// caught by wide margins: T1's smallest margin is the bf16 all-reduce's, over 1,000 times
+/// torch's default.) Without such a check, `size` does not claim the bug is caught.
+pub fn caught(d: &GroupData, tols: &[Tolerance]) -> bool {
+    d.mutant_min_usage
+        .iter()
+        .zip(tols)
+        .enumerate()
+        .any(|(c, (per_policy, t))| {
+            !t.atol.is_nan()
+                && per_policy.iter().enumerate().any(|(p, &u)| {
+                    let swept = d.meta.tolerances[p][c];
+                    // The least of (a_p + r_p·e) / (a + r·e) over e ≥ 0: one of its two ends
+                    // (0/0 ends, a zero in both pairs, say nothing).
+                    let ends = [swept.atol / t.atol, swept.rtol / t.rtol];
+                    let factor = ends
+                        .iter()
+                        .filter(|x| !x.is_nan())
+                        .copied()
+                        .reduce(f64::min)
+                        .unwrap_or(1.0);
+                    u * factor > 100.0
+                })
         })
-        .count();
-    (n, seeds)
 }
 
 /// `recommendations.csv` bytes.
 pub fn recommendations_csv(rows: &[RecRow]) -> anyhow::Result<Vec<u8>> {
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    for r in rows {
-        w.serialize(r)?;
-    }
-    Ok(w.into_inner()?)
+    Ok(crate::results::csv::table(
+        crate::results::schema::RECOMMENDATION_COLUMNS,
+        rows,
+    ))
 }
 
 /// The two-sided 95 % Clopper–Pearson interval of a binomial proportion with `x` successes
@@ -949,6 +938,40 @@ pub fn clopper_pearson(x: usize, n: usize) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mutant is shown caught when some check's smallest usage, scaled by the least ratio
+    /// of the swept tolerance to the recommended one, stays above 100 %; not otherwise.
+    #[test]
+    fn a_mutant_is_shown_caught_only_with_margin_under_the_recommendation() {
+        let tol = |atol, rtol| Tolerance { atol, rtol };
+        let d = |min: f64| GroupData {
+            meta: GroupMeta {
+                scenario: "s".into(),
+                param: "p".into(),
+                profile: "f".into(),
+                mutant: "m".into(),
+                checks: vec!["logits".into()],
+                policies: vec!["old".into(), "exact".into()],
+                tolerances: vec![vec![tol(1e-6, 1e-5)], vec![tol(0.0, 0.0)]],
+                asserted: crate::check::comparison::Comparison::ShardedVsRef,
+                seed_dependent: true,
+            },
+            seeds: (0..10).collect(),
+            fr: Vec::new(),
+            mutant_min_usage: vec![vec![min, f64::INFINITY]],
+            jax: false,
+        };
+        // Recommended (1.6e-5, 2.1e-6): the least ratio is 1e-6 / 1.6e-5 = 0.0625.
+        let rec = [tol(1.6e-5, 2.1e-6)];
+        assert!(caught(&d(1601.0), &rec));
+        assert!(!caught(&d(1599.0), &rec));
+        // An exact policy's infinite usage scales by 0 and shows nothing.
+        assert!(!caught(&d(0.0), &rec));
+        // A looser swept tolerance scales the usage up.
+        assert!(caught(&d(101.0), &[tol(1e-7, 1e-6)]));
+        // No recommendation for the check: nothing caught.
+        assert!(!caught(&d(1e9), &[tol(f64::NAN, f64::NAN)]));
+    }
 
     #[test]
     fn rounding_up_keeps_two_significant_digits_and_never_goes_down() {

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Records come in the sweep's unit order (group-major, seeds ascending), exactly as the
-//! units of `seeds.csv`. A record is 16 + Σ(4 + 16·m) bytes; m is typically 1 to 5.
+//! units of `seeds.csv`: one per unit of a clean group (a mutant group has no frontiers). A
+//! record is 16 + Σ(4 + 16·m) bytes; m is typically 1 to 5.
 
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
@@ -31,7 +32,7 @@ pub const PARTIAL: &str = "frontiers.bin.partial";
 pub const MAGIC: &[u8; 8] = b"SSFRNT01";
 
 /// One seed's frontiers, `[check]` of (d, e) points.
-pub type SeedFrontiers = Vec<Vec<(f64, f64)>>;
+pub use crate::engine::evaluate::SeedFrontiers;
 
 /// Appends records.
 pub struct FrontierWriter {

@@ -1,5 +1,7 @@
-//! The output tables: their columns declared once ([`schema`]), and the codecs that write and
-//! read them (CSV, Parquet, the binary row log, the seeds file, frontiers, tensor dumps).
+//! The output tables: their columns declared once ([`schema`]), and the codecs derived from
+//! that declaration that write and read them (CSV, Parquet, the binary row log), the per-seed
+//! file of a sweep in its format, frontiers, tensor dumps, and the encoder of the units the
+//! engine hands on ([`sink`]).
 
 pub mod csv;
 pub mod dump;
@@ -9,3 +11,4 @@ pub mod rowlog;
 pub mod scale;
 pub mod schema;
 pub mod seeds_file;
+pub mod sink;

@@ -1,15 +1,16 @@
 //! Parquet export of the per-seed table (`--format parquet`): the columns of `seeds.csv`
-//! ([`crate::results::csv::SeedRow`]), in the same order and with the same values, as one
-//! Parquet file that pandas, polars and DuckDB read directly.
+//! ([`crate::results::schema::SEED_COLUMNS`]), in the same order and with the same values,
+//! as one Parquet file that pandas, polars and DuckDB read directly.
 //!
-//! Layout (Apache Parquet format 2, written by the `parquet` crate without Arrow), built
-//! from [`crate::results::schema::SEEDS`]:
+//! Layout (Apache Parquet format 2, written by the `parquet` crate without Arrow), derived
+//! from the column declarations ([`crate::results::schema`]), column by column:
 //! - strings (`scenario`, `param`, `profile`, `check`, `comparison`, `policy`, `mutant`):
-//!   `BYTE_ARRAY` annotated `STRING`, dictionary-encoded; `mutant` is `OPTIONAL`, null for
-//!   the clean run (empty in `seeds.csv`);
-//! - `seed`: `INT64` annotated unsigned 64-bit (the bits of the `u64`);
-//! - `step`, `micro_step` (-1: none), `mismatched`, `elements`, `nonfinite`: `INT64`;
-//! - the five floats: `DOUBLE`, `BYTE_STREAM_SPLIT`-encoded, no dictionary: the encoding
+//!   `BYTE_ARRAY` annotated `STRING`, dictionary-encoded; a string that may be none
+//!   (`mutant`) is `OPTIONAL`, null for the clean run (empty in `seeds.csv`);
+//! - `seed` (an unsigned column): `INT64` annotated unsigned 64-bit (the bits of the `u64`);
+//! - the integers (`step`, `micro_step` (-1: none), `mismatched`, `elements`,
+//!   `nonfinite`): `INT64`;
+//! - the floats: `DOUBLE`, `BYTE_STREAM_SPLIT`-encoded, no dictionary: the encoding
 //!   groups the eight bytes of each double by position, which the compressor then shrinks
 //!   (exponents and leading mantissa bytes repeat); a dictionary would not (most values are
 //!   distinct);
@@ -28,18 +29,17 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::column::reader::ColumnReader;
-use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
-use crate::check::comparison::Comparison;
 use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
-use crate::results::csv::{micro_step, SeedRowIn};
-use crate::results::schema::{ColType, SEEDS};
+use crate::results::csv::unit_rows;
+use crate::results::schema::{Access, Col, RowFamily, SeedRows, SEED_COLUMNS};
 
 /// The file a Parquet sweep writes its per-seed table to.
 pub const FILE: &str = "seeds.parquet";
@@ -49,63 +49,38 @@ pub const FILE: &str = "seeds.parquet";
 /// buffers near 10 MB.
 pub const ROW_GROUP_ROWS: usize = 1 << 17;
 
-/// Column kinds in schema order.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Str,
-    /// A string or null: only `mutant`.
-    OptStr,
-    Int,
-    Float,
+/// The Parquet type of one column: (repetition and physical type, logical annotation).
+fn parquet_type<F: RowFamily>(c: &Col<F>) -> (&'static str, &'static str) {
+    match c.access {
+        Access::Str(..) => ("REQUIRED BYTE_ARRAY", " (STRING)"),
+        Access::OptStr(..) => ("OPTIONAL BYTE_ARRAY", " (STRING)"),
+        Access::U64(..) => ("REQUIRED INT64", " (INTEGER(64,false))"),
+        Access::OptU64(..) => ("OPTIONAL INT64", " (INTEGER(64,false))"),
+        Access::I64(..) | Access::Usize(..) | Access::U32(..) | Access::OptU32(..) => {
+            ("REQUIRED INT64", "")
+        }
+        Access::F64(..) => ("REQUIRED DOUBLE", ""),
+        Access::OptF64(..) => ("OPTIONAL DOUBLE", ""),
+        Access::Bool(..) => ("REQUIRED BOOLEAN", ""),
+    }
 }
 
-/// The kind of each column of [`SEEDS`], in order.
-const COLUMNS: [(&str, Kind); SEEDS.len()] = {
-    let mut out = [("", Kind::Str); SEEDS.len()];
-    let mut i = 0;
-    while i < SEEDS.len() {
-        out[i] = (
-            SEEDS[i].0,
-            match SEEDS[i].1 {
-                ColType::Str => Kind::Str,
-                ColType::OptStr => Kind::OptStr,
-                ColType::UInt | ColType::Int => Kind::Int,
-                ColType::Float => Kind::Float,
-                ColType::OptFloat | ColType::Bool => panic!("no such column in seeds"),
-            },
-        );
-        i += 1;
-    }
-    out
-};
-
-/// The Parquet message type of [`SEEDS`].
-fn schema_text() -> String {
+/// The Parquet message type of a table.
+fn schema_text<F: RowFamily>(cols: &[Col<F>]) -> String {
     let mut s = String::from("message seeds {\n");
-    for (name, ty) in SEEDS {
-        let t = match ty {
-            ColType::Str => "REQUIRED BYTE_ARRAY",
-            ColType::OptStr => "OPTIONAL BYTE_ARRAY",
-            ColType::UInt | ColType::Int => "REQUIRED INT64",
-            ColType::Float => "REQUIRED DOUBLE",
-            ColType::OptFloat | ColType::Bool => unreachable!("checked in COLUMNS"),
-        };
-        let ann = match ty {
-            ColType::Str | ColType::OptStr => " (STRING)",
-            ColType::UInt => " (INTEGER(64,false))",
-            _ => "",
-        };
-        s.push_str(&format!("  {t} {name}{ann};\n"));
+    for c in cols {
+        let (t, ann) = parquet_type(c);
+        s.push_str(&format!("  {t} {}{ann};\n", c.name));
     }
     s.push('}');
     s
 }
 
-fn schema() -> Arc<Type> {
-    Arc::new(parse_message_type(&schema_text()).expect("the built-in schema parses"))
+fn schema<F: RowFamily>(cols: &[Col<F>]) -> Arc<Type> {
+    Arc::new(parse_message_type(&schema_text(cols)).expect("the declared schema parses"))
 }
 
-fn properties() -> Arc<WriterProperties> {
+fn properties<F: RowFamily>(cols: &[Col<F>]) -> Arc<WriterProperties> {
     let mut b = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(Compression::ZSTD(
@@ -113,201 +88,219 @@ fn properties() -> Arc<WriterProperties> {
         ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_created_by(format!("seedsweep {}", env!("CARGO_PKG_VERSION")));
-    for (name, kind) in COLUMNS {
-        if kind == Kind::Float {
+    for c in cols {
+        if matches!(c.access, Access::F64(..) | Access::OptF64(..)) {
             b = b
-                .set_column_dictionary_enabled(name.into(), false)
-                .set_column_encoding(name.into(), Encoding::BYTE_STREAM_SPLIT);
+                .set_column_dictionary_enabled(c.name.into(), false)
+                .set_column_encoding(c.name.into(), Encoding::BYTE_STREAM_SPLIT);
         }
     }
     Arc::new(b.build())
 }
 
-/// One row group's columns, buffered. Strings are kept as shared [`ByteArray`]s (a clone is
-/// a reference-count increment), so buffering a row allocates nothing once its strings have
-/// been seen.
-#[derive(Default)]
-struct Columns {
-    strings: [Vec<ByteArray>; 6],
-    ints: [Vec<i64>; 6],
-    floats: [Vec<f64>; 5],
-    /// `mutant`: its definition levels (1: a value, 0: null) and its non-null values.
-    mutant_def: Vec<i16>,
-    mutant: Vec<ByteArray>,
+/// Strings a column buffer has converted lately: a row group holds few distinct strings
+/// per column (a group's names, its checks and policies), so a hit means no allocation.
+const RECENT: usize = 16;
+
+/// One column of a row group, buffered: its values (non-null ones only) and, for a column
+/// that may be null, its definition levels (1: a value, 0: null).
+enum Buf {
+    Bytes {
+        vals: Vec<ByteArray>,
+        def: Vec<i16>,
+        /// Recently converted strings, most recent first (a clone is a reference-count
+        /// increment).
+        recent: Vec<ByteArray>,
+    },
+    Int {
+        vals: Vec<i64>,
+        def: Vec<i16>,
+    },
+    Double {
+        vals: Vec<f64>,
+        def: Vec<i16>,
+    },
+    Bool {
+        vals: Vec<bool>,
+    },
 }
 
-impl Columns {
-    fn len(&self) -> usize {
-        self.ints[0].len()
+impl Buf {
+    fn of<F: RowFamily>(c: &Col<F>) -> Self {
+        match c.access {
+            Access::Str(..) | Access::OptStr(..) => Buf::Bytes {
+                vals: Vec::new(),
+                def: Vec::new(),
+                recent: Vec::new(),
+            },
+            Access::F64(..) | Access::OptF64(..) => Buf::Double {
+                vals: Vec::new(),
+                def: Vec::new(),
+            },
+            Access::Bool(..) => Buf::Bool { vals: Vec::new() },
+            _ => Buf::Int {
+                vals: Vec::new(),
+                def: Vec::new(),
+            },
+        }
     }
+
     fn clear(&mut self) {
-        self.strings.iter_mut().for_each(Vec::clear);
-        self.ints.iter_mut().for_each(Vec::clear);
-        self.floats.iter_mut().for_each(Vec::clear);
-        self.mutant_def.clear();
-        self.mutant.clear();
+        match self {
+            Buf::Bytes { vals, def, .. } => {
+                vals.clear();
+                def.clear();
+            }
+            Buf::Int { vals, def } => {
+                vals.clear();
+                def.clear();
+            }
+            Buf::Double { vals, def } => {
+                vals.clear();
+                def.clear();
+            }
+            Buf::Bool { vals } => vals.clear(),
+        }
+    }
+
+    /// Appends a string (None: a null).
+    fn push_str(&mut self, s: Option<&str>) {
+        let Buf::Bytes { vals, def, recent } = self else {
+            unreachable!("a string column has a bytes buffer")
+        };
+        let Some(s) = s else {
+            def.push(0);
+            return;
+        };
+        def.push(1);
+        let b = match recent.iter().position(|b| b.data() == s.as_bytes()) {
+            Some(i) => recent[i].clone(),
+            None => {
+                let b = ByteArray::from(s.as_bytes().to_vec());
+                if recent.len() == RECENT {
+                    recent.pop();
+                }
+                recent.insert(0, b.clone());
+                b
+            }
+        };
+        vals.push(b);
+    }
+
+    fn push_int(&mut self, x: Option<i64>) {
+        let Buf::Int { vals, def } = self else {
+            unreachable!("an integer column has an int buffer")
+        };
+        def.push(i16::from(x.is_some()));
+        vals.extend(x);
+    }
+
+    fn push_double(&mut self, x: Option<f64>) {
+        let Buf::Double { vals, def } = self else {
+            unreachable!("a float column has a double buffer")
+        };
+        def.push(i16::from(x.is_some()));
+        vals.extend(x);
     }
 }
 
-/// The strings of one group, converted once.
-struct MetaStrings {
-    scenario: ByteArray,
-    param: ByteArray,
-    profile: ByteArray,
-    /// None for the clean run (a null).
-    mutant: Option<ByteArray>,
-    checks: Vec<ByteArray>,
-    policies: Vec<ByteArray>,
-}
-
-fn bytes(s: &str) -> ByteArray {
-    ByteArray::from(s.as_bytes().to_vec())
-}
-
-/// Streams per-seed rows into a Parquet file, in the order of `seeds.csv`: group order, then
-/// seed order, then check, comparison, policy. [`ParquetSeedsWriter::finish`] writes the
-/// footer; a file without it is not a Parquet file, so a killed writer never leaves a file
-/// that reads as complete.
-pub struct ParquetSeedsWriter {
+/// Streams rows of the table `cols` into a Parquet file. [`ParquetWriter::finish`] writes
+/// the footer; a file without it is not a Parquet file, so a killed writer never leaves a
+/// file that reads as complete.
+pub struct ParquetWriter<F: RowFamily + 'static> {
     writer: SerializedFileWriter<BufWriter<File>>,
-    cols: Columns,
-    metas: Vec<MetaStrings>,
-    comparisons: [ByteArray; 3],
+    cols: &'static [Col<F>],
+    bufs: Vec<Buf>,
+    rows: usize,
     path: std::path::PathBuf,
 }
 
-impl ParquetSeedsWriter {
-    /// Creates (truncates) `path`.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
+impl<F: RowFamily> ParquetWriter<F> {
+    /// Creates (truncates) `path` for rows of `cols`.
+    pub fn create(path: &Path, cols: &'static [Col<F>]) -> anyhow::Result<Self> {
         let file = crate::sys::atomic_write::open_owned(path, false)
             .with_context(|| format!("cannot create {}", path.display()))?;
         let writer = SerializedFileWriter::new(
             BufWriter::with_capacity(1 << 20, file),
-            schema(),
-            properties(),
+            schema(cols),
+            properties(cols),
         )
         .with_context(|| format!("cannot start the Parquet file {}", path.display()))?;
         Ok(Self {
             writer,
-            cols: Columns::default(),
-            metas: Vec::new(),
-            comparisons: Comparison::ALL.map(|c| bytes(c.name())),
+            cols,
+            bufs: cols.iter().map(Buf::of).collect(),
+            rows: 0,
             path: path.to_path_buf(),
         })
     }
 
-    /// The converted strings of `meta`'s group (found by its identity, no allocation once
-    /// seen; a sweep has few groups, so a linear search).
-    fn strings_of(&mut self, meta: &GroupMeta) -> usize {
-        let same = |m: &MetaStrings| {
-            m.scenario.data() == meta.scenario.as_bytes()
-                && m.param.data() == meta.param.as_bytes()
-                && m.profile.data() == meta.profile.as_bytes()
-                && m.mutant.as_ref().map_or(&[][..], |b| b.data()) == meta.mutant.as_bytes()
-        };
-        if let Some(i) = self.metas.iter().position(same) {
-            return i;
-        }
-        self.metas.push(MetaStrings {
-            scenario: bytes(&meta.scenario),
-            param: bytes(&meta.param),
-            profile: bytes(&meta.profile),
-            mutant: (!meta.mutant.is_empty()).then(|| bytes(&meta.mutant)),
-            checks: meta.checks.iter().map(|c| bytes(c)).collect(),
-            policies: meta.policies.iter().map(|p| bytes(p)).collect(),
-        });
-        self.metas.len() - 1
-    }
-
-    /// Buffers one seed's rows (`res` in result order: check, comparison, policy), writing a
-    /// row group whenever [`ROW_GROUP_ROWS`] rows are buffered.
-    pub fn write(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) -> anyhow::Result<()> {
-        let mi = self.strings_of(meta);
-        let mut k = 0;
-        for c in 0..meta.checks.len() {
-            for ci in 0..Comparison::ALL.len() {
-                for p in 0..meta.policies.len() {
-                    let v = &res[k];
-                    k += 1;
-                    let m = &self.metas[mi];
-                    let s = &mut self.cols.strings;
-                    s[0].push(m.scenario.clone());
-                    s[1].push(m.param.clone());
-                    s[2].push(m.profile.clone());
-                    s[3].push(m.checks[c].clone());
-                    s[4].push(self.comparisons[ci].clone());
-                    s[5].push(m.policies[p].clone());
-                    match &m.mutant {
-                        Some(b) => {
-                            self.cols.mutant_def.push(1);
-                            self.cols.mutant.push(b.clone());
-                        }
-                        None => self.cols.mutant_def.push(0),
-                    }
-                    let i = &mut self.cols.ints;
-                    i[0].push(seed as i64);
-                    i[1].push(i64::from(v.worst_step.step));
-                    i[2].push(micro_step(v.worst_step));
-                    i[3].push(i64::from(v.mismatched));
-                    i[4].push(i64::from(v.elements));
-                    i[5].push(i64::from(v.nonfinite));
-                    let f = &mut self.cols.floats;
-                    f[0].push(v.usage_pct);
-                    f[1].push(v.max_abs_diff);
-                    f[2].push(v.max_abs_expected);
-                    f[3].push(v.theory_det_pct);
-                    f[4].push(v.theory_prob_pct);
-                    if self.cols.len() == ROW_GROUP_ROWS {
-                        self.flush_group()?;
-                    }
-                }
+    /// Buffers one row, writing a row group whenever [`ROW_GROUP_ROWS`] rows are buffered.
+    pub fn push(&mut self, row: &F::Row<'_>) -> anyhow::Result<()> {
+        for (c, b) in self.cols.iter().zip(&mut self.bufs) {
+            match c.access {
+                Access::Str(get, _) => b.push_str(Some(get(row))),
+                Access::OptStr(get, _) => b.push_str(get(row)),
+                // The bits of the u64.
+                Access::U64(get, _) => b.push_int(Some(get(row) as i64)),
+                Access::OptU64(get, _) => b.push_int(get(row).map(|x| x as i64)),
+                Access::I64(get, _) => b.push_int(Some(get(row))),
+                Access::Usize(get, _) => b.push_int(Some(get(row) as i64)),
+                Access::U32(get, _) => b.push_int(Some(i64::from(get(row)))),
+                Access::OptU32(get, _) => b.push_int(Some(get(row).map_or(-1, i64::from))),
+                Access::F64(get, _) => b.push_double(Some(get(row))),
+                Access::OptF64(get, _) => b.push_double(get(row)),
+                Access::Bool(get, _) => match b {
+                    Buf::Bool { vals } => vals.push(get(row)),
+                    _ => unreachable!("a bool column has a bool buffer"),
+                },
             }
+        }
+        self.rows += 1;
+        if self.rows == ROW_GROUP_ROWS {
+            self.flush_group()?;
         }
         Ok(())
     }
 
     fn flush_group(&mut self) -> anyhow::Result<()> {
-        if self.cols.len() == 0 {
+        if self.rows == 0 {
             return Ok(());
         }
+        let path = &self.path;
         let err =
-            |e: parquet::errors::ParquetError| anyhow!("cannot write {}: {e}", self.path.display());
+            |e: parquet::errors::ParquetError| anyhow!("cannot write {}: {e}", path.display());
         let mut rg = self.writer.next_row_group().map_err(err)?;
-        let (mut si, mut ii, mut fi) = (0, 0, 0);
-        for (_, kind) in COLUMNS {
+        for (c, b) in self.cols.iter().zip(&self.bufs) {
             let mut col = rg
                 .next_column()
                 .map_err(err)?
-                .expect("the schema has one column per COLUMNS entry");
-            match kind {
-                Kind::Str => {
-                    col.typed::<ByteArrayType>()
-                        .write_batch(&self.cols.strings[si], None, None)
-                        .map_err(err)?;
-                    si += 1;
-                }
-                Kind::OptStr => {
-                    col.typed::<ByteArrayType>()
-                        .write_batch(&self.cols.mutant, Some(&self.cols.mutant_def), None)
-                        .map_err(err)?;
-                }
-                Kind::Int => {
-                    col.typed::<Int64Type>()
-                        .write_batch(&self.cols.ints[ii], None, None)
-                        .map_err(err)?;
-                    ii += 1;
-                }
-                Kind::Float => {
-                    col.typed::<DoubleType>()
-                        .write_batch(&self.cols.floats[fi], None, None)
-                        .map_err(err)?;
-                    fi += 1;
-                }
-            }
+                .expect("the schema has one column per declared column");
+            // Definition levels only for a column that may be null.
+            let nullable = parquet_type(c).0.starts_with("OPTIONAL");
+            match b {
+                Buf::Bytes { vals, def, .. } => col
+                    .typed::<ByteArrayType>()
+                    .write_batch(vals, nullable.then_some(&def[..]), None)
+                    .map_err(err)?,
+                Buf::Int { vals, def } => col
+                    .typed::<Int64Type>()
+                    .write_batch(vals, nullable.then_some(&def[..]), None)
+                    .map_err(err)?,
+                Buf::Double { vals, def } => col
+                    .typed::<DoubleType>()
+                    .write_batch(vals, nullable.then_some(&def[..]), None)
+                    .map_err(err)?,
+                Buf::Bool { vals } => col
+                    .typed::<BoolType>()
+                    .write_batch(vals, None, None)
+                    .map_err(err)?,
+            };
             col.close().map_err(err)?;
         }
         rg.close().map_err(err)?;
-        self.cols.clear();
+        self.bufs.iter_mut().for_each(Buf::clear);
+        self.rows = 0;
         Ok(())
     }
 
@@ -327,12 +320,51 @@ impl ParquetSeedsWriter {
     }
 }
 
-/// Reads every row of a Parquet per-seed file, in file order, one row group in memory at a
-/// time, and calls `row` for each. The file's columns must be exactly those this module
-/// writes (names, order and types); anything else is an error naming the file and column.
-pub(crate) fn for_each_row(
+/// Streams per-seed rows into `seeds.parquet`, in the order of `seeds.csv`: group order,
+/// then seed order, then check, comparison, policy.
+pub struct ParquetSeedsWriter(ParquetWriter<SeedRows>);
+
+impl ParquetSeedsWriter {
+    /// Creates (truncates) `path`.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self(ParquetWriter::create(path, SEED_COLUMNS)?))
+    }
+
+    /// Buffers one seed's rows (`res` in result order: check, comparison, policy).
+    pub fn write(&mut self, meta: &GroupMeta, seed: u64, res: &[SeedValues]) -> anyhow::Result<()> {
+        let mut done = Ok(());
+        unit_rows(meta, seed, res, |_, row| {
+            if done.is_ok() {
+                done = self.0.push(row);
+            }
+        });
+        done
+    }
+
+    /// Writes the last row group and the footer, and syncs the file to disk.
+    pub fn finish(self) -> anyhow::Result<()> {
+        self.0.finish()
+    }
+}
+
+/// One column of a row group as read: its values and, for a nullable column, its
+/// definition levels.
+enum ReadBuf {
+    Bytes(Vec<ByteArray>, Vec<i16>),
+    Int(Vec<i64>, Vec<i16>),
+    Double(Vec<f64>, Vec<i16>),
+    Bool(Vec<bool>),
+}
+
+/// Reads every row of a Parquet file of the table `cols`, in file order, one row group in
+/// memory at a time, and calls `row` for each (its strings borrowed from the row group's
+/// buffers); `row` returns whether to go on. The file's columns must be exactly the
+/// declared ones (names, order and types); anything else is an error naming the file and
+/// column.
+pub fn for_each_row<F: RowFamily>(
+    cols: &[Col<F>],
     path: &Path,
-    mut row: impl FnMut(SeedRowIn) -> anyhow::Result<bool>,
+    mut row: impl FnMut(F::Row<'_>) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
     let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let reader = SerializedFileReader::new(file)
@@ -343,15 +375,14 @@ pub(crate) fn for_each_row(
         .schema_descr()
         .columns()
         .to_vec();
-    let expected = schema();
-    let want = parquet::schema::types::SchemaDescriptor::new(expected);
-    if fields.len() != COLUMNS.len() {
+    let want = parquet::schema::types::SchemaDescriptor::new(schema(cols));
+    if fields.len() != cols.len() {
         return Err(anyhow!(
             "{}: has {} columns; a seedsweep per-seed file has {}: {}",
             path.display(),
             fields.len(),
-            COLUMNS.len(),
-            COLUMNS.map(|c| c.0).join(", ")
+            cols.len(),
+            cols.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
         ));
     }
     for (i, (got, want)) in fields.iter().zip(want.columns()).enumerate() {
@@ -370,40 +401,49 @@ pub(crate) fn for_each_row(
             ));
         }
     }
-    let mut cols = Columns::default();
     for g in 0..reader.num_row_groups() {
         let rg = reader
             .get_row_group(g)
             .map_err(|e| anyhow!("{}: row group {g}: {e}", path.display()))?;
         let n = usize::try_from(rg.metadata().num_rows())
             .map_err(|_| anyhow!("{}: row group {g} has a negative row count", path.display()))?;
-        cols.clear();
-        let (mut si, mut ii, mut fi) = (0, 0, 0);
-        for (c, (name, kind)) in COLUMNS.iter().enumerate() {
+        let mut bufs: Vec<ReadBuf> = Vec::with_capacity(cols.len());
+        for (i, c) in cols.iter().enumerate() {
+            let name = c.name;
             let bad = |e: parquet::errors::ParquetError| {
                 anyhow!("{}: row group {g}, column {name}: {e}", path.display())
             };
-            let reader = rg.get_column_reader(c).map_err(bad)?;
-            let got = match (kind, reader) {
-                (Kind::Str, ColumnReader::ByteArrayColumnReader(mut r)) => {
-                    let v = &mut cols.strings[si];
-                    si += 1;
-                    r.read_records(n, None, None, v).map_err(bad)?.0
-                }
-                (Kind::OptStr, ColumnReader::ByteArrayColumnReader(mut r)) => {
-                    r.read_records(n, Some(&mut cols.mutant_def), None, &mut cols.mutant)
+            let reader = rg.get_column_reader(i).map_err(bad)?;
+            let nullable = parquet_type(c).0.starts_with("OPTIONAL");
+            let (buf, got) = match (Buf::of(c), reader) {
+                (Buf::Bytes { .. }, ColumnReader::ByteArrayColumnReader(mut r)) => {
+                    let (mut v, mut d) = (Vec::new(), Vec::new());
+                    let got = r
+                        .read_records(n, nullable.then_some(&mut d), None, &mut v)
                         .map_err(bad)?
-                        .0
+                        .0;
+                    (ReadBuf::Bytes(v, d), got)
                 }
-                (Kind::Int, ColumnReader::Int64ColumnReader(mut r)) => {
-                    let v = &mut cols.ints[ii];
-                    ii += 1;
-                    r.read_records(n, None, None, v).map_err(bad)?.0
+                (Buf::Int { .. }, ColumnReader::Int64ColumnReader(mut r)) => {
+                    let (mut v, mut d) = (Vec::new(), Vec::new());
+                    let got = r
+                        .read_records(n, nullable.then_some(&mut d), None, &mut v)
+                        .map_err(bad)?
+                        .0;
+                    (ReadBuf::Int(v, d), got)
                 }
-                (Kind::Float, ColumnReader::DoubleColumnReader(mut r)) => {
-                    let v = &mut cols.floats[fi];
-                    fi += 1;
-                    r.read_records(n, None, None, v).map_err(bad)?.0
+                (Buf::Double { .. }, ColumnReader::DoubleColumnReader(mut r)) => {
+                    let (mut v, mut d) = (Vec::new(), Vec::new());
+                    let got = r
+                        .read_records(n, nullable.then_some(&mut d), None, &mut v)
+                        .map_err(bad)?
+                        .0;
+                    (ReadBuf::Double(v, d), got)
+                }
+                (Buf::Bool { .. }, ColumnReader::BoolColumnReader(mut r)) => {
+                    let mut v = Vec::new();
+                    let got = r.read_records(n, None, None, &mut v).map_err(bad)?.0;
+                    (ReadBuf::Bool(v), got)
                 }
                 _ => {
                     return Err(anyhow!(
@@ -418,68 +458,93 @@ pub(crate) fn for_each_row(
                     path.display()
                 ));
             }
+            bufs.push(buf);
         }
-        // The index of each row's mutant among the non-null values, or None.
-        let mut next_mutant = 0usize;
+        // Per column, the index of the next non-null value.
+        let mut next = vec![0usize; cols.len()];
         for i in 0..n {
-            let utf8 = |b: &ByteArray| -> anyhow::Result<String> {
-                std::str::from_utf8(b.data())
-                    .map(str::to_string)
-                    .map_err(|_| {
+            let mut r = F::Row::default();
+            for (k, (c, b)) in cols.iter().zip(&bufs).enumerate() {
+                let short = || {
+                    anyhow!(
+                        "{}: row group {g}: column {} is short",
+                        path.display(),
+                        c.name
+                    )
+                };
+                // The row's value index, or None for a null.
+                let mut take = |def: &[i16], len: usize| -> anyhow::Result<Option<usize>> {
+                    if !def.is_empty() && def.get(i) != Some(&1) {
+                        return Ok(None);
+                    }
+                    let j = next[k];
+                    next[k] += 1;
+                    if j >= len {
+                        return Err(short());
+                    }
+                    Ok(Some(j))
+                };
+                let count = |x: i64| -> anyhow::Result<u32> {
+                    u32::try_from(x).map_err(|_| {
                         anyhow!(
-                            "{}: row group {g}, row {i}: a string is not UTF-8",
-                            path.display()
+                            "{}: row group {g}, row {i}: {} is {x}; allowed: 0..=4294967295",
+                            path.display(),
+                            c.name
                         )
                     })
-            };
-            let mutant = match cols.mutant_def.get(i) {
-                Some(1) => {
-                    next_mutant += 1;
-                    let b = cols.mutant.get(next_mutant - 1).ok_or_else(|| {
-                        anyhow!("{}: row group {g}: column mutant is short", path.display())
-                    })?;
-                    Some(utf8(b)?)
+                };
+                match (c.access, b) {
+                    (Access::Str(_, set), ReadBuf::Bytes(v, d)) => {
+                        let j = take(d, v.len())?.ok_or_else(short)?;
+                        set(&mut r, utf8(&v[j], path, g, i)?)
+                    }
+                    (Access::OptStr(_, set), ReadBuf::Bytes(v, d)) => {
+                        let s = match take(d, v.len())? {
+                            Some(j) => Some(utf8(&v[j], path, g, i)?),
+                            None => None,
+                        };
+                        set(&mut r, s)
+                    }
+                    (Access::F64(_, set), ReadBuf::Double(v, d)) => {
+                        set(&mut r, v[take(d, v.len())?.ok_or_else(short)?])
+                    }
+                    (Access::OptF64(_, set), ReadBuf::Double(v, d)) => {
+                        set(&mut r, take(d, v.len())?.map(|j| v[j]))
+                    }
+                    (Access::Bool(_, set), ReadBuf::Bool(v)) => {
+                        set(&mut r, v[take(&[], v.len())?.ok_or_else(short)?])
+                    }
+                    (access, ReadBuf::Int(v, d)) => {
+                        let x = take(d, v.len())?.map(|j| v[j]);
+                        let need = || x.ok_or_else(short);
+                        match access {
+                            Access::U64(_, set) => set(&mut r, need()? as u64),
+                            Access::OptU64(_, set) => set(&mut r, x.map(|x| x as u64)),
+                            Access::I64(_, set) => set(&mut r, need()?),
+                            Access::Usize(_, set) => set(
+                                &mut r,
+                                usize::try_from(need()?).map_err(|_| {
+                                    anyhow!(
+                                        "{}: row group {g}, row {i}: {} is negative",
+                                        path.display(),
+                                        c.name
+                                    )
+                                })?,
+                            ),
+                            Access::U32(_, set) => set(&mut r, count(need()?)?),
+                            Access::OptU32(_, set) => set(
+                                &mut r,
+                                match need()? {
+                                    -1 => None,
+                                    m => Some(count(m)?),
+                                },
+                            ),
+                            _ => unreachable!("an integer column has an int buffer"),
+                        }
+                    }
+                    _ => unreachable!("each column's buffer is of its type"),
                 }
-                _ => None,
-            };
-            let s = |k: usize| utf8(&cols.strings[k][i]);
-            let count = |k: usize| -> anyhow::Result<u32> {
-                u32::try_from(cols.ints[k][i]).map_err(|_| {
-                    anyhow!(
-                        "{}: row group {g}, row {i}: {} is {}; allowed: 0..=4294967295",
-                        path.display(),
-                        [
-                            "seed",
-                            "step",
-                            "micro_step",
-                            "mismatched",
-                            "elements",
-                            "nonfinite"
-                        ][k],
-                        cols.ints[k][i]
-                    )
-                })
-            };
-            let r = SeedRowIn {
-                scenario: s(0)?,
-                param: s(1)?,
-                profile: s(2)?,
-                seed: cols.ints[0][i] as u64,
-                check: s(3)?,
-                comparison: s(4)?,
-                policy: s(5)?,
-                usage_pct: cols.floats[0][i],
-                max_abs_diff: cols.floats[1][i],
-                step: count(1)?,
-                micro_step: cols.ints[2][i],
-                mismatched: count(3)?,
-                elements: count(4)?,
-                nonfinite: count(5)?,
-                max_abs_expected: cols.floats[2][i],
-                mutant,
-                theory_det_pct: cols.floats[3][i],
-                theory_prob_pct: cols.floats[4][i],
-            };
+            }
             if !row(r)? {
                 return Ok(());
             }
@@ -488,9 +553,20 @@ pub(crate) fn for_each_row(
     Ok(())
 }
 
+/// A string of a row read back.
+fn utf8<'b>(b: &'b ByteArray, path: &Path, g: usize, i: usize) -> anyhow::Result<&'b str> {
+    std::str::from_utf8(b.data()).map_err(|_| {
+        anyhow!(
+            "{}: row group {g}, row {i}: a string is not UTF-8",
+            path.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::comparison::Comparison;
     use crate::check::{StepLabel, Tolerance};
     use crate::results::csv::{read_units, SeedsWriter};
 
@@ -573,10 +649,7 @@ mod tests {
     #[test]
     fn rows_read_back_bit_for_bit_as_from_csv() {
         let dir = tempfile::tempdir().unwrap();
-        let metas = [
-            meta("35-3-False-0", ""),
-            meta("32-3-False-2", "missing-allreduce"),
-        ];
+        let metas = [meta("35-3-False-0", ""), meta("32-3-False-2", "x")];
         // Enough seeds for several row groups: 12 rows per unit.
         let seeds: Vec<u64> = (0..(2 * ROW_GROUP_ROWS as u64 / 12 + 37))
             .map(|i| if i == 5 { u64::MAX - 1 } else { 8173 + i })
@@ -608,8 +681,10 @@ mod tests {
         write_both(d1.path(), &metas, &seeds);
         // The same rows written by a writer that saw another group's strings first.
         let mut pq = ParquetSeedsWriter::create(&d2.path().join(FILE)).unwrap();
-        let other = meta("32-None-False-0", "");
-        pq.strings_of(&other);
+        let other = meta("32-None-False-0", "m");
+        pq.write(&other, 1, &values(1, other.entries())).unwrap();
+        pq.0.bufs.iter_mut().for_each(Buf::clear);
+        pq.0.rows = 0;
         for &s in &seeds {
             pq.write(&metas[0], s, &values(s, metas[0].entries()))
                 .unwrap();

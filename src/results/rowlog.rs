@@ -10,30 +10,105 @@
 //! record   u32 group    index of the group in plan.csv (groups in file order)
 //!          u64 seed
 //!          u32 n        the group's entries (checks × comparisons × policies)
-//!          n × entry    f64 usage_pct, f64 max_abs_diff, u32 step, u32 micro
-//!                       (0xFFFFFFFF: none), u32 mismatched, u32 elements, u32 nonfinite,
-//!                       f64 max_abs_expected, f64 theory_det_pct, f64 theory_prob_pct
+//!          n × entry    the entry columns of `seeds.csv`, in declaration order
 //! ```
 //!
+//! The entry columns are those [`crate::results::schema::SEED_COLUMNS`] marks as measured
+//! per entry ([`Role::Entry`]), each at its fixed width ([`width`]): an `f64` (8 bytes), a
+//! `u32` (4 bytes; 0xFFFFFFFF for a micro-step's "none"). Today: f64 usage_pct, f64
+//! max_abs_diff, u32 step, u32 micro_step, u32 mismatched, u32 elements, u32 nonfinite,
+//! f64 max_abs_expected, f64 theory_det_pct, f64 theory_prob_pct: 60 bytes, so a T1 unit
+//! (24 entries) is 1,456 bytes.
+//!
 //! Records come in the sweep's unit order (group-major, seeds ascending), as the units of
-//! `seeds.csv`. An entry is 60 bytes; a T1 unit (24 entries) is 1,456 bytes.
+//! `seeds.csv`. A sweep keeps its mutant groups' values in a second log of this format
+//! ([`MUTANTS_PARTIAL`]): a mutant group writes no per-seed rows, and `--resume` rebuilds
+//! its counts from the log.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use anyhow::{anyhow, Context};
 
-use crate::check::StepLabel;
 use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
 use crate::results::parquet::ParquetSeedsWriter;
+use crate::results::schema::{Access, Col, Role, RowFamily, SeedRow, SeedRows, SEED_COLUMNS};
 
 /// Name while a sweep is running.
 pub const PARTIAL: &str = "seeds.bin.partial";
+/// The mutant groups' values while a per-seed sweep is running (removed when it finishes).
+pub const MUTANTS_PARTIAL: &str = "mutants.bin.partial";
 /// First bytes of the file.
 pub const MAGIC: &[u8; 8] = b"SSROWS01";
-const ENTRY: usize = 60;
+/// A micro-step's "none".
 const NO_MICRO: u32 = u32::MAX;
+
+/// The bytes a value of a column takes in the log; `None` for a column it cannot store
+/// (strings, optional values other than a micro-step).
+pub fn width<F: RowFamily + ?Sized>(a: &Access<F>) -> Option<usize> {
+    match a {
+        Access::F64(..) | Access::U64(..) | Access::I64(..) | Access::Usize(..) => Some(8),
+        Access::U32(..) | Access::OptU32(..) => Some(4),
+        _ => None,
+    }
+}
+
+/// The entry columns of the per-seed table, in order.
+fn entry_columns() -> impl Iterator<Item = &'static Col<SeedRows>> {
+    SEED_COLUMNS.iter().filter(|c| c.role == Role::Entry)
+}
+
+/// Bytes of one entry.
+fn entry_len() -> usize {
+    entry_columns()
+        .map(|c| width(&c.access).expect("every entry column has a row-log width"))
+        .sum()
+}
+
+/// Appends one entry's columns.
+fn put_entry(v: &SeedValues, b: &mut Vec<u8>) {
+    let row = SeedRow {
+        values: *v,
+        ..SeedRow::default()
+    };
+    for c in entry_columns() {
+        match c.access {
+            Access::F64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
+            Access::U64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
+            Access::I64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
+            Access::Usize(get, _) => b.extend_from_slice(&(get(&row) as u64).to_le_bytes()),
+            Access::U32(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
+            Access::OptU32(get, _) => {
+                b.extend_from_slice(&get(&row).unwrap_or(NO_MICRO).to_le_bytes())
+            }
+            _ => unreachable!("entry columns have a row-log width"),
+        }
+    }
+}
+
+/// One entry read back from its bytes (`e`: [`entry_len`] bytes).
+fn get_entry(e: &[u8]) -> SeedValues {
+    let mut row = SeedRow::default();
+    let mut at = 0;
+    for c in entry_columns() {
+        let w = width(&c.access).expect("every entry column has a row-log width");
+        let b = &e[at..at + w];
+        at += w;
+        let u64_ = || u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let u32_ = || u32::from_le_bytes(b.try_into().expect("4 bytes"));
+        match c.access {
+            Access::F64(_, set) => set(&mut row, f64::from_bits(u64_())),
+            Access::U64(_, set) => set(&mut row, u64_()),
+            Access::I64(_, set) => set(&mut row, u64_() as i64),
+            Access::Usize(_, set) => set(&mut row, u64_() as usize),
+            Access::U32(_, set) => set(&mut row, u32_()),
+            Access::OptU32(_, set) => set(&mut row, Some(u32_()).filter(|&m| m != NO_MICRO)),
+            _ => unreachable!("entry columns have a row-log width"),
+        }
+    }
+    row.values
+}
 
 /// Appends unit records.
 pub struct RowLogWriter {
@@ -91,24 +166,12 @@ pub fn record(group: usize, seed: u64, values: &[SeedValues], b: &mut Vec<u8>) {
     b.extend_from_slice(&seed.to_le_bytes());
     b.extend_from_slice(&(values.len() as u32).to_le_bytes());
     for v in values {
-        b.extend_from_slice(&v.usage_pct.to_le_bytes());
-        b.extend_from_slice(&v.max_abs_diff.to_le_bytes());
-        b.extend_from_slice(&v.worst_step.step.to_le_bytes());
-        b.extend_from_slice(&v.worst_step.micro.unwrap_or(NO_MICRO).to_le_bytes());
-        b.extend_from_slice(&v.mismatched.to_le_bytes());
-        b.extend_from_slice(&v.elements.to_le_bytes());
-        b.extend_from_slice(&v.nonfinite.to_le_bytes());
-        b.extend_from_slice(&v.max_abs_expected.to_le_bytes());
-        b.extend_from_slice(&v.theory_det_pct.to_le_bytes());
-        b.extend_from_slice(&v.theory_prob_pct.to_le_bytes());
+        put_entry(v, b);
     }
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
-}
-fn f64_at(b: &[u8], i: usize) -> f64 {
-    f64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
 /// Reads the log's units in order and calls `unit(group, seed, values, end)` for each,
@@ -137,6 +200,7 @@ pub fn for_each_unit(
     let mut head = [0u8; 16];
     let mut body = Vec::new();
     let mut values = Vec::new();
+    let entry = entry_len();
     loop {
         match read_full(&mut r, &mut head)? {
             0 => return Ok(()),
@@ -160,7 +224,7 @@ pub fn for_each_unit(
                 m.entries()
             ));
         }
-        body.resize(n * ENTRY, 0);
+        body.resize(n * entry, 0);
         if read_full(&mut r, &mut body)? != body.len() {
             if allow_partial {
                 return Ok(());
@@ -171,23 +235,7 @@ pub fn for_each_unit(
             ));
         }
         values.clear();
-        for e in body.chunks_exact(ENTRY) {
-            let micro = u32_at(e, 20);
-            values.push(SeedValues {
-                usage_pct: f64_at(e, 0),
-                max_abs_diff: f64_at(e, 8),
-                worst_step: StepLabel {
-                    step: u32_at(e, 16),
-                    micro: (micro != NO_MICRO).then_some(micro),
-                },
-                mismatched: u32_at(e, 24),
-                elements: u32_at(e, 28),
-                nonfinite: u32_at(e, 32),
-                max_abs_expected: f64_at(e, 36),
-                theory_det_pct: f64_at(e, 44),
-                theory_prob_pct: f64_at(e, 52),
-            });
-        }
+        values.extend(body.chunks_exact(entry).map(get_entry));
         pos += (16 + body.len()) as u64;
         unit(group, seed, &values, pos)?;
     }
@@ -221,7 +269,7 @@ pub fn to_parquet(log: &Path, metas: &[GroupMeta], out: &Path) -> anyhow::Result
 mod tests {
     use super::*;
     use crate::check::comparison::Comparison;
-    use crate::check::Tolerance;
+    use crate::check::{StepLabel, Tolerance};
     use crate::results::csv::read_units;
 
     fn meta(param: &str) -> GroupMeta {
@@ -265,6 +313,27 @@ mod tests {
                 theory_prob_pct: f64::INFINITY,
             })
             .collect()
+    }
+
+    /// The entry is the 60 bytes the format documents, in its documented order.
+    #[test]
+    fn an_entry_is_the_documented_bytes() {
+        assert_eq!(entry_len(), 60);
+        let v = vals(3)[1];
+        let mut b = Vec::new();
+        put_entry(&v, &mut b);
+        let mut want = Vec::new();
+        want.extend_from_slice(&v.usage_pct.to_le_bytes());
+        want.extend_from_slice(&v.max_abs_diff.to_le_bytes());
+        want.extend_from_slice(&v.worst_step.step.to_le_bytes());
+        want.extend_from_slice(&v.worst_step.micro.unwrap_or(NO_MICRO).to_le_bytes());
+        want.extend_from_slice(&v.mismatched.to_le_bytes());
+        want.extend_from_slice(&v.elements.to_le_bytes());
+        want.extend_from_slice(&v.nonfinite.to_le_bytes());
+        want.extend_from_slice(&v.max_abs_expected.to_le_bytes());
+        want.extend_from_slice(&v.theory_det_pct.to_le_bytes());
+        want.extend_from_slice(&v.theory_prob_pct.to_le_bytes());
+        assert_eq!(b, want);
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl SeedsOut {
 
 /// Appends one unit's rows in `format` to `out` (CSV rows, or a row-log record): the bytes
 /// [`SeedsOut::write`] writes. `memo`: the worker's formatted floats (CSV only; see
-/// [`crate::results::csv::seed_rows`]).
+/// [`crate::results::csv::FloatMemo`]).
 pub fn format_unit(
     format: SeedsFormat,
     meta: &GroupMeta,

@@ -1,10 +1,11 @@
 //! Checkpoint and resume of a sweep folder, and the finishing renames.
 //!
-//! While a sweep runs, `seeds.csv.partial` and `frontiers.bin.partial` grow chunk by chunk
-//! and, after every chunk, `.progress` records `(units, bytes)`: how many work units the
-//! partial files hold and how long `seeds.csv.partial` was then. `--resume` trusts only that
-//! checkpoint: it cuts both partial files back to it, feeds the units they hold to the
-//! aggregates, and runs the rest. The last steps ([`finish_outputs`]) write the summaries and
+//! While a sweep runs, `seeds.csv.partial`, `frontiers.bin.partial` and (with mutants)
+//! `mutants.bin.partial` grow chunk by chunk and, after every chunk, `.progress` records
+//! `(units, bytes, mutant bytes)`: how many work units the partial files hold between them
+//! and how long `seeds.csv.partial` and `mutants.bin.partial` were then. `--resume` trusts
+//! only that checkpoint: it cuts the partial files back to it, feeds the units they hold to
+//! the aggregates, and runs the rest. The last steps ([`finish_outputs`]) write the summaries and
 //! rename the partial files into place, so a folder with `seeds.csv` (or, with
 //! `--summary-only`, `summary.csv`) and no `seeds.csv.partial` is a finished sweep and a kill
 //! at any moment before leaves a folder `--resume` completes byte-identically.
@@ -16,22 +17,29 @@ use anyhow::Context;
 
 use crate::engine::aggregate::{GroupAgg, SummaryEntry};
 use crate::engine::plan::GroupMeta;
-use crate::engine::UnitSink;
+use crate::engine::{UnitBytes, UnitSink};
 use crate::results::csv::{mutants_csv, summary_csv};
 use crate::results::frontiers::FrontierWriter;
+use crate::results::rowlog::{self, RowLogWriter};
 use crate::results::seeds_file::{for_each_partial_unit, SeedsFormat, SeedsOut};
+use crate::results::sink::SweepEncoder;
 use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
 
 /// The checkpoint file in a sweep folder.
 pub const PROGRESS: &str = ".progress";
 
-/// The sweep's sink: rows to the partial per-seed file (`seeds.csv.partial`, or
-/// `seeds.bin.partial` with `--format parquet`), and after every chunk a flush and a
-/// `.progress` checkpoint `(units, bytes)` that `--resume` trusts.
+/// The sweep's sink: a clean unit's rows to the partial per-seed file (`seeds.csv.partial`,
+/// or `seeds.bin.partial` with `--format parquet`) and its frontier record to
+/// `frontiers.bin.partial`, a mutant unit's values to `mutants.bin.partial`; after every
+/// chunk a flush and a `.progress` checkpoint `(units, bytes[, mutant bytes])` that
+/// `--resume` trusts.
 pub struct FileSink<'a> {
     /// The partial per-seed file (none with `--summary-only`).
     pub writer: Option<SeedsOut>,
+    /// `mutants.bin.partial`: the mutant groups' values (none with `--summary-only`, or
+    /// without mutants).
+    pub mutants: Option<RowLogWriter>,
     /// The groups, for the rows' layout.
     pub metas: &'a [GroupMeta],
     /// Path of the partial per-seed file.
@@ -44,13 +52,23 @@ pub struct FileSink<'a> {
 }
 
 impl UnitSink for FileSink<'_> {
-    fn rows_format(&self) -> Option<SeedsFormat> {
-        self.writer.as_ref().map(SeedsOut::format)
+    type Encoder = SweepEncoder;
+    fn encoder(&self) -> SweepEncoder {
+        SweepEncoder {
+            rows: self.writer.as_ref().map(SeedsOut::format),
+            frontiers: self.frontiers.is_some(),
+        }
     }
     fn wants_frontiers(&self) -> bool {
         self.frontiers.is_some()
     }
-    fn unit(&mut self, rows: &[u8], frontiers: &[u8]) -> anyhow::Result<()> {
+    fn unit(&mut self, group: usize, (rows, frontiers): &UnitBytes) -> anyhow::Result<()> {
+        if !self.metas[group].mutant.is_empty() {
+            return match self.mutants.as_mut() {
+                Some(w) => w.write_record(rows),
+                None => Ok(()),
+            };
+        }
         if let Some(w) = self.writer.as_mut() {
             w.write_formatted(rows)?;
         }
@@ -67,13 +85,22 @@ impl UnitSink for FileSink<'_> {
             return Ok(());
         };
         w.flush()?;
-        let bytes = std::fs::metadata(self.partial)
-            .with_context(|| format!("cannot stat {}", self.partial.display()))?
-            .len();
-        write_atomic(
-            self.progress,
-            format!("{units_so_far} {bytes}\n").as_bytes(),
-        )
+        let len = |p: &Path| -> anyhow::Result<u64> {
+            Ok(std::fs::metadata(p)
+                .with_context(|| format!("cannot stat {}", p.display()))?
+                .len())
+        };
+        let bytes = len(self.partial)?;
+        let mut line = format!("{units_so_far} {bytes}");
+        if let Some(m) = self.mutants.as_mut() {
+            m.flush()?;
+            let mpath = self
+                .partial
+                .with_file_name(crate::results::rowlog::MUTANTS_PARTIAL);
+            line.push_str(&format!(" {}", len(&mpath)?));
+        }
+        line.push('\n');
+        write_atomic(self.progress, line.as_bytes())
     }
     fn spill_dir(&self) -> Option<&Path> {
         // The sweep folder: results held back take about as much room as the rows the
@@ -94,12 +121,20 @@ pub fn finish_frontiers(out: &Path, w: Option<FrontierWriter>) -> anyhow::Result
     Ok(Some(to.display().to_string()))
 }
 
+/// The first `n` units of `plan` in output order (group-major, then seed).
+fn prefix(plan: &[(usize, Range<u64>)], n: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
+    plan.iter()
+        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)))
+        .take(n as usize)
+}
+
 /// `--resume` of the per-seed rows: from the `.progress` checkpoint, cuts the partial
-/// per-seed file of `format` back to it, checks that its units follow `plan`, feeds them to `aggs`
-/// and cuts `frontiers.bin.partial` to the same units. Returns `(skip, append_frontiers)`:
-/// the units already done, and whether to append to `frontiers.bin.partial`. With nothing
-/// trustworthy to continue from (no checkpoint, a short file, `--summary-only`), the seeds
-/// start over in this folder: `(0, false)`.
+/// per-seed file of `format` and `mutants.bin.partial` back to it, checks that their units
+/// follow `plan` (the clean groups' units in the one, the mutant groups' in the other),
+/// feeds them to `aggs` and cuts `frontiers.bin.partial` to the same units. Returns `(skip,
+/// append_frontiers)`: the units already done, and whether to append to
+/// `frontiers.bin.partial`. With nothing trustworthy to continue from (no checkpoint, a short
+/// file, `--summary-only`), the seeds start over in this folder: `(0, false)`.
 pub fn resume_units(
     out: &Path,
     metas: &[GroupMeta],
@@ -109,39 +144,63 @@ pub fn resume_units(
     format: SeedsFormat,
 ) -> anyhow::Result<(u64, bool)> {
     let partial = out.join(format.partial());
+    let mpartial = out.join(rowlog::MUTANTS_PARTIAL);
     let progress = out.join(PROGRESS);
     let mut skip = 0u64;
-    let (units_done, bytes) = read_progress(&progress);
-    let have = std::fs::metadata(&partial).map(|m| m.len()).ok();
-    if summary_only || units_done == 0 || have.is_none_or(|len| len < bytes) {
+    let p = read_progress(&progress);
+    let len = |path: &Path| std::fs::metadata(path).map(|m| m.len()).ok();
+    let mutants = metas.iter().any(|m| !m.mutant.is_empty());
+    let mutants_ok = !mutants
+        || matches!((p.mutant_bytes, len(&mpartial)), (Some(want), Some(have)) if have >= want);
+    if summary_only || p.units == 0 || len(&partial).is_none_or(|l| l < p.bytes) || !mutants_ok {
         // Nothing trustworthy to continue from: start the seeds over in this folder.
         let _ = std::fs::remove_file(&progress);
     } else {
-        truncate(&partial, bytes)?;
-        let mut expected = plan
-            .iter()
-            .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
-        let mut read = 0u64;
-        for_each_partial_unit(format, &partial, metas, |group, seed, values| {
-            if expected.next() != Some((group, seed)) {
-                anyhow::bail!(
-                    "--resume: {} does not follow the plan at seed {seed}; delete it to start over",
-                    partial.display(),
-                );
+        let not_the_plan = |path: &Path, seed: u64| {
+            anyhow::anyhow!(
+                "--resume: {} does not follow the plan at seed {seed}; delete it to start over",
+                path.display(),
+            )
+        };
+        let clean = |&(gi, _): &(usize, u64)| metas[gi].mutant.is_empty();
+        truncate(&partial, p.bytes)?;
+        let mut expected = prefix(plan, p.units).filter(clean);
+        if prefix(plan, p.units).any(|u| clean(&u)) {
+            for_each_partial_unit(format, &partial, metas, |group, seed, values| {
+                if expected.next() != Some((group, seed)) {
+                    return Err(not_the_plan(&partial, seed));
+                }
+                aggs[group].feed(&metas[group], seed, values);
+                Ok(())
+            })?;
+        }
+        if let Some((_, seed)) = expected.next() {
+            return Err(not_the_plan(&partial, seed));
+        }
+        if let Some(mb) = p.mutant_bytes.filter(|_| mutants) {
+            truncate(&mpartial, mb)?;
+            let mut expected = prefix(plan, p.units).filter(|u| !clean(u));
+            rowlog::for_each_unit(&mpartial, metas, false, |group, seed, values, _| {
+                if expected.next() != Some((group, seed)) {
+                    return Err(not_the_plan(&mpartial, seed));
+                }
+                aggs[group].feed(&metas[group], seed, values);
+                Ok(())
+            })?;
+            if let Some((_, seed)) = expected.next() {
+                return Err(not_the_plan(&mpartial, seed));
             }
-            aggs[group].feed(&metas[group], seed, values);
-            read += 1;
-            Ok(())
-        })?;
-        skip = read;
+        }
+        skip = p.units;
     }
     let frontiers_skip = resume_frontiers(out, metas, plan, skip, format.partial())?;
     Ok((skip, frontiers_skip))
 }
 
-/// `--resume`: keeps the first `skip` records of `frontiers.bin.partial` (they must follow
-/// the plan, as the `seeds.csv.partial` units did) and cuts what was written after them.
-/// Returns whether to append (false: start the file afresh, nothing was done).
+/// `--resume`: keeps the records of `frontiers.bin.partial` of the clean units among the
+/// first `skip` (they must follow the plan, as the per-seed file's units did) and cuts what
+/// was written after them. Returns whether to append (false: start the file afresh, nothing
+/// was done).
 fn resume_frontiers(
     out: &Path,
     metas: &[GroupMeta],
@@ -174,13 +233,13 @@ fn resume_frontiers(
         return Err(bad().into());
     }
     let recs = crate::results::frontiers::read_frontiers(&path, metas, true)?;
-    if (recs.len() as u64) < skip {
+    let expected: Vec<(usize, u64)> = prefix(plan, skip)
+        .filter(|&(gi, _)| metas[gi].mutant.is_empty())
+        .collect();
+    if recs.len() < expected.len() {
         return Err(bad().into());
     }
-    let expected = plan
-        .iter()
-        .flat_map(|(gi, r)| r.clone().map(move |seed| (*gi, seed)));
-    for (r, (gi, seed)) in recs.iter().zip(expected).take(skip as usize) {
+    for (r, &(gi, seed)) in recs.iter().zip(&expected) {
         if (r.group, r.seed) != (gi, seed) {
             anyhow::bail!(
                 "--resume: {} does not follow the plan at seed {}; delete it to start over",
@@ -189,14 +248,19 @@ fn resume_frontiers(
             );
         }
     }
-    truncate(&path, recs[skip as usize - 1].end)?;
+    let end = match expected.len() {
+        0 => crate::results::frontiers::MAGIC.len() as u64,
+        n => recs[n - 1].end,
+    };
+    truncate(&path, end)?;
     Ok(true)
 }
 
-/// Writes the summaries atomically (`mutants.csv` before `summary.csv`), then closes the
-/// per-seed file and renames it into place: the last step, so that a folder with `seeds.csv`
-/// (or, with `--summary-only`, `summary.csv`) and no `seeds.csv.partial` is a finished sweep
-/// and a kill before it leaves a folder `--resume` completes. Returns the paths written.
+/// Writes the summaries atomically (`mutants.csv` before `summary.csv`), removes
+/// `mutants.bin.partial` (no longer needed), then closes the per-seed file and renames it
+/// into place: the last step, so that a folder with `seeds.csv` (or, with `--summary-only`,
+/// `summary.csv`) and no `seeds.csv.partial` is a finished sweep and a kill before it leaves
+/// a folder `--resume` completes. Returns the paths written.
 pub fn finish_outputs(
     out: &Path,
     metas: &[GroupMeta],
@@ -214,12 +278,20 @@ pub fn finish_outputs(
     let keep: Vec<usize> = (0..metas.len()).filter(|&i| aggs[i].seeds > 0).collect();
     let ms: Vec<GroupMeta> = keep.iter().map(|&i| metas[i].clone()).collect();
     let ss: Vec<Vec<SummaryEntry>> = keep.iter().map(|&i| summaries[i].clone()).collect();
+    let ags: Vec<GroupAgg> = keep.iter().map(|&i| aggs[i].clone()).collect();
     if ms.iter().any(|m| !m.mutant.is_empty()) {
-        write_atomic(&out.join("mutants.csv"), &mutants_csv(&ms, &ss)?)?;
+        write_atomic(&out.join("mutants.csv"), &mutants_csv(&ms, &ags))?;
         written.push(out.join("mutants.csv").display().to_string());
     }
-    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss)?)?;
+    write_atomic(&out.join("summary.csv"), &summary_csv(&ms, &ss))?;
     written.insert(0, out.join("summary.csv").display().to_string());
+    let mpartial = out.join(rowlog::MUTANTS_PARTIAL);
+    match std::fs::remove_file(&mpartial) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("cannot remove {}", mpartial.display()))
+        }
+        _ => {}
+    }
     if let Some(w) = writer {
         let seeds = w.finish(out, metas, partial)?;
         written.insert(0, seeds.display().to_string());
@@ -227,15 +299,30 @@ pub fn finish_outputs(
     Ok(written)
 }
 
-/// `(units, bytes)` from a `.progress` checkpoint, or zeros.
-pub(crate) fn read_progress(path: &Path) -> (u64, u64) {
+/// A `.progress` checkpoint: `units bytes[ mutant_bytes]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Units handed to the sink.
+    pub units: u64,
+    /// Length of the partial per-seed file then.
+    pub bytes: u64,
+    /// Length of `mutants.bin.partial` then (a sweep with mutants).
+    pub mutant_bytes: Option<u64>,
+}
+
+/// The `.progress` checkpoint, or zeros.
+pub(crate) fn read_progress(path: &Path) -> Progress {
     let Ok(text) = std::fs::read_to_string(path) else {
-        return (0, 0);
+        return Progress::default();
     };
     let mut it = text.split_whitespace().map(|t| t.parse::<u64>().ok());
-    match (it.next().flatten(), it.next().flatten()) {
-        (Some(u), Some(b)) => (u, b),
-        _ => (0, 0),
+    match (it.next().flatten(), it.next().flatten(), it.next()) {
+        (Some(units), Some(bytes), m) => Progress {
+            units,
+            bytes,
+            mutant_bytes: m.flatten(),
+        },
+        _ => Progress::default(),
     }
 }
 

@@ -69,6 +69,10 @@ pub const FILES: &[Owned] = &[
         what: "per-seed rows of an unfinished --format parquet sweep",
     },
     Owned {
+        name: crate::results::rowlog::MUTANTS_PARTIAL,
+        what: "the mutant groups' values of an unfinished sweep",
+    },
+    Owned {
         name: crate::results::parquet::FILE,
         what: "per-seed rows (--format parquet)",
     },

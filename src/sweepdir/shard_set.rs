@@ -1,13 +1,15 @@
 //! The set of shard folders `merge` combines: reading and checking them (one sweep, shards
-//! `0..N` of `N` once each, every `seeds.csv` exactly what its `plan.csv` lists) into every
-//! group's per-seed rows in seed order, and merging their `frontiers.bin` records.
+//! `0..N` of `N` once each, every `seeds.csv` exactly what its `plan.csv` lists for the
+//! clean groups, every `mutants.csv` what it lists for the mutant groups) into every clean
+//! group's per-seed rows in seed order and every mutant group's counts per shard, and
+//! merging their `frontiers.bin` records.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::engine::evaluate::SeedValues;
 use crate::engine::plan::GroupMeta;
-use crate::results::csv::{read_plan, read_units};
+use crate::results::csv::{read_mutants, read_plan, read_units, MutantPart};
 use crate::results::frontiers::FrontierWriter;
 use crate::results::seeds_file::SeedsFormat;
 use crate::sweepdir::fingerprint::{Fingerprint, SHARD_KEY};
@@ -51,8 +53,12 @@ pub struct ShardSet {
     pub fingerprint: Fingerprint,
     /// The groups, as every shard's `plan.csv` lists them.
     pub metas: Vec<GroupMeta>,
-    /// Every group's seeds from all shards, in seed order, with their rows.
+    /// Every clean group's seeds from all shards, in seed order, with their rows (empty for
+    /// a mutant group, which writes no per-seed rows).
     pub per_group: Vec<Vec<(u64, Vec<SeedValues>)>>,
+    /// Every mutant group's counts, one part per shard that ran some of its seeds
+    /// (`mutants.csv`; empty for a clean group).
+    pub mutant_parts: Vec<Vec<MutantPart>>,
     /// Every group's merged seed slice.
     pub slices: Vec<Range<u64>>,
     /// The shards' per-seed file format (their fingerprints agree on it).
@@ -197,17 +203,53 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
             );
         }
     }
-    // Every group's seeds, from all shards, in seed order; each shard's file must hold
-    // exactly the seed-runs of its plan, in plan order.
+    // Every clean group's seeds, from all shards, in seed order; each shard's file must hold
+    // exactly the seed-runs of its plan's clean groups, in plan order. Every mutant group's
+    // counts from each shard's mutants.csv, which must hold exactly its plan's mutant groups
+    // with seeds.
     let format = formats.first().copied().unwrap_or_default();
     let mut per_group: Vec<Vec<(u64, Vec<SeedValues>)>> = vec![Vec::new(); metas.len()];
+    let mut mutant_parts: Vec<Vec<MutantPart>> = vec![Vec::new(); metas.len()];
+    let clean = |gi: usize| metas[gi].mutant.is_empty();
     for (d, plan) in dirs.iter().zip(&plans) {
+        if plan
+            .iter()
+            .any(|(m, r)| !m.mutant.is_empty() && !r.is_empty())
+        {
+            let path = d.join("mutants.csv");
+            let parts = read_mutants(&path, &metas).map_err(|e| anyhow::anyhow!("merge: {e:#}"))?;
+            for (gi, ((m, r), part)) in plan.iter().zip(parts).enumerate() {
+                if m.mutant.is_empty() {
+                    continue;
+                }
+                let n = (r.end - r.start) as usize;
+                match part {
+                    Some(p) if p.seeds == n => mutant_parts[gi].push(p),
+                    None if n == 0 => {}
+                    other => anyhow::bail!(
+                        "merge: {}: holds {} seeds of {} {} {} {}, its plan.csv says {n}",
+                        path.display(),
+                        other.map_or(0, |p| p.seeds),
+                        m.scenario,
+                        m.param,
+                        m.profile,
+                        m.mutant
+                    ),
+                }
+            }
+        }
         let path = d.join(format.file());
         let read = read_units(&path, &metas, false).map_err(|e| anyhow::anyhow!("merge: {e:#}"))?;
-        let expected: u64 = plan.iter().map(|(_, r)| r.end - r.start).sum();
+        let expected: u64 = plan
+            .iter()
+            .enumerate()
+            .filter(|&(gi, _)| clean(gi))
+            .map(|(_, (_, r))| r.end - r.start)
+            .sum();
         let mut want = plan
             .iter()
             .enumerate()
+            .filter(|&(gi, _)| clean(gi))
             .flat_map(|(gi, (_, r))| r.clone().map(move |s| (gi, s)));
         for u in &read {
             match want.next() {
@@ -234,6 +276,13 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
     }
     let mut slices = Vec::new();
     for (gi, list) in per_group.iter_mut().enumerate() {
+        if !clean(gi) {
+            slices.push(mutant_slice(
+                &metas[gi],
+                plans.iter().map(|p| p[gi].1.clone()),
+            )?);
+            continue;
+        }
         list.sort_by_key(|(seed, _)| *seed);
         if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
             anyhow::bail!(
@@ -262,8 +311,45 @@ pub fn read(dirs: &[PathBuf], out: &Path) -> anyhow::Result<ShardSet> {
         fingerprint: fps.swap_remove(0),
         metas,
         per_group,
+        mutant_parts,
         slices,
         format,
+    })
+}
+
+/// A mutant group's merged seed slice from its shards' slices: they must tile one range,
+/// with no gap and no overlap.
+fn mutant_slice(
+    m: &GroupMeta,
+    slices: impl Iterator<Item = Range<u64>>,
+) -> anyhow::Result<Range<u64>> {
+    let all: Vec<Range<u64>> = slices.collect();
+    let mut parts: Vec<Range<u64>> = all.iter().filter(|r| !r.is_empty()).cloned().collect();
+    parts.sort_by_key(|r| r.start);
+    for w in parts.windows(2) {
+        if w[1].start != w[0].end {
+            anyhow::bail!(
+                "merge: seeds {}..{} of {} {} {} {} are {} shard",
+                w[0].end.min(w[1].start),
+                w[0].end.max(w[1].start),
+                m.scenario,
+                m.param,
+                m.profile,
+                m.mutant,
+                if w[1].start > w[0].end {
+                    "in no"
+                } else {
+                    "in more than one"
+                }
+            );
+        }
+    }
+    Ok(match (parts.first(), parts.last()) {
+        (Some(a), Some(b)) => a.start..b.end,
+        _ => {
+            let start = all.iter().map(|r| r.start).min().unwrap_or(0);
+            start..start
+        }
     })
 }
 
@@ -474,9 +560,10 @@ fn one_status(
     if crate::sweepdir::folder::has(d, format.partial())
         || !crate::sweepdir::folder::has(d, format.file())
     {
-        let (units, _) = crate::sweepdir::checkpoint::read_progress(
+        let units = crate::sweepdir::checkpoint::read_progress(
             &d.join(crate::sweepdir::checkpoint::PROGRESS),
-        );
+        )
+        .units;
         return (
             shard,
             "partial",

@@ -25,9 +25,9 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn sweep(out: &Path, seeds: u64, resume: bool, format: &str) -> Command {
+fn sweep(out: &Path, seeds: u64, resume: bool, format: &str, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_seedsweep"));
-    c.args(["sweep", "--format", format]);
+    c.args(["sweep", "--format", format]).args(extra);
     c.args([
         "--quiet",
         "--scenario",
@@ -58,23 +58,32 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn kill_9_at_random_moments_then_resume_is_byte_identical() {
-    kill_and_resume("csv", "seeds.csv");
+    kill_and_resume("csv", "seeds.csv", &[]);
 }
 
 /// The same for `--format parquet`, whose running file is the binary `seeds.bin.partial` and
 /// whose finished file is converted at the end.
 #[test]
 fn kill_9_then_resume_is_byte_identical_in_parquet() {
-    kill_and_resume("parquet", "seeds.parquet");
+    kill_and_resume("parquet", "seeds.parquet", &[]);
 }
 
-fn kill_and_resume(format: &str, seeds_file: &str) {
+/// The same with mutants, whose values go to `mutants.bin.partial` while the sweep runs
+/// (a mutant group writes no per-seed rows) and whose `mutants.csv` comes from them.
+#[test]
+fn kill_9_then_resume_with_mutants_is_byte_identical() {
+    let mutants = ["--mutants", "missing-allreduce,bf16-allreduce"];
+    kill_and_resume("csv", "seeds.csv", &mutants);
+    kill_and_resume("parquet", "seeds.parquet", &mutants);
+}
+
+fn kill_and_resume(format: &str, seeds_file: &str, extra: &[&str]) {
     let seeds = env_u64("SEEDSWEEP_KILL_SEEDS", 5000);
     let trials = env_u64("SEEDSWEEP_KILL_TRIALS", 2);
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     let t0 = Instant::now();
-    assert!(sweep(&full, seeds, false, format)
+    assert!(sweep(&full, seeds, false, format, extra)
         .status()
         .unwrap()
         .success());
@@ -97,9 +106,9 @@ fn kill_and_resume(format: &str, seeds_file: &str) {
         // Each trial: a fresh sweep killed at a random moment of its run; every other trial
         // also kills the first --resume; then --resume to completion.
         let cut = tmp.path().join(format!("cut{i}"));
-        let mut phases = vec![(sweep(&cut, seeds, false, format), t_full * 9 / 10)];
+        let mut phases = vec![(sweep(&cut, seeds, false, format, extra), t_full * 9 / 10)];
         if i % 2 == 1 {
-            phases.push((sweep(&cut, seeds, true, format), t_full / 2));
+            phases.push((sweep(&cut, seeds, true, format, extra), t_full / 2));
         }
         for (cmd, max_us) in phases {
             if kill_at(cmd, max_us) {
@@ -108,14 +117,25 @@ fn kill_and_resume(format: &str, seeds_file: &str) {
                 missed += 1;
             }
         }
-        assert!(sweep(&cut, seeds, true, format).status().unwrap().success());
+        assert!(sweep(&cut, seeds, true, format, extra)
+            .status()
+            .unwrap()
+            .success());
+        let mutants = if extra.is_empty() {
+            None
+        } else {
+            Some("mutants.csv")
+        };
         for f in [
             "fingerprint.txt",
             "plan.csv",
             seeds_file,
             "summary.csv",
             "frontiers.bin",
-        ] {
+        ]
+        .into_iter()
+        .chain(mutants)
+        {
             assert!(
                 std::fs::read(full.join(f)).unwrap() == std::fs::read(cut.join(f)).unwrap(),
                 "trial {i}: {f} differs after kills and --resume"

@@ -62,7 +62,22 @@ pub(super) unsafe fn pair_stats(
     t1: Tolerance,
     t2: Tolerance,
 ) -> Option<PairStats> {
-    let ([r], _) = pair_stats_n([actual], expected, t1, t2, None);
+    let ([r], _) = pair_stats_n::<1, true>([actual], expected, t1, t2, None);
+    r
+}
+
+/// [`pair_stats`] without the counts (both 0): no second pass over a failing comparison.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pair_usages(
+    actual: &[f64],
+    expected: &[f64],
+    t1: Tolerance,
+    t2: Tolerance,
+) -> Option<PairStats> {
+    let ([r], _) = pair_stats_n::<1, false>([actual], expected, t1, t2, None);
     r
 }
 
@@ -83,7 +98,7 @@ pub(super) unsafe fn pair_stats_scan(
     t2: Tolerance,
     scan: &mut BlockScan<'_>,
 ) -> (Option<PairStats>, bool) {
-    let ([r], d_finite) = pair_stats_n([actual], expected, t1, t2, Some(scan));
+    let ([r], d_finite) = pair_stats_n::<1, true>([actual], expected, t1, t2, Some(scan));
     (r, d_finite)
 }
 
@@ -101,14 +116,15 @@ pub(super) unsafe fn pair_stats2(
     t1: Tolerance,
     t2: Tolerance,
 ) -> [Option<PairStats>; 2] {
-    pair_stats_n([a1, a2], expected, t1, t2, None).0
+    pair_stats_n::<2, true>([a1, a2], expected, t1, t2, None).0
 }
 
 /// [`pair_stats`] of each of the `N` actual tensors against `expected` (module doc), and
 /// whether the first one's differences are all finite. With `scan`, every block's points of
-/// the first pair, (d, |e|), are offered to it in order in the screening pass.
+/// the first pair, (d, |e|), are offered to it in order in the screening pass. Without
+/// `COUNTS` the counts are not taken (0).
 #[inline(always)]
-unsafe fn pair_stats_n<const N: usize>(
+unsafe fn pair_stats_n<const N: usize, const COUNTS: bool>(
     actuals: [&[f64]; N],
     expected: &[f64],
     t1: Tolerance,
@@ -222,7 +238,7 @@ unsafe fn pair_stats_n<const N: usize>(
         // The counts of x > 1, that is d > w (module doc): none unless some usage is above
         // 1, so a second pass only then.
         let (mut c1, mut c2) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        if u1 > 1.0 || u2 > 1.0 {
+        if COUNTS && (u1 > 1.0 || u2 > 1.0) {
             let inc = _mm512_set1_epi64(1);
             let mut i = 0;
             while i < n {
