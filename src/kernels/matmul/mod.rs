@@ -285,13 +285,12 @@ pub struct Mat<'a, T> {
 
 impl<'a, T> Mat<'a, T> {
     /// The row-major `rows × cols` matrix `data`. Panics unless `data.len() == rows·cols`.
+    #[inline]
     #[track_caller]
     pub fn new(data: &'a [T], rows: usize, cols: usize) -> Self {
-        assert!(
-            rows.checked_mul(cols) == Some(data.len()),
-            "Mat::new: data has the wrong length ({} for {rows} × {cols})",
-            data.len()
-        );
+        if rows.checked_mul(cols) != Some(data.len()) {
+            wrong_length("Mat::new", data.len(), rows, cols);
+        }
         Mat {
             data,
             rows,
@@ -302,16 +301,19 @@ impl<'a, T> Mat<'a, T> {
     }
 
     /// Rows.
+    #[inline]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Columns.
+    #[inline]
     pub fn cols(&self) -> usize {
         self.cols
     }
 
     /// The transpose, without a copy (the strides swapped).
+    #[inline]
     pub fn t(self) -> Self {
         Mat {
             rows: self.cols,
@@ -324,6 +326,7 @@ impl<'a, T> Mat<'a, T> {
 
     /// Columns `range` of this matrix, without a copy. Panics unless `range` lies in
     /// `0..cols`.
+    #[inline]
     #[track_caller]
     pub fn columns(self, range: Range<usize>) -> Self {
         assert!(
@@ -344,14 +347,18 @@ impl<'a, T> Mat<'a, T> {
     }
 
     /// Whether the elements are row-major and contiguous (`data` holds exactly them).
+    #[inline]
     pub fn is_row_major(&self) -> bool {
         self.cs == 1 && self.rs == self.cols && self.data.len() == self.rows * self.cols
     }
 
     /// The data of a row-major view. Panics for another layout.
+    #[inline]
     #[track_caller]
     fn row_major(&self, what: &str) -> &'a [T] {
-        assert!(self.is_row_major(), "{what}: operand must be row-major");
+        if !self.is_row_major() {
+            not_row_major(what);
+        }
         self.data
     }
 }
@@ -366,22 +373,23 @@ pub struct MatMut<'a, T> {
 
 impl<'a, T> MatMut<'a, T> {
     /// The row-major `rows × cols` matrix `data`. Panics unless `data.len() == rows·cols`.
+    #[inline]
     #[track_caller]
     pub fn new(data: &'a mut [T], rows: usize, cols: usize) -> Self {
-        assert!(
-            rows.checked_mul(cols) == Some(data.len()),
-            "MatMut::new: data has the wrong length ({} for {rows} × {cols})",
-            data.len()
-        );
+        if rows.checked_mul(cols) != Some(data.len()) {
+            wrong_length("MatMut::new", data.len(), rows, cols);
+        }
         MatMut { data, rows, cols }
     }
 
     /// Rows.
+    #[inline]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Columns.
+    #[inline]
     pub fn cols(&self) -> usize {
         self.cols
     }
@@ -389,25 +397,43 @@ impl<'a, T> MatMut<'a, T> {
 
 /// Checks that `a (m × k)` times `b (k × n)` fits in `c (m × n)` (the product's shapes, once
 /// any transposed operand is taken as used) and returns (m, k, n).
+#[inline]
 #[track_caller]
-fn shapes<T, U>(
+fn shapes<T>(
     what: &str,
     a: &Mat<'_, T>,
     b: &Mat<'_, T>,
-    c: &MatMut<'_, U>,
+    c: &MatMut<'_, T>,
 ) -> (usize, usize, usize) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert!(
-        b.rows == k && c.rows == m && c.cols == n,
-        "{what}: shapes do not agree: a {}×{}, b {}×{}, c {}×{}",
-        a.rows,
-        a.cols,
-        b.rows,
-        b.cols,
-        c.rows,
-        c.cols
-    );
+    if b.rows != k || c.rows != m || c.cols != n {
+        shapes_disagree(what, [a.rows, a.cols, b.rows, b.cols, c.rows, c.cols]);
+    }
     (m, k, n)
+}
+
+/// The panic of [`shapes`], out of the callers' way.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn shapes_disagree(what: &str, [ar, ac, br, bc, cr, cc]: [usize; 6]) -> ! {
+    panic!("{what}: shapes do not agree: a {ar}×{ac}, b {br}×{bc}, c {cr}×{cc}")
+}
+
+/// The panic of [`Mat::new`] and [`MatMut::new`].
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn wrong_length(what: &str, len: usize, rows: usize, cols: usize) -> ! {
+    panic!("{what}: data has the wrong length ({len} for {rows} × {cols})")
+}
+
+/// The panic of `Mat::row_major`.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn not_row_major(what: &str) -> ! {
+    panic!("{what}: operand must be row-major")
 }
 
 impl MatmulModel {
