@@ -5,13 +5,12 @@
 //! Memory estimate of one seed-run of a parametrization: for a graph scenario, the bound its
 //! plan gives (`crate::exec::memory`: parameters, gradients, activations, matmul scratch and
 //! traces of the three computations) plus a quarter, checked against peak resident memory by
-//! `tests/suite/memory_bound.rs`. Otherwise (a conservative upper bound, checked by hand against
-//! peak RSS, see the README): the three computations (float64, reference,
-//! sharded) each record every check's tensor at every recorded step as f64 and keep working
-//! buffers of the same shapes, so
-//! `bytes ≈ 3 · 8 · Σ_checks numel · (R + 4) + 16 MiB`, where `R` is the product of the
-//! step counts the `[model]` table sets (`steps`, `accum`, `rounds`, `inner_steps`; 1 when
-//! none). Every worker thread holds one seed-run. A per-seed sweep also keeps every usage
+//! `tests/suite/memory_bound.rs`. A file with an outer loop, whose replicas run through
+//! buffers of their own, gets a conservative upper bound instead (checked by hand against peak
+//! RSS, see the README): the three computations (float64, reference, sharded) each record
+//! every check's tensor at every recorded step as f64 and keep working buffers of the same
+//! shapes, so `bytes ≈ 3 · 8 · Σ_checks numel · (R + 4) + 16 MiB`, where `R` is the product
+//! of the step counts its `[train]` table sets (`steps`, `micro_steps`; 1 when none). Every worker thread holds one seed-run. A per-seed sweep also keeps every usage
 //! (8 bytes per seed and result entry) for exact quantiles; `--summary-only` keeps a
 //! histogram and the top of the tail per entry.
 
@@ -76,17 +75,12 @@ pub fn per_run(catalog: &Catalog, g: &Group) -> (u64, String) {
         }
     }
     let mut r: u128 = 1;
-    // Legacy configs keep these in [model]; scenario-language files in [train] and
-    // [train.outer] (which `model` holds as tables).
+    // Every file's graph tables are in `model`; its step counts in [train] (an outer-loop
+    // file's [train.outer] sets none: `sync_period` divides the steps, it adds none).
     let train = c.model.get("train").and_then(|v| v.as_table());
-    let outer = train
-        .and_then(|t| t.get("outer"))
-        .and_then(|v| v.as_table());
-    for key in ["steps", "accum", "micro_steps", "rounds", "inner_steps"] {
-        for table in [Some(&c.model), train, outer].into_iter().flatten() {
-            if let Some(v) = table.get(key).and_then(|v| v.as_integer()) {
-                r = r.saturating_mul(v.max(1) as u128);
-            }
+    for key in ["steps", "micro_steps"] {
+        if let Some(v) = train.and_then(|t| t.get(key)).and_then(|v| v.as_integer()) {
+            r = r.saturating_mul(v.max(1) as u128);
         }
     }
     // A parametrization evaluated step by step holds one step's traces at a time.
