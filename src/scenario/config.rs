@@ -325,7 +325,8 @@ pub struct CommonConfig {
     pub params: Vec<toml::Table>,
 }
 
-/// Parses the common part of a scenario config. Policies sit under `[policies.<name>]` and
+/// Parses the common part of a retired `scenario = "<kind>"` config (no route of the product
+/// reads these any more; the T1/T2 golden test reads its legacy tables with it). Policies sit under `[policies.<name>]` and
 /// extra profiles under `[profiles.<name>]` / `[modifiers.<name>]`, as in the shared files.
 pub fn parse_scenario_config(file: &str, text: &str) -> Result<CommonConfig, InputError> {
     let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(file, e))?;
