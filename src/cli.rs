@@ -59,6 +59,10 @@ pub struct CheckArgs {
     /// A scenario file in the language.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    /// Fail when a default profile that mirrors torch's CPU does not cover the file exactly
+    /// (without it, such gaps are listed on stderr as warnings).
+    #[arg(long)]
+    strict_exactness: bool,
 }
 
 /// `report` flags.
@@ -308,6 +312,11 @@ pub struct SweepArgs {
     /// Exit with code 3 when a check fails for some seed in the comparison its test asserts.
     #[arg(long)]
     fail_on_exceed: bool,
+    /// Refuse to start when a profile that mirrors torch's CPU does not cover a scenario
+    /// exactly (an op, matmul shape or thread count without a bit-exact kernel); without it,
+    /// such gaps are listed on stderr as warnings.
+    #[arg(long)]
+    strict_exactness: bool,
     /// Run only slice I of N of the seeds (0-based), e.g. 2/8. Without it, a Slurm array task
     /// (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes indexed job
     /// (JOB_COMPLETION_INDEX with --shard-count) shards itself. Combine shards with `merge`.
@@ -739,6 +748,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
             out: a.out,
             quiet: a.quiet,
             fail_on_exceed: a.fail_on_exceed,
+            strict_exactness: a.strict_exactness,
             shard: resolve_shard(a.shard.as_deref(), a.shard_count, |k| std::env::var(k).ok())?,
             summary_only: a.summary_only,
             resume: a.resume,
@@ -815,7 +825,7 @@ pub fn into_action(cli: Cli) -> Result<Action, InputError> {
                 csv,
             }
         }
-        Command::Check(a) => Action::Check(a.file),
+        Command::Check(a) => Action::Check(a.file, a.strict_exactness),
         Command::Report(a) => {
             let out = a.out.unwrap_or_else(|| a.dir.join("report.html"));
             Action::Report(a.dir, out, a.quiet)

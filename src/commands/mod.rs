@@ -53,8 +53,8 @@ pub enum Action {
     Size(size::SizeOptions),
     /// A report: the sweep directory, the output file, and `--quiet`.
     Report(PathBuf, PathBuf, bool),
-    /// Validate a scenario file and describe its resolved graph.
-    Check(PathBuf),
+    /// Validate a scenario file and describe its resolved graph (`--strict-exactness`).
+    Check(PathBuf, bool),
     /// An explanation query.
     Explain {
         /// Configs and generator.
@@ -93,7 +93,7 @@ pub fn dispatch(action: Action) -> anyhow::Result<i32> {
             emit(&list::list(&c)?);
             Ok(0)
         }
-        Action::Check(path) => check::check(&path),
+        Action::Check(path, strict) => check::check(&path, strict),
     }
 }
 

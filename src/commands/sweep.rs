@@ -42,6 +42,9 @@ pub struct SweepOptions {
     /// Exit with [`EXIT_EXCEEDED`] when a check fails for some seed in the comparison its test
     /// asserts.
     pub fail_on_exceed: bool,
+    /// Refuse a run that a torch-mirroring profile does not cover exactly
+    /// ([`crate::engine::exactness`]); else its gaps are warnings.
+    pub strict_exactness: bool,
     /// Only this slice of the seeds, as the flags or the scheduler say (an existing shard
     /// folder outranks it under `--resume`).
     pub shard: ShardChoice,
@@ -89,6 +92,12 @@ pub fn sweep(o: &SweepOptions) -> anyhow::Result<i32> {
     // files (engine::held), so its groups share their runs at any seed count.
     let fams = families(&catalog, &groups, &plan, u64::MAX, |_| 0);
     check_sweep_memory(&catalog, &groups, &metas, &plan, &fams, o)?;
+    crate::engine::exactness::announce(
+        &catalog,
+        &groups,
+        o.strict_exactness,
+        "--strict-exactness",
+    )?;
     let pool = pool(o.threads)?;
     let fingerprint = Fingerprint::of_sweep(&catalog, &groups, &metas, &range, mode);
     let slices: Vec<std::ops::Range<u64>> = plan.iter().map(|(_, r)| r.clone()).collect();

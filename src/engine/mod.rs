@@ -21,6 +21,7 @@ pub mod aggregate;
 pub mod budget;
 pub mod catalog;
 pub mod evaluate;
+pub mod exactness;
 pub mod held;
 pub mod plan;
 pub mod run;

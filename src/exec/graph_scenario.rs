@@ -550,6 +550,9 @@ impl Scenario for GraphScenario {
     fn common(&self) -> &CommonConfig {
         &self.common
     }
+    fn graph(&self, param: usize) -> Option<&ResolvedGraph> {
+        self.plans.get(param).map(|p| &p.graph)
+    }
     fn param_ids(&self) -> Vec<&str> {
         self.plans.iter().map(|p| p.graph.id.as_str()).collect()
     }

@@ -184,6 +184,12 @@ pub trait Scenario: Send + Sync {
         let _ = parts;
         self.run(param, seed, profile, ws)
     }
+    /// The resolved graph of `param`, for a scenario run by the graph executor (None for
+    /// one that is not).
+    fn graph(&self, param: usize) -> Option<&crate::scenario::ir::ResolvedGraph> {
+        let _ = param;
+        None
+    }
     /// Whether [`Scenario::run_stepwise`] computes `param` one training step at a time
     /// (its traces over all steps would be large), so that a sweep evaluates each step as it
     /// comes and keeps memory O(model), not O(steps × model). The default: never.

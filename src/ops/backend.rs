@@ -43,6 +43,13 @@ fn note_unrevealed(role: Role, rows: usize, red: usize, cols: usize) {
             const { std::cell::RefCell::new(Vec::new()) };
     }
     let key = (role, rows, red, cols);
+    CAPTURE.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut() {
+            if !v.contains(&key) {
+                v.push(key);
+            }
+        }
+    });
     let first = SEEN.with(|seen| {
         let mut seen = seen.borrow_mut();
         let new = !seen.contains(&key);
@@ -56,6 +63,22 @@ fn note_unrevealed(role: Role, rows: usize, red: usize, cols: usize) {
             set.insert(key);
         }
     }
+}
+
+thread_local! {
+    /// While [`unrevealed_shapes_of`] runs its closure on this thread: the shapes that
+    /// missed, in order of first miss.
+    static CAPTURE: std::cell::RefCell<Option<Vec<(Role, usize, usize, usize)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` on this thread and returns the matmul shapes (role, output rows, reduction
+/// length, output cols) that missed a profile's revealed orders during it, in order of first
+/// miss (the calls `f` makes on other threads are not seen).
+pub fn unrevealed_shapes_of(f: impl FnOnce()) -> Vec<(Role, usize, usize, usize)> {
+    let outer = CAPTURE.with(|c| c.borrow_mut().replace(Vec::new()));
+    f();
+    CAPTURE.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer).unwrap_or_default())
 }
 
 /// The shapes (role, output rows, reduction length, output cols) that missed a profile's

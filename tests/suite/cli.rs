@@ -827,3 +827,56 @@ fn bench_reports_every_selected_scenario_with_its_ratios() {
     }
     assert!(text.contains("fast kernels, 1 thread:"), "{text}");
 }
+
+/// `check` and `sweep` say what a torch-mirroring profile does not cover exactly, and
+/// `--strict-exactness` refuses it before any work (engine::exactness).
+#[test]
+fn strict_exactness_refuses_what_is_not_covered_and_passes_what_is() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    // megatron-tp-mlp: an erf gelu and an MSE loss, measured not exact (docs/conformance.md).
+    let mlp = format!("{root}/configs/megatron_tp_mlp.toml");
+    seedsweep()
+        .args(["check", &mlp])
+        .assert()
+        .success()
+        .stderr(predicates_contains(
+            "warning: megatron-tp-mlp [16-64-2] under cpu-fma+mkl-threads-1",
+        ))
+        .stderr(predicates_contains("`act`: gelu (erf)"));
+    seedsweep()
+        .args(["check", "--strict-exactness", &mlp])
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("--strict-exactness: refusing"))
+        .stderr(predicates_contains("mse loss"));
+    // The uneven TP 3 head: every kernel and matmul shape covered (bit-exact with its torch
+    // fixture, builtin_fixtures::deepspeed_uneven_tp3_matches_torch_bit_for_bit).
+    let uneven = format!("{root}/configs/deepspeed_uneven_tp3_row_parallel.toml");
+    let out = seedsweep()
+        .args(["check", "--strict-exactness", &uneven])
+        .assert()
+        .success();
+    assert!(
+        !String::from_utf8_lossy(&out.get_output().stderr).contains("warning"),
+        "no gap under its revealed orders"
+    );
+    // sweep refuses before writing anything.
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("out");
+    seedsweep()
+        .args([
+            "sweep",
+            "--scenario",
+            "megatron-tp-mlp",
+            "--seeds",
+            "1",
+            "--quiet",
+        ])
+        .arg("--strict-exactness")
+        .arg("--out")
+        .arg(&folder)
+        .assert()
+        .code(1)
+        .stderr(predicates_contains("`act`: gelu (erf)"));
+    assert!(!folder.exists(), "nothing written");
+}

@@ -45,11 +45,13 @@ mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
 mod builtin_fixtures;
+mod conformance;
 mod mkl_tanh;
 mod norm_fixture;
 mod py_repr_fixture;
 mod revealed_orders;
 mod rng_torch_fixtures;
+mod torch_corpus;
 mod torch_fixtures;
 mod torch_ops_fixture;
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Writes the conformance probes: one tiny scenario file per op (and per shape or option that
+changes its kernel), with nothing upstream of the op but drawn inputs, so that torch and
+seedsweep feed the op bit-identical operands and every difference is the op's own. Beside
+them, `probes.tsv` maps every (file, check) to its row of the table: op, direction.
+`tests/suite/conformance.rs` compares seedsweep with the probes' torch fixtures and writes
+the table docs/conformance.md.
+
+Regenerate everything (probes, torch fixtures at 1 and 2 threads, the table):
+
+    python3 scripts/conformance_probes.py --out tests/data/conformance
+    for t in 1 2; do ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/torch_mirror.py \\
+        tests/data/conformance/*.toml --seeds 5 --threads $t --all-hex; done
+    SEEDSWEEP_BLESS_CORPUS=1 cargo test --release --test suite conformance::
+
+Backward rows take their upstream gradient from a loss whose own backward row is in the
+table (MSE's), so a backward row is the op's own only where that row is exact.
+"""
+import argparse
+import os
+
+HEAD = 'default_profiles = ["cpu-fma+mkl-threads-1"]\nfirst_seed = 1\n'
+
+
+class Probes:
+    def __init__(self):
+        self.files = {}
+        self.rows = []
+
+    def add(self, name, body, checks):
+        """checks: [(check name, tensor, op, direction)]"""
+        name = name.replace(" + ", "-plus-").replace(" ", "-")
+        text = f'name = "{name}"\n{HEAD}{body}'
+        for c, t, op, d in checks:
+            text += f'\n[[checks]]\nname = "{c}"\ntensor = "{t}"\n'
+            self.rows.append((name, c, op, d))
+        self.files[name] = text
+
+
+def linear(p, m, k, n, bias):
+    b = "true" if bias else "false"
+    shape = f"{m}x{k}x{n}"
+    checks = [("out", "fc.out", f"linear {shape}" + (" + bias" if bias else ""), "forward")]
+    checks += [("x_grad", "x.grad", f"linear {shape}", "backward (input)"),
+               ("w_grad", "fc.weight.grad", f"linear {shape}", "backward (weight)")]
+    if bias:
+        checks.append(("b_grad", "fc.bias.grad", f"linear {shape}", "backward (bias)"))
+    p.add(f"linear-{shape}-{'bias' if bias else 'nobias'}", f'''
+dims = {{ m = {m}, k = {k}, n = {n} }}
+inputs = [{{ name = "x", draw = "randn", shape = ["m", "k"], grad = true }}]
+layers = [{{ name = "fc", op = "linear", input = "x", out = "n", bias = {b} }}]
+loss = {{ op = "sum" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', checks)
+
+
+def elementwise(p, op, extra="", rows=8, width=37, label=None):
+    label = label or op
+    p.add(f"op-{op}{'-' + str(width) if width != 37 else ''}{extra and '-' + extra.split('=')[0].strip()}", f'''
+dims = {{ rows = {rows}, width = {width} }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["rows", "width"] }},
+]
+layers = [{{ name = "a", op = "{op}", input = "x"{extra} }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("out", "a.out", label, "forward"), ("loss", "loss", "mse loss", "forward (value)"),
+      ("dy", "a.out.grad", "mse loss", "backward"), ("x_grad", "x.grad", label, "backward (input)")]
+        + ([("w_grad", "a.weight.grad", label, "backward (weight)")] if op in ("layernorm", "rmsnorm") else [])
+        + ([("b_grad", "a.bias.grad", label, "backward (bias)")] if op == "layernorm" else []))
+
+
+def cross_entropy(p, rows, classes):
+    p.add(f"loss-ce-{rows}x{classes}", f'''
+dims = {{ rows = {rows}, classes = {classes} }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "classes"], grad = true }},
+  {{ name = "labels", draw = "randint", high = "classes", shape = ["rows"] }},
+]
+layers = [{{ name = "a", op = "relu", input = "x" }}]
+loss = {{ op = "cross-entropy", labels = "labels" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("loss", "loss", f"cross-entropy {rows}x{classes}", "forward (value)"),
+      ("dy", "a.out.grad", f"cross-entropy {rows}x{classes}", "backward")])
+
+
+def optimizer(p, name, train):
+    # An embedding's weight gradient is a scatter-add of the loss gradient (exact), so the
+    # optimizer sees the same gradient in both; 3 steps exercise its state.
+    p.add(f"optim-{name}", f'''
+dims = {{ rows = 12, vocab = 10, dim = 7 }}
+inputs = [
+  {{ name = "ids", draw = "randint", high = "vocab", shape = ["rows"] }},
+  {{ name = "t", draw = "randn", shape = ["rows", "dim"] }},
+]
+layers = [{{ name = "emb", op = "embedding", input = "ids", num = "vocab", dim = "dim" }}]
+loss = {{ op = "mse", target = "t" }}
+train = {train}
+''', [("w_grad", "emb.weight.grad", "embedding", "backward (weight)"),
+      ("w", "emb.weight", name, "step")])
+
+
+def tp_mlp(p, tp, rule, hidden, ffn):
+    p.add(f"tp{tp}-mlp-{rule}-{hidden}x{ffn}", f'''
+dims = {{ tokens = 6, hidden = {hidden}, ffn = {ffn} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["tokens", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["tokens", "hidden"] }},
+]
+layers = [
+  {{ name = "fc1", op = "linear", input = "x", out = "ffn", parallel = "column" }},
+  {{ name = "act", op = "relu" }},
+  {{ name = "fc2", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("fc1_out", "fc1.out", f"column-parallel linear tp {tp}", "forward"),
+      ("fc2_out", "fc2.out", f"row-parallel linear + all-reduce tp {tp}", "forward"),
+      ("x_grad", "x.grad", f"column-parallel input-gradient all-reduce tp {tp}", "backward (input)")])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    p = Probes()
+    for m, k, n in [(1, 64, 32), (4, 8, 8), (4, 16, 16), (3, 35, 19), (8, 16, 23), (6, 36, 25)]:
+        for bias in (True, False):
+            linear(p, m, k, n, bias)
+    for op in ("tanh", "gelu", "gelu-tanh", "relu", "silu"):
+        elementwise(p, op)
+    for width in (16, 35):
+        elementwise(p, "layernorm", width=width, label=f"layernorm width {width}")
+        elementwise(p, "rmsnorm", width=width, label=f"rmsnorm width {width}")
+    for rows, classes in [(16, 37), (6, 8)]:
+        cross_entropy(p, rows, classes)
+    optimizer(p, "sgd", '{ steps = 3, optimizer = "sgd", lr = 0.1 }')
+    optimizer(p, "sgd + weight decay", '{ steps = 3, optimizer = "sgd", lr = 0.1, weight_decay = 0.1 }')
+    optimizer(p, "momentum", '{ steps = 3, optimizer = "momentum", lr = 0.1 }')
+    optimizer(p, "momentum + dampening", '{ steps = 3, optimizer = "momentum", lr = 0.1, dampening = 0.5 }')
+    optimizer(p, "nesterov", '{ steps = 3, optimizer = "nesterov", lr = 0.1 }')
+    optimizer(p, "adam", '{ steps = 3, optimizer = "adam", lr = 0.01 }')
+    optimizer(p, "adam + weight decay", '{ steps = 3, optimizer = "adam", lr = 0.01, weight_decay = 0.1 }')
+    optimizer(p, "adamw", '{ steps = 3, optimizer = "adamw", lr = 0.01 }')
+    for tp, rule, h, f in [(2, "megatron", 8, 16), (4, "megatron", 8, 16), (3, "deepspeed", 10, 17)]:
+        tp_mlp(p, tp, rule, h, f)
+    for name, text in p.files.items():
+        with open(os.path.join(a.out, name + ".toml"), "w") as f:
+            f.write(text)
+    with open(os.path.join(a.out, "probes.tsv"), "w") as f:
+        f.write("# file\tcheck\top\tdirection (scripts/conformance_probes.py)\n")
+        for name, c, op, d in p.rows:
+            f.write(f"{name}.toml\t{c}\t{op}\t{d}\n")
+    print(f"{len(p.files)} probes in {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+//! What a run does not mirror bit for bit: the parts of a scenario that a profile claiming a
+//! framework's arithmetic does not cover exactly, said at the start of `check` and `sweep`
+//! (on stderr), and refused under `--strict-exactness`.
+//!
+//! A profile claims torch's CPU arithmetic when it carries matmul orders revealed from torch
+//! on the CPU (`cpu-fma+mkl-threads-N`, `configs/revealed/`). Under such a profile:
+//! - **Matmul shapes.** Every f32 matmul whose role and shape the revealed orders do not
+//!   cover runs by the profile's own kernel model, which is not claimed exact. The shapes are
+//!   found by running the first seed of the parametrization once ([`matmul_gaps`]): exactly
+//!   the calls a sweep makes.
+//! - **Ops.** The kernels that the differential harness (`scripts/torch_mirror.py`,
+//!   `tests/suite/torch_corpus.rs`) and the op fixtures found not bit-exact with torch 2.15
+//!   ([`op_gaps`]; docs/conformance.md is the table with the measured rates).
+//!
+//! Other profiles (the GPU and TPU models, `pairwise`, `splitk-4`, plain `cpu-fma`) are
+//! numerics models, not mirrors of one framework build, and claim nothing here.
+
+use crate::exec::scenario::{Scenario, Workspace};
+use crate::scenario::ir::{Activation, LossKind, NormKind, Op, Optimizer, ResolvedGraph};
+use crate::scenario::profile::Profile;
+
+/// One part of a run that is not covered exactly, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    /// What (`gelu (erf) forward and backward`, `matmul forward 4x8 over 8`).
+    pub what: String,
+    /// Why it is not exact.
+    pub why: String,
+}
+
+/// Whether `profile` claims torch's CPU arithmetic bit for bit (see the module doc).
+pub fn claims_torch(profile: &Profile) -> bool {
+    profile.xla.is_none()
+        && profile
+            .orders
+            .as_ref()
+            .is_some_and(|o| o.meta.device == "cpu")
+}
+
+/// The thread count a torch-claiming profile models (its revealed orders').
+fn threads(profile: &Profile) -> usize {
+    profile
+        .orders
+        .as_ref()
+        .map_or(1, |o| o.meta.threads as usize)
+}
+
+/// The ops of `g` whose kernels are not bit-exact with torch 2.15 under `profile` (empty
+/// when the profile claims nothing).
+pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
+    if !claims_torch(profile) {
+        return Vec::new();
+    }
+    let mut gaps = Vec::new();
+    let mut add = |what: String, why: &str| {
+        if !gaps.iter().any(|x: &Gap| x.what == what) {
+            gaps.push(Gap {
+                what,
+                why: why.to_string(),
+            });
+        }
+    };
+    // The rates below are docs/conformance.md's (torch 2.15, AVX2 kernels, 1 and 2 threads).
+    let threads = threads(profile);
+    for layer in &g.layers {
+        match &layer.op {
+            Op::Activation { kind, .. } => match kind {
+                Activation::Gelu => add(
+                    format!("`{}`: gelu (erf)", layer.name),
+                    "its erf is libm's, not ATen's vectorised erf (forward 81.8 %, backward \
+                     21.3 % of elements identical)",
+                ),
+                Activation::GeluTanh => add(
+                    format!("`{}`: gelu (tanh)", layer.name),
+                    "forward and backward 99.3 % of elements identical",
+                ),
+                _ => {}
+            },
+            Op::Embedding { .. } => add(
+                format!("`{}`: embedding backward", layer.name),
+                "weight gradient 99.95 % of elements identical",
+            ),
+            Op::Norm {
+                kind: NormKind::RmsNorm,
+                ..
+            } => add(
+                format!("`{}`: rmsnorm", layer.name),
+                "forward 75-100 %, backward 37-66 % of elements identical",
+            ),
+            Op::Norm {
+                kind: NormKind::LayerNorm,
+                ..
+            } if threads > 1 => add(
+                format!("`{}`: layernorm backward at {threads} threads", layer.name),
+                "ATen splits the weight and bias gradients over threads; not modelled (44-74 % \
+                 of their elements identical)",
+            ),
+            _ => {}
+        }
+    }
+    match g.loss.kind {
+        LossKind::Mse { .. } => add(
+            "mse loss".into(),
+            "its value is summed in index order, not ATen's cascade (0 % identical); its \
+             gradient 96.5 % of elements identical",
+        ),
+        LossKind::VocabParallelCrossEntropy { .. } => add(
+            "vocab-parallel cross-entropy".into(),
+            "torch.exp and torch.log are MKL's vmsExp/vmsLn, modelled by correctly rounded ones",
+        ),
+        _ => {}
+    }
+    if let Optimizer::Adam { decoupled, .. } = g.train.optimizer {
+        add(
+            if decoupled { "AdamW" } else { "Adam" }.into(),
+            "97-98 % of updated elements identical with torch.optim's single-tensor path",
+        );
+    }
+    gaps
+}
+
+/// The matmuls of parametrization `param` at its first seed that `profile`'s revealed orders
+/// do not cover (empty when the profile claims nothing): the seed is run once, and the
+/// shapes that missed the orders during that run are returned.
+pub fn matmul_gaps(s: &dyn Scenario, param: usize, profile: &Profile) -> Vec<Gap> {
+    if !claims_torch(profile) {
+        return Vec::new();
+    }
+    let seed = s.common().first_seed;
+    let shapes = crate::ops::backend::unrevealed_shapes_of(|| {
+        let mut ws = Workspace::default();
+        s.run(param, seed, profile, &mut ws);
+    });
+    if shapes.is_empty() {
+        return Vec::new();
+    }
+    let listed: Vec<String> = shapes
+        .iter()
+        .map(|(role, rows, red, cols)| format!("{} {rows}x{cols} over {red}", role.name()))
+        .collect();
+    vec![Gap {
+        what: format!(
+            "{} matmul shape(s) without a revealed order ({})",
+            shapes.len(),
+            listed.join(", ")
+        ),
+        why: "the profile's FMA-chain model computes them (scripts/reveal_order.py reveals them)"
+            .into(),
+    }]
+}
+
+/// Every gap of (scenario `s`, parametrization `param`) under `profile`.
+pub fn gaps(s: &dyn Scenario, param: usize, profile: &Profile) -> Vec<Gap> {
+    let mut v = s
+        .graph(param)
+        .map(|g| op_gaps(g, profile))
+        .unwrap_or_default();
+    v.extend(matmul_gaps(s, param, profile));
+    v
+}
+
+/// The stderr lines for the gaps of one group: a header naming the scenario, its
+/// parametrization and profile, then one line per gap.
+pub fn describe(scenario: &str, param: &str, profile: &str, gaps: &[Gap]) -> String {
+    let mut out = format!(
+        "{scenario} [{param}] under {profile} is not covered exactly by torch's measured \
+         kernels ({} part(s)):",
+        gaps.len()
+    );
+    for g in gaps {
+        out.push_str(&format!("\n  {}: {}", g.what, g.why));
+    }
+    out
+}
+
+/// Says on stderr, once per clean (scenario, parametrization, profile) of `groups`, what is
+/// not covered exactly; with `strict`, returns an error naming `flag` and every gap instead.
+pub fn announce(
+    catalog: &crate::engine::catalog::Catalog,
+    groups: &[crate::engine::catalog::Group],
+    strict: bool,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let mut seen: Vec<(usize, usize, &str)> = Vec::new();
+    let mut lines = Vec::new();
+    for g in groups.iter().filter(|g| g.mutant.is_none()) {
+        let key = (g.scenario, g.param, g.profile.name.as_str());
+        if seen.contains(&key) || !claims_torch(&g.profile) {
+            continue;
+        }
+        seen.push(key);
+        let s = catalog.scenarios[g.scenario].as_ref();
+        let found = gaps(s, g.param, &g.profile);
+        if !found.is_empty() {
+            lines.push(describe(
+                &s.common().name,
+                s.param_ids()[g.param],
+                &g.profile.name,
+                &found,
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    if strict {
+        anyhow::bail!(
+            "{flag}: refusing a run that is not bit-exact with torch (without {flag} these are \
+             warnings; docs/conformance.md has the measured rates):\n{}",
+            lines.join("\n")
+        );
+    }
+    for l in lines {
+        eprintln!("warning: {l}");
+    }
+    Ok(())
+}
