@@ -13,6 +13,7 @@ mod common;
 // The command line and what it writes.
 mod ci_example;
 mod cli;
+mod dump_evaluated;
 mod dump_npy;
 mod fuzz;
 mod output_streams;
