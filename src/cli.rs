@@ -642,7 +642,8 @@ pub struct ReproArgs {
     /// Exit with code 3 when a check of that comparison exceeds its tolerance.
     #[arg(long)]
     fail_on_exceed: bool,
-    /// Also write every recorded tensor of the three computations as CSV into DIR.
+    /// Also write every tensor the evaluation read (the three computations' checked tensors,
+    /// expectations and conditions) into DIR: one CSV file and one .npy file per tensor.
     #[arg(long, value_name = "DIR")]
     dump: Option<PathBuf>,
     #[command(flatten)]

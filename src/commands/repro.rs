@@ -6,7 +6,6 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Context;
 use std::path::PathBuf;
 
 use crate::check::comparison::Comparison;
@@ -168,9 +167,10 @@ pub struct ReproOutcome {
 /// A mutant group's table is headed `mutant NAME`, and its messages show the failure the
 /// bug causes.
 ///
-/// With `dump`, each group's raw traces are also written to
-/// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv`, with `__<mutant>` before `__seed`
-/// for a mutant group (see [`crate::results::dump`]).
+/// With `dump`, the traces each group's evaluation read are also written to
+/// `DIR/<scenario>__<param>__<profile>__seed<seed>.csv` and the folder of that name (one
+/// `.npy` file per tensor), with `__<mutant>` before `__seed` for a mutant group (see
+/// [`crate::results::dump`]).
 pub fn repro(
     ctx: &crate::report::verdict::ReproContext,
     catalog: &Catalog,
@@ -190,41 +190,38 @@ pub fn repro(
         let s = &catalog.scenarios[g.scenario];
         let seed = seed_for(g);
         let param = s.param_ids()[g.param];
-        // The group's mutant, if any, is injected into the sharded computation.
-        crate::engine::unit(catalog, g, seed, &mut ws, &mut results);
         let checks = s.checks(g.param);
         let message_comparison = message_comparison.unwrap_or(s.asserted_comparison());
         // Empty for the clean run; "  mutant NAME" in the header, "__NAME" in dump names.
         let mutant = g.mutant.map(|m| m.name());
-        if let Some(dir) = dump {
-            let name = format!(
-                "{}__{}__{}{}__seed{}.csv",
-                s.common().name,
-                param,
-                g.profile.name,
-                mutant.map(|m| format!("__{m}")).unwrap_or_default(),
-                seed
-            );
-            let path = dir.join(&name);
-            crate::sys::atomic_write::write_atomic(
-                &path,
-                &crate::results::dump::dump_csv(checks, &ws.traces)?,
-            )?;
-            dumped.push(path.display().to_string());
-            // The same tensors as .npy files, one per tensor, in a folder of that name.
-            let npy_dir = dir.join(name.trim_end_matches(".csv"));
-            std::fs::create_dir_all(&npy_dir).with_context(|| {
-                format!("--dump: cannot create directory {}", npy_dir.display())
-            })?;
-            let files = crate::results::dump::dump_npy(checks, &ws.traces)?;
-            for (file, bytes) in &files {
-                crate::sys::atomic_write::write_atomic(&npy_dir.join(file), bytes)?;
+        // The dump is written from the traces the evaluation reads, as it reads them (every
+        // step at once, or step by step for a parametrization that streams).
+        let mut writer = match dump {
+            Some(dir) => Some(crate::results::dump::DumpWriter::create(
+                dir,
+                &format!(
+                    "{}__{}__{}{}__seed{}",
+                    s.common().name,
+                    param,
+                    g.profile.name,
+                    mutant.map(|m| format!("__{m}")).unwrap_or_default(),
+                    seed
+                ),
+            )?),
+            None => None,
+        };
+        let mut dump_error = None;
+        // The group's mutant, if any, is injected into the sharded computation.
+        crate::engine::unit_observed(catalog, g, seed, &mut ws, &mut results, &mut |t| {
+            if let (Some(w), None) = (writer.as_mut(), &dump_error) {
+                dump_error = w.add(checks, t).err();
             }
-            dumped.push(format!(
-                "{} ({} .npy files)",
-                npy_dir.display(),
-                files.len()
-            ));
+        });
+        if let Some(e) = dump_error {
+            return Err(e);
+        }
+        if let Some(w) = writer {
+            dumped.extend(w.finish()?);
         }
         let seed_note = if s.seed_dependent() {
             format!("seed {seed}")

@@ -40,16 +40,32 @@ use plan::{Family, GroupMeta};
 /// computation), in `ws`, and evaluates every check × comparison × policy into `out`
 /// (layout of [`evaluate::evaluate`]). The traces stay in `ws.traces`, except for a
 /// parametrization that [`crate::exec::scenario::Scenario::streams`]: that one runs and is
-/// evaluated step by step ([`run::run_group_streamed`]), and `ws.traces` holds its last
-/// step only.
+/// evaluated step by step ([`run::run_group_streamed`]), and `ws.traces` is left empty.
 pub fn unit(catalog: &Catalog, g: &Group, seed: u64, ws: &mut Workspace, out: &mut Vec<SeedCheck>) {
+    unit_observed(catalog, g, seed, ws, out, &mut |_| {});
+}
+
+/// [`unit`], handing `observe` the very traces the evaluation reads, right after it has
+/// read them: once with every step, or, for a parametrization that streams, once per
+/// training step with that step's slots (in step order; a lent slot's buffer is valid only
+/// during the call). What `observe` sees is what `out` was computed from, and nothing else:
+/// `repro --dump` writes its files from here ([`crate::results::dump::DumpWriter`]).
+pub fn unit_observed(
+    catalog: &Catalog,
+    g: &Group,
+    seed: u64,
+    ws: &mut Workspace,
+    out: &mut Vec<SeedCheck>,
+    observe: &mut dyn FnMut(&crate::exec::scenario::Traces),
+) {
     let s = &catalog.scenarios[g.scenario];
     if s.streams(g.param) {
-        *out = run::run_group_streamed(catalog, g, seed, ws, false).0;
+        *out = run::run_group_streamed_observed(catalog, g, seed, ws, false, observe).0;
         return;
     }
     run::run_group(catalog, g, seed, ws);
     evaluate::evaluate(s.checks(g.param), &g.tolerances, &ws.traces, out);
+    observe(&ws.traces);
 }
 
 /// One finished work unit, as [`drive`] hands it to a sink's [`UnitEncoder`]: a group at one

@@ -16,7 +16,7 @@
 use crate::engine::catalog::{Catalog, Group};
 use crate::engine::evaluate::{SeedCheck, StreamedEval};
 use crate::engine::plan::Family;
-use crate::exec::scenario::{Parts, Scenario, Workspace};
+use crate::exec::scenario::{Parts, Scenario, Traces, Workspace};
 use crate::scenario::mutant::Mutant;
 use crate::scenario::profile::Profile;
 
@@ -45,13 +45,27 @@ pub fn run_group_streamed(
     ws: &mut Workspace,
     frontiers: bool,
 ) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
+    run_group_streamed_observed(catalog, g, seed, ws, frontiers, &mut |_| {})
+}
+
+/// [`run_group_streamed`], handing `observe` each step's traces right after the evaluation
+/// has folded them in (see [`crate::engine::unit_observed`]).
+pub fn run_group_streamed_observed(
+    catalog: &Catalog,
+    g: &Group,
+    seed: u64,
+    ws: &mut Workspace,
+    frontiers: bool,
+    observe: &mut dyn FnMut(&Traces),
+) -> (Vec<SeedCheck>, Vec<Vec<(f64, f64)>>) {
     let s = catalog.scenarios[g.scenario].as_ref();
     let checks = s.checks(g.param);
     let asserted = s.asserted_comparison();
     let mut ev = StreamedEval::new(checks, g.tolerances.len(), frontiers);
     ws.mutant = g.mutant;
     s.run_stepwise(g.param, seed, &g.profile, ws, &mut |traces| {
-        ev.step(checks, &g.tolerances, traces, asserted)
+        ev.step(checks, &g.tolerances, traces, asserted);
+        observe(traces);
     });
     ev.finish()
 }

@@ -193,14 +193,47 @@ pub fn is_temp_of(file_name: &str, name: &str) -> bool {
 }
 
 fn atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let (mut f, tmp) = temp_file(path)?;
-    let result = (|| -> anyhow::Result<()> {
-        f.write_all(bytes)
+    let mut f = AtomicFile::create(path)?;
+    f.write_all(bytes)
+        .with_context(|| format!("cannot write {}", f.tmp.display()))?;
+    f.commit()
+}
+
+/// A file written piece by piece that appears at its path only whole: the pieces go to a
+/// temporary file beside it ([`temp_file`]), which [`AtomicFile::commit`] syncs and renames
+/// over the path (only over a regular file or nothing). Dropped uncommitted, the temporary
+/// file is removed and the path is left as it was.
+pub struct AtomicFile {
+    f: std::io::BufWriter<std::fs::File>,
+    tmp: PathBuf,
+    path: PathBuf,
+    done: bool,
+}
+
+impl AtomicFile {
+    /// Starts the file that will appear at `path`.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        let (f, tmp) = temp_file(path)?;
+        Ok(Self {
+            f: std::io::BufWriter::new(f),
+            tmp,
+            path: path.to_path_buf(),
+            done: false,
+        })
+    }
+
+    /// Flushes and syncs what was written and moves it to the path.
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        let (tmp, path) = (self.tmp.clone(), self.path.clone());
+        self.f
+            .flush()
             .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all()
+        self.f
+            .get_ref()
+            .sync_all()
             .with_context(|| format!("cannot sync {}", tmp.display()))?;
         // Only over a regular file or nothing (a link or device put there meanwhile stays).
-        match std::fs::symlink_metadata(path) {
+        match std::fs::symlink_metadata(&path) {
             Ok(m) if !m.file_type().is_file() => anyhow::bail!(
                 "{} is no longer a regular file (a link, FIFO, device or folder appeared \
                  there); not replacing it",
@@ -208,14 +241,28 @@ fn atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
             ),
             _ => {}
         }
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, &path)
             .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
+        self.done = true;
         Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
-    result
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.f.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.f.flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// Creates `dir` (and parents) and proves it is writable by creating and removing a probe

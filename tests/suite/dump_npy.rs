@@ -9,7 +9,7 @@ use std::path::Path;
 use assert_cmd::Command;
 
 /// (descr, shape, values widened to f64) of a .npy file.
-fn read_npy(path: &Path) -> (String, Vec<usize>, Vec<f64>) {
+pub(crate) fn read_npy(path: &Path) -> (String, Vec<usize>, Vec<f64>) {
     let b = std::fs::read(path).unwrap();
     assert_eq!(&b[..6], b"\x93NUMPY", "{}", path.display());
     let (major, _minor) = (b[6], b[7]);

@@ -13,6 +13,7 @@ mod common;
 // The command line and what it writes.
 mod ci_example;
 mod cli;
+mod dump_evaluated;
 mod dump_npy;
 mod fuzz;
 mod output_streams;
@@ -46,6 +47,7 @@ mod vocab_parallel_embedding;
 // Bit for bit against PyTorch, MKL and Python.
 mod builtin_fixtures;
 mod conformance;
+mod f64_truth;
 mod mkl_tanh;
 mod norm_fixture;
 mod py_repr_fixture;
