@@ -65,17 +65,20 @@ fn note_unrevealed(role: Role, rows: usize, red: usize, cols: usize) {
     }
 }
 
+/// A matmul's role and shape: (role, output rows, reduction length, output cols).
+pub type MatmulShape = (Role, usize, usize, usize);
+
 thread_local! {
     /// While [`unrevealed_shapes_of`] runs its closure on this thread: the shapes that
     /// missed, in order of first miss.
-    static CAPTURE: std::cell::RefCell<Option<Vec<(Role, usize, usize, usize)>>> =
+    static CAPTURE: std::cell::RefCell<Option<Vec<MatmulShape>>> =
         const { std::cell::RefCell::new(None) };
 }
 
 /// Runs `f` on this thread and returns the matmul shapes (role, output rows, reduction
 /// length, output cols) that missed a profile's revealed orders during it, in order of first
 /// miss (the calls `f` makes on other threads are not seen).
-pub fn unrevealed_shapes_of(f: impl FnOnce()) -> Vec<(Role, usize, usize, usize)> {
+pub fn unrevealed_shapes_of(f: impl FnOnce()) -> Vec<MatmulShape> {
     let outer = CAPTURE.with(|c| c.borrow_mut().replace(Vec::new()));
     f();
     CAPTURE.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer).unwrap_or_default())

@@ -50,7 +50,7 @@ fn measured() -> Table {
                     .unwrap_or_else(|| panic!("{file}: no tensor of check {check}"));
                 // Per seed (5) and computation (2): one tensor per step.
                 assert!(
-                    pc[0] >= 10 && pc[0] % 10 == 0,
+                    pc[0] >= 10 && pc[0].is_multiple_of(10),
                     "{file} {check}: {} tensors, not one per seed, computation and step",
                     pc[0]
                 );
