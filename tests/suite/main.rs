@@ -44,6 +44,7 @@ mod streaming;
 mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
+mod activations_fixture;
 mod builtin_fixtures;
 mod glibc_float;
 mod mkl_tanh;
