@@ -308,7 +308,7 @@ fn onednn_elements(n: usize) -> usize {
 }
 
 /// gelu backward from the input `x` (`torch.ops.aten.gelu_backward`, exact). A tensor of two
-/// or more elements in oneDNN: `dx = gelu′(x)·dy` ([`ActReal::gelu_grad_k`]); one of one
+/// or more elements in oneDNN: `dx = gelu′(x)·dy` ([`ActReal::gelu_backward_k`]); one of one
 /// element in ATen's scalar lambda: `cdf = 0.5·(1 + erf(x·α))`, `pdf = β·exp((x·x)·(-0.5))`,
 /// `dx = dy·(cdf + x·pdf)`, each operation rounded (GCC does not contract `cdf + x·pdf` there:
 /// measured), α = 1/√2, β = 1/√(2π) ([`ActReal::FRAC_1_SQRT_2PI`]), erf and exp

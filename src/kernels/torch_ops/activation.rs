@@ -150,7 +150,7 @@ fn onednn_as_erf(minus_e: f32, t: f32) -> f32 {
 /// oneDNN's gelu_erf forward on an AVX2 (or older, FMA) machine, one element
 /// (`gelu_erf_compute_vector_fwd`, the A&S branch).
 ///
-/// Order: `x = s·(1/√2)`; `t = 1 / fma(p, |x|, 1)`; `e = exp(−(x·x))` ([`onednn_exp`]);
+/// Order: `x = s·(1/√2)`; `t = 1 / fma(p, |x|, 1)`; `e = exp(−(x·x))` (`onednn_exp`);
 /// `erf = fma((−e)·t, r(t), 1)` with the sign of `s` xor-ed in; `h = s·0.5`;
 /// `fma(erf, h, h)`.
 #[inline(always)]
@@ -235,7 +235,7 @@ pub(super) fn onednn_gelu_avx512_core(s: f32) -> f32 {
 /// oneDNN's gelu_erf derivative, one element, both ISAs (`gelu_erf_compute_vector_bwd`); the
 /// primitive's backward multiplies it by `dy` (`jit_uni_eltwise.cpp`: `src·diff_dst`).
 ///
-/// Order: `r = s·(1/√2)`; `q = exp(−(r·r))` ([`onednn_exp`]); `t = (r·(1/√π))·q`;
+/// Order: `r = s·(1/√2)`; `q = exp(−(r·r))` (`onednn_exp`); `t = (r·(1/√π))·q`;
 /// `w = 1 / fma(p, |r|, 1)`; `erf = fma((−q)·w, r(w), 1)` with the sign of `r` xor-ed in;
 /// `fma(erf, 0.5, t + 0.5)`.
 #[inline(always)]
@@ -261,8 +261,8 @@ pub enum OneDnnIsa {
 }
 
 /// `F.gelu` of one element of a float32 CPU tensor of at least two elements, as torch 2.15
-/// computes it through oneDNN on `isa` ([`onednn_gelu_avx512_core`],
-/// [`onednn_gelu_avx2_core`] state the orders).
+/// computes it through oneDNN on `isa` (`onednn_gelu_avx512_core`,
+/// `onednn_gelu_avx2_core` state the orders).
 #[inline]
 pub fn onednn_gelu(x: f32, isa: OneDnnIsa) -> f32 {
     match isa {
@@ -283,7 +283,7 @@ pub fn onednn_gelu(x: f32, isa: OneDnnIsa) -> f32 {
 
 /// The derivative of gelu at one element of a float32 CPU tensor of at least two elements, as
 /// torch 2.15's `gelu_backward` computes it through oneDNN (either ISA;
-/// [`onednn_gelu_grad_core`] states the order); the gradient is this times `dy`.
+/// `onednn_gelu_grad_core` states the order); the gradient is this times `dy`.
 #[inline]
 pub fn onednn_gelu_grad(x: f32) -> f32 {
     fma_dispatch!(
@@ -430,7 +430,7 @@ fn overflow_f32(y: f32) -> f32 {
     y * y
 }
 
-/// glibc 2.36's `expf` on x86-64 with FMA ([`glibc_expf_core`] states its order): what
+/// glibc 2.36's `expf` on x86-64 with FMA (`glibc_expf_core` states its order): what
 /// `std::exp(float)` returns in the scalar part of torch's silu and gelu backward kernels.
 #[inline]
 pub fn glibc_expf(x: f32) -> f32 {
@@ -536,7 +536,7 @@ fn horner1(c: &[f32], s: f32) -> f32 {
 }
 
 /// glibc 2.36's `erff`, one value: fdlibm's float erf (every operation an f32 operation,
-/// rounded; glibc's x86-64 build of it has no FMA), its two exps [`glibc_expf_core`].
+/// rounded; glibc's x86-64 build of it has no FMA), its two exps `glibc_expf_core`.
 ///
 /// Order, with `ix` the bits of |x|: NaN/±∞ → `(1 − 2·sign) + 1/x`. |x| < 0.84375:
 /// below 2⁻²⁸ → `x + efx·x` (below 2⁻¹¹⁹: `0.0625·(16·x + (16·efx)·x)`); else `z = x·x`,
@@ -594,7 +594,7 @@ pub(super) fn glibc_erff_core(x: f32) -> f32 {
     }
 }
 
-/// glibc 2.36's `erff` ([`glibc_erff_core`] states its order): what `std::erf(float)` returns
+/// glibc 2.36's `erff` (`glibc_erff_core` states its order): what `std::erf(float)` returns
 /// in the scalar part of torch's gelu kernels.
 #[inline]
 pub fn glibc_erff(x: f32) -> f32 {
@@ -722,7 +722,7 @@ fn glibc_expm1f_core(x0: f32) -> f32 {
 }
 
 /// glibc 2.36's `tanhf` (fdlibm's float `tanh`, every operation an f32 operation, rounded),
-/// its expm1 [`glibc_expm1f_core`].
+/// its expm1 `glibc_expm1f_core`.
 ///
 /// Order, with `ix` the bits of |x|: NaN/±∞ → `1/x ± 1`; ±0 → x; |x| < 2⁻⁵⁵ → `x·(1 + x)`;
 /// |x| ≥ 22 → ±(1 − 1e-30) (±1); |x| ≥ 1 → `z = 1 − 2/(expm1(2·|x|) + 2)`; else
@@ -762,7 +762,7 @@ pub(super) fn glibc_tanhf_core(x: f32) -> f32 {
     }
 }
 
-/// glibc 2.36's `tanhf` ([`glibc_tanhf_core`] states its order): what `std::tanh(float)`
+/// glibc 2.36's `tanhf` (`glibc_tanhf_core` states its order): what `std::tanh(float)`
 /// returns in the scalar remainder of ATen's tanh-approximate gelu kernels.
 #[inline]
 pub fn glibc_tanhf(x: f32) -> f32 {
