@@ -197,8 +197,9 @@ pub static WHOLE: TorchParts = TorchParts::Whole;
 /// `n` elements by the vectorized lambda for its first `n − n % block` elements and by the
 /// scalar lambda for the rest; the exact gelu goes to oneDNN for a tensor of two or more
 /// elements and to ATen's scalar lambda for one ([`gelu`]). That is torch at one thread; at
-/// more, ATen splits a tensor above 32,768 elements into one range per thread, each with its
-/// own remainder, which this does not model.
+/// more, ATen splits a tensor of the tanh gelu's forward above 16,384 elements, and of the
+/// other ATen kernels here at 32,768 or more, into one range per thread, each with its own
+/// remainder, which this does not model (oneDNN's gelu is per element: any thread count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TorchLoop<'a> {
     /// Elements per iteration of the vectorized loop, `2·Vec<float>::size()`
