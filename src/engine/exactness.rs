@@ -64,18 +64,21 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
     let threads = threads(profile);
     for layer in &g.layers {
         match &layer.op {
-            Op::Activation { kind, .. } => match kind {
-                Activation::Gelu => add(
-                    format!("`{}`: gelu (erf)", layer.name),
-                    "its erf is libm's, not ATen's vectorised erf (forward 81.8 %, backward \
-                     21.3 % of elements identical)",
-                ),
-                Activation::GeluTanh => add(
-                    format!("`{}`: gelu (tanh)", layer.name),
-                    "forward and backward 99.3 % of elements identical",
-                ),
-                _ => {}
-            },
+            Op::Activation { kind, x, .. }
+                if threads > 1
+                    && matches!(kind, Activation::GeluTanh | Activation::Silu)
+                    && g.rows(*x) * g.width(*x) >= 16_384 =>
+            {
+                add(
+                    format!(
+                        "`{}`: {kind:?} on {} elements at {threads} threads",
+                        layer.name,
+                        g.rows(*x) * g.width(*x)
+                    ),
+                    "ATen splits a tensor this large into per-thread ranges, each with its own \
+                     scalar tail; not modelled",
+                )
+            }
             Op::Embedding { .. } => add(
                 format!("`{}`: embedding backward", layer.name),
                 "weight gradient 99.95 % of elements identical",

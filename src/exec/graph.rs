@@ -14,7 +14,7 @@ use crate::exec::scenario::CheckSpec;
 use crate::exec::trace::{SlotRole, Trace};
 use crate::ops::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
-    ActReal,
+    ActReal, TorchLoop, TorchParts, WHOLE,
 };
 use crate::ops::backend::Backend;
 use crate::ops::layers::{
@@ -102,6 +102,13 @@ pub struct Plan {
     /// Per layer: an activation that may overwrite its input (its backward needs only its
     /// output, and nothing else reads the input: no other layer, check, loss or input draw).
     pub in_place: Vec<bool>,
+    /// Per layer: for an activation, the torch tensors its input is held in by the sharded
+    /// computation's ranks (a column-parallel output: one per rank's columns; a
+    /// sequence-parallel norm's: one per rank's token rows; elementwise layers pass their
+    /// input's on), which decides the scalar remainder of torch's elementwise loop
+    /// ([`TorchLoop`]). [`TorchParts::Whole`] for other layers; the unsharded computations
+    /// always use it.
+    pub act_parts: Vec<TorchParts>,
     /// A vocab-parallel loss: the vocabulary's shards in the sharded computation (computed
     /// once here, not per micro-step). Empty for other losses.
     pub loss_shards: Vec<Range<usize>>,
@@ -586,6 +593,7 @@ impl Plan {
             self.backward(
                 be,
                 cx,
+                li,
                 &layer.op,
                 &cx.shards[li],
                 faults,
@@ -869,14 +877,15 @@ impl Plan {
                 } else {
                     y.copy_from_slice(&bf.acts[x.0]);
                 }
+                let lp = self.torch_loop(be, cx, li, x);
                 match kind {
                     // JAX's tanh: XLA's correctly rounded f32 tanh (libm's for f64).
                     Activation::Tanh if cx.xla.is_some() => tanh_inplace(&mut y),
                     Activation::Tanh => be.tanh(&mut y),
-                    Activation::Gelu => gelu(&mut y),
-                    Activation::GeluTanh => gelu_tanh(&mut y),
+                    Activation::Gelu => gelu(&mut y, &lp),
+                    Activation::GeluTanh => gelu_tanh(&mut y, &lp),
                     Activation::Relu => relu(&mut y),
-                    Activation::Silu => silu(&mut y),
+                    Activation::Silu => silu(&mut y, &lp),
                 }
                 bf.acts[out.0] = y;
             }
@@ -971,6 +980,7 @@ impl Plan {
         &self,
         be: &mut B,
         cx: &StepCtx<'_, B::R>,
+        li: usize,
         op: &Op,
         shards: &[Range<usize>],
         faults: TpFaults,
@@ -1157,15 +1167,16 @@ impl Plan {
                 }
                 let mut dx = self.act_grad_target(bf, x.0);
                 let (dy, y, xs) = (&bf.dacts[out.0], &bf.acts[out.0], &bf.acts[x.0]);
+                let lp = self.torch_loop(be, cx, li, x);
                 match kind {
                     Activation::Tanh if cx.xla.is_some() => {
                         xla::tanh_backward(cx.xla.unwrap_or(XlaMode::Eager), dy, y, &mut dx)
                     }
                     Activation::Tanh => tanh_backward(dy, y, &mut dx),
                     Activation::Relu => relu_backward(dy, y, &mut dx),
-                    Activation::Gelu => gelu_backward(dy, xs, &mut dx),
-                    Activation::GeluTanh => gelu_tanh_backward(dy, xs, &mut dx),
-                    Activation::Silu => silu_backward(dy, xs, &mut dx),
+                    Activation::Gelu => gelu_backward(dy, xs, &mut dx, &lp),
+                    Activation::GeluTanh => gelu_tanh_backward(dy, xs, &mut dx, &lp),
+                    Activation::Silu => silu_backward(dy, xs, &mut dx, &lp),
                 }
                 self.act_grad_done(bf, x.0, dx);
             }
@@ -1273,6 +1284,28 @@ impl Plan {
         } else {
             bf.pgrad[p] = buf;
             bf.pset[p] = true;
+        }
+    }
+
+    /// How torch's elementwise loop covers activation layer `li`'s input `x` in this
+    /// computation: its tensors ([`Plan::act_parts`] in the sharded computation, the whole
+    /// buffer otherwise) and the backend's vector block.
+    fn torch_loop<'p, B: Backend>(
+        &'p self,
+        be: &B,
+        cx: &StepCtx<'_, B::R>,
+        li: usize,
+        x: TensorId,
+    ) -> TorchLoop<'p> {
+        TorchLoop {
+            block: be.elementwise_block(),
+            width: self.graph.width(x),
+            parts: if cx.sharded {
+                &self.act_parts[li]
+            } else {
+                &WHOLE
+            },
+            onednn: be.onednn_isa(),
         }
     }
 

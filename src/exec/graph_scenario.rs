@@ -2,6 +2,7 @@
 //! executor ([`crate::exec::graph`]).
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Mutex;
 
 use crate::check::comparison::Comparison;
@@ -9,6 +10,7 @@ use crate::exec::graph::{phase, Bufs, Phase, Plan};
 use crate::exec::init::{draw_inputs, draw_params, draw_teacher, InputValue};
 use crate::exec::outer_loop::{self, OuterBufs, OuterInputs, OuterPlan};
 use crate::exec::scenario::{CheckSpec, Parts, Scenario, Workspace};
+use crate::ops::activations::TorchParts;
 use crate::ops::backend::{F32Backend, F64Backend};
 use crate::rng::torch::TorchGenerator;
 use crate::scenario::config::{resolve_policies, CommonConfig, Policy};
@@ -364,6 +366,56 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
         .collect()
 }
 
+/// Per layer ([`Plan::act_parts`]): for an activation, the torch tensors the sharded
+/// computation's ranks hold its input in, as the scenario's resolution splits it
+/// (`crate::scenario::resolve`'s `Split`): a column-parallel linear's output (not gathered) is
+/// one tensor per rank's out-features, a sequence-parallel norm's one per rank's token rows,
+/// an activation or residual add keeps its input's; everything else is whole on every rank.
+fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
+    let several = |r: Option<Vec<Range<usize>>>| match r {
+        Some(r) if r.len() > 1 => Some(r),
+        _ => None,
+    };
+    let mut held = vec![TorchParts::Whole; g.tensors.len()];
+    let mut parts = Vec::with_capacity(g.layers.len());
+    for l in &g.layers {
+        let out = l.op.output();
+        let (here, out_parts) = match l.op {
+            Op::Linear {
+                parallel: LinearParallel::Column,
+                ..
+            } => {
+                let n = g.width(out);
+                let r = several(g.parallel.shard_rule.ranges(n, g.parallel.tp));
+                (
+                    TorchParts::Whole,
+                    r.map_or(TorchParts::Whole, TorchParts::Columns),
+                )
+            }
+            Op::Norm {
+                x,
+                parallel: NormParallel::Sequence,
+                ..
+            } => {
+                let seq = g.tensors[x.0].shape.first().copied().unwrap_or(1);
+                let per = g.rows(x) / seq.max(1);
+                let r = several(g.parallel.shard_rule.ranges(seq, g.parallel.tp))
+                    .map(|r| r.into_iter().map(|r| r.start * per..r.end * per).collect());
+                (
+                    TorchParts::Whole,
+                    r.map_or(TorchParts::Whole, TorchParts::Rows),
+                )
+            }
+            Op::Activation { x, .. } => (held[x.0].clone(), held[x.0].clone()),
+            Op::ResidualAdd { a, .. } => (TorchParts::Whole, held[a.0].clone()),
+            _ => (TorchParts::Whole, TorchParts::Whole),
+        };
+        held[out.0] = out_parts;
+        parts.push(here);
+    }
+    parts
+}
+
 /// Prepares a validated graph with its inputs.
 fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
     let storage: Vec<usize> = (0..g.params.len())
@@ -516,6 +568,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             _ => false,
         })
         .collect();
+    let act_parts = act_parts(&g);
     let lr = g.train.optimizer.lr() as f32;
     let loss_shards = match g.loss.kind {
         LossKind::VocabParallelCrossEntropy { .. } => g
@@ -540,6 +593,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         fused_sgd,
         lr,
         in_place,
+        act_parts,
         loss_shards,
         ranks: Vec::new(),
         outer: None,
@@ -841,6 +895,71 @@ fn run_outer(plan: &Plan, seed: u64, profile: &Profile, ws: &mut Workspace) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The activation layers' [`Plan::act_parts`] of the example MLP file with `edit` applied,
+    /// by layer name.
+    fn act_parts_of(edit: impl Fn(&str) -> String) -> Vec<(String, TorchParts)> {
+        let text = edit(include_str!("../../configs/examples/megatron_mlp_tp4.toml"));
+        let sf =
+            crate::scenario::file::parse_file("mlp.toml", &text).expect("the edited MLP parses");
+        let g = sf.lowered[0].clone();
+        let names: Vec<String> = g.layers.iter().map(|l| l.name.clone()).collect();
+        let p = plan(g);
+        names.into_iter().zip(p.act_parts).collect()
+    }
+
+    /// A column-parallel output is one torch tensor per rank's out-features, through a chain
+    /// of elementwise layers; uneven shards keep their own widths; a gathered output, a
+    /// replicated layer, and TP 1 are one tensor; a sequence-parallel norm's output is one
+    /// per rank's token rows.
+    #[test]
+    fn activations_know_the_torch_tensors_of_their_input() {
+        let cols = |r: &[Range<usize>]| TorchParts::Columns(r.to_vec());
+        let mlp = act_parts_of(|t| t.to_string());
+        assert_eq!(
+            mlp[1],
+            ("act".into(), cols(&[0..16, 16..32, 32..48, 48..64]))
+        );
+        assert_eq!(mlp[0].1, TorchParts::Whole);
+        assert_eq!(mlp[2].1, TorchParts::Whole);
+        // TP 3 over 100 features (uneven), gelu then silu.
+        let uneven = act_parts_of(|t| {
+            t.replace("ffn = 64", "ffn = 100")
+                .replace(
+                    "tp = 4, shard_rule = \"megatron\"",
+                    "tp = 3, shard_rule = \"deepspeed\"",
+                )
+                .replace(
+                    "{ name = \"act\", op = \"gelu\" },",
+                    "{ name = \"act\", op = \"gelu\" },\n  { name = \"act2\", op = \"silu\" },",
+                )
+        });
+        let want = cols(&[0..34, 34..67, 67..100]);
+        assert_eq!(uneven[1], ("act".into(), want.clone()));
+        assert_eq!(uneven[2], ("act2".into(), want));
+        let gathered = act_parts_of(|t| {
+            t.replace("parallel = \"column\"", "parallel = \"column-gather\"")
+                .replace("parallel = \"row\"", "parallel = \"none\"")
+        });
+        assert_eq!(gathered[1].1, TorchParts::Whole);
+        let tp1 = act_parts_of(|t| t.replace("tp = 4", "tp = 1"));
+        assert_eq!(tp1[1].1, TorchParts::Whole);
+        // A sequence-parallel norm straight into an activation: 8 tokens over 4 ranks.
+        let seq = act_parts_of(|t| {
+            t.replace(
+                "{ name = \"fc1\", op = \"linear\", input = \"x\", out = \"ffn\", parallel = \"column\" },\n  { name = \"act\", op = \"gelu\" },",
+                "{ name = \"ln\", op = \"layernorm\", input = \"x\", parallel = \"sequence\" },\n  { name = \"act\", op = \"gelu\" },\n  { name = \"fc1\", op = \"linear\", out = \"ffn\", parallel = \"column\" },\n  { name = \"act2\", op = \"gelu\" },",
+            )
+        });
+        assert_eq!(
+            seq[1],
+            ("act".into(), TorchParts::Rows(vec![0..2, 2..4, 4..6, 6..8]))
+        );
+        assert_eq!(
+            seq[3],
+            ("act2".into(), cols(&[0..16, 16..32, 32..48, 48..64]))
+        );
+    }
 
     /// Per parameter name: whether T1 (`deepspeed-tied-row-parallel`, param 0) with `edit`
     /// applied to its file fuses the parameter's step ([`fused_sgd`]).

@@ -668,6 +668,12 @@ pub fn exp_f32_lanes_on(isa: Isa, x: &[f32], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod ce_avx512;
 
+mod activation;
+pub use activation::{
+    glibc_erff, glibc_expf, glibc_tanhf, onednn_gelu, onednn_gelu_backward_slice, onednn_gelu_grad,
+    onednn_gelu_slice, OneDnnIsa,
+};
+
 /// ATen's `Vectorized<float>::size()` for the AVX512 kernels.
 const LANES: usize = 16;
 
@@ -797,8 +803,10 @@ fn check_ce_args(logits: &[f32], labels: &[i64], v: usize, dlogits: &[f32]) {
 }
 
 /// The vector width of torch's CPU kernels: which ATen build (`ATEN_CPU_CAPABILITY`) runs.
-/// Only the log-softmax row sum depends on it here (8 or 16 lanes); measured against torch
-/// 2.15 with `ATEN_CPU_CAPABILITY=avx2` and the default AVX512 build.
+/// Two things depend on it here: the lane count of the log-softmax row sum (8 or 16), and
+/// where the scalar remainder of an elementwise kernel starts
+/// ([`TorchIsa::elementwise_block`]); measured against torch 2.15 with
+/// `ATEN_CPU_CAPABILITY=avx2` and the default AVX512 build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TorchIsa {
     /// 8-lane `Vectorized<float>` (AVX2 machines, or `ATEN_CPU_CAPABILITY=avx2`).
@@ -806,6 +814,18 @@ pub enum TorchIsa {
     Avx2,
     /// 16-lane `Vectorized<float>` (AVX512 machines).
     Avx512,
+}
+
+impl TorchIsa {
+    /// Elements per iteration of ATen's vectorized elementwise loop (`vectorized_loop` in
+    /// `aten/src/ATen/native/cpu/Loops.h` takes two vectors at a time): 16 on the AVX2 build,
+    /// 32 on the AVX512 one. The rest of a contiguous tensor runs the op's scalar lambda.
+    pub fn elementwise_block(self) -> usize {
+        match self {
+            TorchIsa::Avx2 => 16,
+            TorchIsa::Avx512 => 32,
+        }
+    }
 }
 
 /// [`log_softmax_cross_entropy_f32`] for torch's `isa` kernel build: identical except for the

@@ -14,7 +14,7 @@ use crate::kernels::matmul::{
 };
 use crate::kernels::revealed::Role;
 use crate::kernels::torch_ops::{
-    log_softmax_cross_entropy_f32_isa, tanh_slice_with, TanhKernel, TorchIsa,
+    log_softmax_cross_entropy_f32_isa, tanh_slice_with, OneDnnIsa, TanhKernel, TorchIsa,
 };
 use crate::scenario::profile::Profile;
 use crate::scenario::revealed_file::RevealedOrders;
@@ -262,6 +262,17 @@ pub trait Backend {
     fn tanh(&mut self, x: &mut [Self::R]) {
         <Self::R as Real>::tanh_slice(x)
     }
+    /// Elements per iteration of torch's vectorized elementwise loop, whose remainder runs
+    /// the op's scalar lambda ([`crate::ops::activations::TorchLoop::block`]); 0 (no
+    /// remainder) by default.
+    fn elementwise_block(&self) -> usize {
+        0
+    }
+    /// The ISA oneDNN's kernels run on (the exact gelu,
+    /// [`crate::ops::activations::TorchLoop::onednn`]): AVX-512 by default.
+    fn onednn_isa(&self) -> OneDnnIsa {
+        OneDnnIsa::Avx512
+    }
 }
 
 /// Float64 ground truth: sequential `c = c + a·b` matmuls (see [`matmul_f64`]) and rank-order
@@ -378,8 +389,10 @@ pub struct F32Backend<'a> {
     pub kernels: Kernels,
     /// Transpose buffer of the scalar reference kernels.
     pub transposed: Vec<f32>,
-    /// The torch CPU kernel build the cross-entropy mirrors.
+    /// The torch CPU kernel build the cross-entropy and ATen's elementwise loops mirror.
     pub torch_isa: TorchIsa,
+    /// The ISA of oneDNN's kernels (torch's exact gelu).
+    pub onednn_isa: OneDnnIsa,
     /// The f32 tanh of the torch scenarios.
     pub tanh: TanhKernel,
     /// Revealed per-element orders; a matmul whose role and shape they hold runs by them.
@@ -399,6 +412,7 @@ impl<'a> F32Backend<'a> {
             kernels: Kernels::Fast,
             transposed: Vec::new(),
             torch_isa: profile.torch_isa,
+            onednn_isa: profile.onednn_isa,
             tanh: profile.tanh,
             orders: profile.orders.clone(),
             stack: Vec::new(),
@@ -649,6 +663,14 @@ impl Backend for F32Backend<'_> {
     /// correctly rounded tanh.
     fn tanh(&mut self, x: &mut [f32]) {
         tanh_slice_with(x, self.tanh);
+    }
+    /// The profile's torch build: 16 (AVX2) or 32 (AVX512).
+    fn elementwise_block(&self) -> usize {
+        self.torch_isa.elementwise_block()
+    }
+    /// The profile's `onednn_isa`.
+    fn onednn_isa(&self) -> OneDnnIsa {
+        self.onednn_isa
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::kernels::allreduce::{AllReduceAlgo, Wire};
 use crate::kernels::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::kernels::round::Tf32Mode;
-use crate::kernels::torch_ops::{TanhKernel, TorchIsa};
+use crate::kernels::torch_ops::{OneDnnIsa, TanhKernel, TorchIsa};
 use crate::scenario::revealed_file::RevealedOrders;
 use crate::sys::error::{unknown_name, InputError};
 use std::sync::Arc;
@@ -32,6 +32,8 @@ pub struct Profile {
     pub wire: Wire,
     /// Which torch CPU kernel build the elementwise and reduction kernels mirror.
     pub torch_isa: TorchIsa,
+    /// The ISA of oneDNN's kernels (torch's exact gelu).
+    pub onednn_isa: OneDnnIsa,
     /// The f32 tanh of the torch scenarios (MKL's `vmsTanh` or correctly rounded).
     pub tanh: TanhKernel,
     /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
@@ -84,6 +86,8 @@ pub struct ProfileToml {
     pub wire: Option<String>,
     /// `avx2` (default) or `avx512`: the vector width of torch's CPU kernels.
     pub torch_isa: Option<String>,
+    /// `avx512` (default) or `avx2`: the ISA of oneDNN's kernels (torch's exact gelu).
+    pub onednn_isa: Option<String>,
     /// Must be `true` for a table that replaces an already defined (e.g. built-in) profile or
     /// modifier of the same name, which then changes for every scenario.
     #[serde(default, rename = "override")]
@@ -236,6 +240,19 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.onednn_isa {
+        p.onednn_isa = match s.as_str() {
+            "avx2" => OneDnnIsa::Avx2,
+            "avx512" => OneDnnIsa::Avx512,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.onednn_isa"),
+                    format!("`{s}` is not allowed; allowed: avx512, avx2"),
+                ))
+            }
+        };
+    }
     if let Some(s) = &t.tanh {
         p.tanh = match s.as_str() {
             "mkl" => TanhKernel::Mkl,
@@ -360,6 +377,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                onednn_isa: OneDnnIsa::Avx512,
                 tanh: TanhKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,
@@ -382,6 +400,7 @@ impl ProfileRegistry {
                 allreduce: AllReduceAlgo::Ring,
                 wire: Wire::F32,
                 torch_isa: TorchIsa::Avx2,
+                onednn_isa: OneDnnIsa::Avx512,
                 tanh: TanhKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,

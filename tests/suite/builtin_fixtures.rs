@@ -950,18 +950,34 @@ fn deepspeed_tp_column_parallel_matches_torch_bit_for_bit() {
 }
 
 /// The Megatron MLP (column -> exact gelu -> row, MSE, SGD, 3 steps). Every matmul of its
-/// shapes is MKL's FMA chain (revealed: plain programs), so what differs is the exact gelu:
-/// its erf here is `libm::erff`, not ATen's vectorised erf (not identified yet: it is not
-/// Abramowitz-Stegun 7.1.26, measured 31 % of gelu outputs with that formula), and
-/// everything downstream of the first gelu differs in the last bits. Asserted: the measured
-/// element agreement as a floor (1052 of 2072 elements with bits, 50.8 %), and that the
-/// tensors before the gelu (none are checked) and the loss structure are compared at all.
+/// shapes is MKL's FMA chain (revealed: plain programs), and the exact gelu and its backward
+/// are oneDNN's kernels as torch runs them (`seedsweep::kernels::torch_ops::onednn_gelu`: a
+/// tensor of two or more elements goes to oneDNN's gelu_erf, on this AVX-512 machine its
+/// minimax forward). Measured (torch 2.15, `cpu-fma`, both parametrizations, both seeds):
+/// every tensor but the loss identical in both computations, 216 of 216 (it was 1,052 of
+/// 2,072 elements while the gelu's erf was `libm::erff`); the loss value matches in 1 of its 24
+/// values (2,049 of 2,072 elements), its MSE reduction order not being ATen's
+/// (`src/ops/loss.rs`). Asserted: every non-loss tensor exact, the loss's measured agreement
+/// as a floor.
 #[test]
 fn megatron_tp_mlp_measured_against_torch() {
     let s = graph_scenario("configs/megatron_tp_mlp.toml").unwrap();
     let agg = agreement("megatron-tp-mlp", &s);
-    assert!(agg.elements_same >= 1052, "{agg:?}");
-    assert!(agg.elements_same < agg.elements, "now bit-exact: assert it");
+    let mut loss = (0, 0);
+    for ((comp, check), &(n, same)) in &agg.per_check {
+        if check == "loss" {
+            loss = (loss.0 + n, loss.1 + same);
+        } else {
+            assert_eq!(same, n, "{comp} {check}: {same} of {n} tensors identical");
+        }
+    }
+    assert_eq!(agg.tensors - loss.0, 216, "{agg:?}");
+    assert_eq!(loss.0, 24, "{agg:?}");
+    assert!(
+        loss.1 >= 1,
+        "loss agreement fell below the measured 1 of 24: {agg:?}"
+    );
+    assert!(agg.elements_same >= 2049, "{agg:?}");
 }
 
 /// FSDP SHARD_GRAD_OP / ZeRO-2 at DP 4 with 2 micro-steps, run by the data-parallel executor

@@ -45,9 +45,11 @@ mod streaming;
 mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
+mod activations_fixture;
 mod builtin_fixtures;
 mod conformance;
 mod f64_truth;
+mod glibc_float;
 mod mkl_tanh;
 mod norm_fixture;
 mod py_repr_fixture;

@@ -214,6 +214,7 @@ impl Plan {
                         rp.backward(
                             be,
                             &cx,
+                            li,
                             &layer.op,
                             &rp.sharded[li],
                             faults,
