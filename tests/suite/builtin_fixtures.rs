@@ -953,14 +953,15 @@ fn deepspeed_tp_column_parallel_matches_torch_bit_for_bit() {
 /// shapes is MKL's FMA chain (revealed: plain programs), so what differs is the exact gelu:
 /// its erf here is `libm::erff`, not ATen's vectorised erf (not identified yet: it is not
 /// Abramowitz-Stegun 7.1.26, measured 31 % of gelu outputs with that formula), and
-/// everything downstream of the first gelu differs in the last bits. Asserted: the measured
-/// element agreement as a floor (1052 of 2072 elements with bits, 50.8 %), and that the
+/// everything downstream of the first gelu differs in the last bits (the reference's loss does
+/// not: MSE's value is torch's for 12 of 12, its reduction being ATen's). Asserted: the
+/// measured element agreement as a floor (1072 of 2072 elements with bits, 51.7 %), and that the
 /// tensors before the gelu (none are checked) and the loss structure are compared at all.
 #[test]
 fn megatron_tp_mlp_measured_against_torch() {
     let s = graph_scenario("configs/megatron_tp_mlp.toml").unwrap();
     let agg = agreement("megatron-tp-mlp", &s);
-    assert!(agg.elements_same >= 1052, "{agg:?}");
+    assert!(agg.elements_same >= 1072, "{agg:?}");
     assert!(agg.elements_same < agg.elements, "now bit-exact: assert it");
 }
 
