@@ -516,7 +516,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             _ => false,
         })
         .collect();
-    let lr = g.train.optimizer.lr() as f32;
+    let lr = g.train.optimizer.lr();
     let loss_shards = match g.loss.kind {
         LossKind::VocabParallelCrossEntropy { .. } => g
             .parallel

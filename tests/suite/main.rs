@@ -48,6 +48,7 @@ mod builtin_fixtures;
 mod loss_fixture;
 mod mkl_tanh;
 mod norm_fixture;
+mod optim_fixture;
 mod py_repr_fixture;
 mod revealed_orders;
 mod rng_torch_fixtures;
