@@ -80,8 +80,8 @@ fn mse_f32_matches_torch_bit_for_bit() {
     }
 }
 
-/// The left-to-right sum that `mse` used before is not torch's: it misses the loss at most
-/// sizes past one vector (so the exact test above can fail).
+/// The left-to-right sum that `mse` used before is not torch's: it misses the loss at 4 of the
+/// 7 sizes (7, 16, 100 and 4099; measured), so the exact test above can fail.
 #[test]
 fn mse_left_to_right_is_not_torch() {
     let doc = fixture();
@@ -97,8 +97,8 @@ fn mse_left_to_right_is_not_torch() {
             differ += 1;
         }
     }
-    assert!(
-        differ >= 3,
+    assert_eq!(
+        differ, 4,
         "left to right differs from torch at {differ} sizes"
     );
 }
