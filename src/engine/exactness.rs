@@ -102,11 +102,6 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
         }
     }
     match g.loss.kind {
-        LossKind::Mse { .. } => add(
-            "mse loss".into(),
-            "its value is summed in index order, not ATen's cascade (0 % identical); its \
-             gradient 96.5 % of elements identical",
-        ),
         LossKind::VocabParallelCrossEntropy { .. } => add(
             "vocab-parallel cross-entropy".into(),
             "torch.exp and torch.log are MKL's vmsExp/vmsLn, modelled by correctly rounded ones",
@@ -116,7 +111,8 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
     if let Optimizer::Adam { decoupled, .. } = g.train.optimizer {
         add(
             if decoupled { "AdamW" } else { "Adam" }.into(),
-            "97-98 % of updated elements identical with torch.optim's single-tensor path",
+            "torch's exp_avg_sq.sqrt() is MKL's vsSqrt, not correctly rounded and not \
+             modelled (92.6 % of updated fp32 elements identical over 6 steps)",
         );
     }
     gaps

@@ -27,7 +27,7 @@ use crate::ops::norm::{
     layer_norm, layer_norm_backward, residual_add, rms_norm, rms_norm_backward,
     sequence_parallel_norm_backward,
 };
-use crate::ops::optim::{adam_step, sgd_step, OptState};
+use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
 use crate::ops::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
@@ -39,7 +39,7 @@ use crate::ops::vocab_parallel::{
 use crate::ops::xla;
 use crate::scenario::ir::{
     Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind,
-    NormParallel, Op, Optimizer, ResolvedGraph, TensorId, WeightLayout,
+    NormParallel, Op, ResolvedGraph, TensorId, WeightLayout,
 };
 use crate::scenario::mutant::{Mutant, TpFaults};
 use crate::scenario::profile::XlaMode;
@@ -97,8 +97,10 @@ pub struct Plan {
     /// (`crate::exec::graph_scenario`'s `fused_sgd` says when that is allowed). At H = 8,192 that
     /// is a 512 MiB float64 buffer and a 256 MiB float32 one never touched.
     pub fused_sgd: Vec<bool>,
-    /// The learning rate as the fp32 update sees it.
-    pub lr: f32,
+    /// The learning rate as the file writes it (a Python float); each computation rounds it
+    /// to its own type once (the fp32 update's `alpha = -lr` as ATen reads the scalar, the
+    /// float64 truth's exactly).
+    pub lr: f64,
     /// Per layer: an activation that may overwrite its input (its backward needs only its
     /// output, and nothing else reads the input: no other layer, check, loss or input draw).
     pub in_place: Vec<bool>,
@@ -202,51 +204,6 @@ impl<R> Bufs<R> {
     /// The parameters, writable (the outer loop resets its replicas through it).
     pub(crate) fn params_mut(&mut self) -> &mut [Vec<R>] {
         &mut self.params
-    }
-}
-
-/// One optimizer step of `p` with gradient `g`: plain SGD through the fused update of
-/// [`sgd`] (torch's `p.add_(g, alpha=-lr)`), the others through [`crate::ops::optim`].
-fn step<R: Real>(
-    opt: Optimizer,
-    lr: R,
-    p: &mut [R],
-    g: &[R],
-    st: &mut OptState<R>,
-    scratch: &mut Vec<R>,
-) {
-    match opt {
-        Optimizer::Sgd {
-            momentum,
-            dampening,
-            nesterov,
-            weight_decay,
-            ..
-        } => {
-            if momentum == 0.0 && weight_decay == 0.0 {
-                sgd(p, g, lr);
-            } else {
-                sgd_step(
-                    p,
-                    g,
-                    lr,
-                    momentum,
-                    dampening,
-                    nesterov,
-                    weight_decay,
-                    st,
-                    scratch,
-                );
-            }
-        }
-        Optimizer::Adam {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            decoupled,
-        } => adam_step(p, g, lr, beta1, beta2, eps, weight_decay, decoupled, st),
     }
 }
 
@@ -394,7 +351,7 @@ impl Plan {
             mutant,
             drift: mutant == Some(Mutant::TiedWeightsDrift) && self.tied_table.is_some(),
             condition,
-            lr: R::from_f32(self.lr),
+            lr: R::from_f64(self.lr),
             scale: if g.loss.divide_by_micro_steps {
                 R::ONE / R::from_f64(micro_steps as f64)
             } else {
@@ -669,7 +626,6 @@ impl Plan {
                 ),
                 None => step(
                     opt,
-                    lr,
                     &mut bf.params[i],
                     &bf.acc[i],
                     &mut bf.opt[i],
@@ -679,7 +635,7 @@ impl Plan {
         }
         if drift {
             let [w, _, g2] = &mut bf.drift;
-            step(opt, lr, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
+            step(opt, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
         }
         self.record_step_checks(s, m, lr, bf, trace);
         if m == 0 {
@@ -719,7 +675,9 @@ impl Plan {
                     sized(&mut bf.expect, bf.old[i].len());
                     sgd_unfused(&bf.old[i], &bf.acc[i], lr, &mut bf.expect);
                     trace.record_role(c, label, SlotRole::SelfExpectedF32, &bf.expect);
-                    let lr64 = lr.to_f64();
+                    // The test's float64 expectation reads the learning rate as the Python
+                    // float it is, not as the fp32 update rounded it.
+                    let lr64 = self.lr;
                     bf.expect64.clear();
                     bf.expect64.extend(
                         bf.old[i]

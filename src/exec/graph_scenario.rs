@@ -569,7 +569,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         })
         .collect();
     let act_parts = act_parts(&g);
-    let lr = g.train.optimizer.lr() as f32;
+    let lr = g.train.optimizer.lr();
     let loss_shards = match g.loss.kind {
         LossKind::VocabParallelCrossEntropy { .. } => g
             .parallel

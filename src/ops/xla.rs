@@ -26,12 +26,22 @@ fn sqrt<R: Real>(x: R) -> R {
 
 /// `mean((y − t)²)` as JAX computes it, with its gradient `dy = c·(y − t)`, `c = 2/N` rounded
 /// once. Eager (and jit beyond two elements): the squares rounded, summed from 0 in element
-/// order, divided once by `N` ([`crate::ops::loss::mse`]'s order, seed 1). Jit with two
+/// order, divided once by `N` (seed 1; not torch's order, [`crate::ops::loss::mse`]). Jit with two
 /// elements of one output (MaxText's test): the sum is `fma(r0, r0, r1·r1)`. XLA's reduction
 /// order for more elements is not revealed (neither a forward nor a backward FMA chain matches
 /// the jitted step for 3 to 16 examples), so there jit sums as eager does.
 pub fn mse<R: Real>(mode: XlaMode, y: &[R], target: &[R], width: usize, dy: &mut [R]) -> R {
-    let loss = crate::ops::loss::mse(y, target, R::ONE, dy);
+    let mut total = R::ZERO;
+    for (&a, &b) in y.iter().zip(target) {
+        let d = a - b;
+        total = total + d * d;
+    }
+    let n = y.len() as f64;
+    let alpha = R::from_f64(2.0 / n);
+    for ((g, &a), &b) in dy.iter_mut().zip(y).zip(target) {
+        *g = alpha * (a - b);
+    }
+    let loss = total / R::from_f64(n);
     if mode == XlaMode::Jit && y.len() == 2 && width == 1 {
         let (r0, r1) = (y[0] - target[0], y[1] - target[1]);
         return r0.fma(r0, r1 * r1) / R::from_f64(2.0);

@@ -1170,7 +1170,7 @@ fn resolve_check(
         (Role::Loss, false) if spec.loss.op == LossOp::Sum => {
             return Err(ctx.err(
                 &path,
-                "the value of a `sum` loss is not modelled (torch's CPU sum order), only its gradient; allowed: a check on an activation, gradient or parameter",
+                "the value of a `sum` loss is not modelled for the sharded computation (each rank sums its own shard), only its gradient; allowed: a check on an activation, gradient or parameter",
             ));
         }
         (Role::Loss, false) => CheckWhat::Loss,

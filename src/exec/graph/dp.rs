@@ -43,11 +43,12 @@
 //! skips the refresh of the last rank's copy, which then keeps the initial parameters.
 //! Tensor faults and the tied-weights drift do not apply (`tp = 1`, validated).
 
-use super::{load, sized, step, Bufs, Plan};
+use super::{load, sized, Bufs, Plan};
 use crate::exec::trace::Trace;
 use crate::ops::activations::ActReal;
 use crate::ops::backend::Backend;
 use crate::ops::layers::accumulate;
+use crate::ops::optim::step;
 use crate::ops::real::Real;
 use crate::scenario::ir::{At, CheckTensor, GradReduce};
 use crate::scenario::mutant::{Mutant, TpFaults};
@@ -94,7 +95,7 @@ impl Plan {
     {
         let g = &self.graph;
         let dp = self.ranks.len();
-        let lr = B::R::from_f32(self.lr);
+        let lr = B::R::from_f64(self.lr);
         let micro_steps = g.train.micro_steps;
         let scale = if g.loss.divide_by_micro_steps {
             B::R::ONE / B::R::from_f64(micro_steps as f64)
@@ -275,7 +276,6 @@ impl Plan {
                 for i in (0..np).filter(|&i| self.storage[i] == i) {
                     step(
                         opt,
-                        lr,
                         &mut bf.params[i],
                         &bf.acc[i],
                         &mut bf.opt[i],

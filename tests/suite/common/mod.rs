@@ -3,3 +3,4 @@
 pub mod alone;
 pub mod checkpoint;
 pub mod legacy_graphs;
+pub mod splitmix;
