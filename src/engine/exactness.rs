@@ -101,12 +101,11 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
             _ => {}
         }
     }
-    match g.loss.kind {
-        LossKind::VocabParallelCrossEntropy { .. } => add(
+    if let LossKind::VocabParallelCrossEntropy { .. } = g.loss.kind {
+        add(
             "vocab-parallel cross-entropy".into(),
             "torch.exp and torch.log are MKL's vmsExp/vmsLn, modelled by correctly rounded ones",
-        ),
-        _ => {}
+        );
     }
     if let Optimizer::Adam { decoupled, .. } = g.train.optimizer {
         add(
