@@ -833,22 +833,24 @@ fn bench_reports_every_selected_scenario_with_its_ratios() {
 #[test]
 fn strict_exactness_refuses_what_is_not_covered_and_passes_what_is() {
     let root = env!("CARGO_MANIFEST_DIR");
-    // megatron-tp-mlp: an erf gelu and an MSE loss, measured not exact (docs/conformance.md).
-    let mlp = format!("{root}/configs/megatron_tp_mlp.toml");
+    // megatron-vocab-parallel-ce: torch.exp/log are MKL's, not modelled (docs/conformance.md).
+    let ce = format!("{root}/configs/megatron_vocab_parallel_cross_entropy.toml");
     seedsweep()
-        .args(["check", &mlp])
+        .args(["check", &ce])
         .assert()
         .success()
         .stderr(predicates_contains(
-            "warning: megatron-tp-mlp [16-64-2] under cpu-fma+mkl-threads-1",
+            "warning: megatron-vocab-parallel-ce [16-16-32-2] under cpu-fma+mkl-threads-1",
         ))
-        .stderr(predicates_contains("`act`: gelu (erf)"));
+        .stderr(predicates_contains(
+            "vocab-parallel cross-entropy: torch.exp",
+        ));
     seedsweep()
-        .args(["check", "--strict-exactness", &mlp])
+        .args(["check", "--strict-exactness", &ce])
         .assert()
         .code(1)
         .stderr(predicates_contains("--strict-exactness: refusing"))
-        .stderr(predicates_contains("mse loss"));
+        .stderr(predicates_contains("vmsExp"));
     // The uneven TP 3 head: every kernel and matmul shape covered (bit-exact with its torch
     // fixture, builtin_fixtures::deepspeed_uneven_tp3_matches_torch_bit_for_bit).
     let uneven = format!("{root}/configs/deepspeed_uneven_tp3_row_parallel.toml");
@@ -867,7 +869,7 @@ fn strict_exactness_refuses_what_is_not_covered_and_passes_what_is() {
         .args([
             "sweep",
             "--scenario",
-            "megatron-tp-mlp",
+            "megatron-vocab-parallel-ce",
             "--seeds",
             "1",
             "--quiet",
@@ -877,6 +879,6 @@ fn strict_exactness_refuses_what_is_not_covered_and_passes_what_is() {
         .arg(&folder)
         .assert()
         .code(1)
-        .stderr(predicates_contains("`act`: gelu (erf)"));
+        .stderr(predicates_contains("vocab-parallel cross-entropy"));
     assert!(!folder.exists(), "nothing written");
 }
