@@ -256,8 +256,6 @@ class ScatterLast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, ranges, x):
-        ctx.shape = x.shape
-        ctx.ranges = ranges
         return tuple(x[..., lo:hi].contiguous() for lo, hi in ranges)
 
     @staticmethod
@@ -559,7 +557,7 @@ class Run:
             return w[lo:hi] if par in ("column", "column-gather") else w[:, lo:hi]
         if r is None:
             return ls[0]
-        return ls[r] if how not in (None,) else ls[0]
+        return ls[0] if how is None else ls[r]
 
     def layer_ranges_for(self, layer, w):
         if layer not in self.layer_ranges:
@@ -955,10 +953,6 @@ class Run:
                         for k in names:
                             g = local[r][k]
                             local_acc[r][k] = g if k not in local_acc[r] else local_acc[r][k] + g
-                if not last:
-                    # gradient checks at every micro-step (DDP: the local accumulation is not a
-                    # checkable tensor; seedsweep refuses them under dp)
-                    continue
             if zero >= 2:
                 if m.grad_sync != "micro-step":
                     saved = reduce_scatter_packed(local_acc, names, chunks, dp, pre, post)
@@ -1003,7 +997,6 @@ def reduce_scatter_packed(local, names, chunks, dp, pre, post):
     by the ring all-reduce on the packed buffer (so block c is summed in chunk c's order),
     divided by `post`. Returns {param: [shard per rank]}."""
     packed = []
-    layout = []
     for r in range(dp):
         pieces = []
         for k in names:
@@ -1017,8 +1010,6 @@ def reduce_scatter_packed(local, names, chunks, dp, pre, post):
                 lo, hi = chunks[k][c]
                 piece = torch.zeros(size * row_len)
                 piece[: (hi - lo) * row_len] = g[lo:hi].reshape(-1)
-                if r == 0:
-                    layout.append((k, c, hi - lo, row_len, size * row_len))
                 pieces.append((c, piece))
         # rank-major: block c holds shard c of every parameter
         blocks = [torch.cat([p for c2, p in pieces if c2 == c]) for c in range(dp)]
@@ -1029,7 +1020,6 @@ def reduce_scatter_packed(local, names, chunks, dp, pre, post):
     for c in range(dp):
         for k in names:
             lo, hi = chunks[k][c]
-            g = total  # noqa
             rows = hi - lo
             shape = list(local[0][k].shape)
             row_len = math.prod(shape[1:]) if len(shape) > 1 else 1
