@@ -10,7 +10,10 @@ use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::unit;
 use seedsweep::exec::scenario::Workspace;
 
-const FILE: &str = "configs/examples/production_head_v32000_h512.toml";
+const FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../configs/examples/production_head_v32000_h512.toml"
+);
 
 fn production_seed_run(c: &mut Criterion) {
     let catalog = Catalog::load(&[FILE], None).expect("the production-shape example loads");

@@ -66,6 +66,13 @@ run t1m-report report t1m
 run sweep40m-report report sweep40m --out sweep40m-report.html
 run size-inproc size "${t1[@]}" --param 35-3-False-0 --seeds 120 \
   --mutants missing-allreduce,bf16-allreduce --markdown size-inproc.md --out size-inproc.csv
+# Size over two profiles of two JAX tests (chex assertions, exact checks, usages not
+# estimable from one seed, mutants not shown caught, more than ten failing seeds), and with
+# --validate (text, Markdown and CSV of each).
+run size-jax size --scenario maxtext-diloco,diloco --seeds 150 --mutants all \
+  --markdown size-jax.md --out size-jax.csv
+run size-validate size "${t1[@]}" --param 35-3-False-0 --seeds 120 --validate 40 \
+  --markdown size-validate.md --out size-validate.csv
 
 # CI verdicts.
 run ci sweep --seeds 40 --mutants all --threads "$threads" --out ci \

@@ -8,6 +8,7 @@ use crate::commands::{emit_text, is_stdout, load_catalog, status, Common};
 use crate::engine::aggregate::{collect_for_sizing, collect_frontiers, SizingData};
 use crate::engine::catalog::{Catalog, Selection};
 use crate::engine::plan::{group_seeds, seed_runs_memory, units, GroupMeta, SeedRange};
+use crate::report::size as report;
 use crate::results::csv::{read_mutants, read_plan};
 use crate::sys::atomic_write::write_atomic;
 use crate::sys::error::InputError;
@@ -62,7 +63,7 @@ fn load_sized(
     dir: &std::path::Path,
     catalog: &Catalog,
     sel: &Selection,
-) -> anyhow::Result<Vec<crate::report::size::GroupData>> {
+) -> anyhow::Result<Vec<report::GroupData>> {
     use crate::results::frontiers::{read_frontiers, FILE};
     let plan_path = dir.join("plan.csv");
     if !plan_path.exists() {
@@ -88,9 +89,9 @@ fn load_sized(
         )
         .into());
     }
-    let mut data: Vec<crate::report::size::GroupData> = metas
+    let mut data: Vec<report::GroupData> = metas
         .iter()
-        .map(|m| crate::report::size::GroupData {
+        .map(|m| report::GroupData {
             meta: m.clone(),
             seeds: Vec::new(),
             fr: if m.mutant.is_empty() {
@@ -207,16 +208,17 @@ fn load_sized(
 /// recommended per-check balanced pairs; returns (text, markdown).
 fn validate(
     catalog: &Catalog,
-    data: &[crate::report::size::GroupData],
-    report: &crate::report::size::SizeReport,
+    data: &[report::GroupData],
+    pairs: &[report::ValidatePairs],
     n: u64,
     flake: f64,
     quiet: bool,
 ) -> anyhow::Result<(String, String)> {
     use crate::check::python_repr::py_repr;
-    use crate::report::size::{clopper_pearson, usages};
     use crate::report::table::{pct, render};
+    use crate::stats::binomial::clopper_pearson;
     use crate::stats::tail::seeds_needed_empirical;
+    use report::usages;
     let mut text = String::new();
     let mut md = format!(
         "\n### Validation on fresh seeds (`--validate {n}`)\n\nEach profile re-run on {n} seeds after the sized range, under the recommended balanced pair of each check. Flake rate = seeds with usage > 100 %, with its 95 % Clopper–Pearson interval; the observed usage at p = {} is the empirical quantile (shown only from {} seeds on).\n\n| scenario | param | profile | check | atol | rtol | failing seeds | flake rate [95 % CI] | observed at p | predicted [upper] |\n|---|---|---|---|---|---|---|---|---|---|\n",
@@ -224,7 +226,7 @@ fn validate(
         seeds_needed_empirical(flake)
     );
     let mut rows = Vec::new();
-    for (scenario, param, pairs) in &report.validate {
+    for (scenario, param, pairs) in pairs {
         for d in data.iter().filter(|d| {
             d.meta.mutant.is_empty() && &d.meta.scenario == scenario && &d.meta.param == param
         }) {
@@ -447,7 +449,7 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
                             (Vec::new(), min)
                         }
                     };
-                    crate::report::size::GroupData {
+                    report::GroupData {
                         seeds: group_seeds(&catalog, g, &range).collect(),
                         jax: is_jax(&catalog, &meta.scenario),
                         meta,
@@ -468,29 +470,28 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
         )
         .into());
     }
-    let mut report = pool.install(|| crate::report::size::size(&data, o.flake_rate, o.target));
+    let sizing = pool.install(|| report::size(&data, o.flake_rate, o.target));
+    let mut markdown = report::markdown::render_markdown(&sizing);
     let mut vtext = String::new();
     if let Some(n) = o.validate {
+        let pairs = sizing.validate_pairs();
         let (t, m) =
-            pool.install(|| validate(&catalog, &data, &report, n, o.flake_rate, o.quiet))?;
+            pool.install(|| validate(&catalog, &data, &pairs, n, o.flake_rate, o.quiet))?;
         vtext = t;
-        report.markdown.push_str(&m);
+        markdown.push_str(&m);
     }
     if let Some(path) = &csv_path {
-        write_atomic(
-            path,
-            &crate::report::size::recommendations_csv(&report.rows)?,
-        )?;
+        write_atomic(path, &report::csv::render_csv(&sizing))?;
     }
     if let Some(path) = &o.markdown {
-        write_atomic(path, report.markdown.as_bytes())?;
+        write_atomic(path, markdown.as_bytes())?;
     }
     // With `--out -` or `--markdown -` stdout carries that file alone.
     let stdout_is_data = [&csv_path, &o.markdown]
         .into_iter()
         .flatten()
         .any(|p| is_stdout(p));
-    emit_text(&report.text, stdout_is_data);
+    emit_text(&report::text::render_text(&sizing), stdout_is_data);
     emit_text(&vtext, stdout_is_data);
     for path in [&csv_path, &o.markdown]
         .into_iter()
@@ -499,10 +500,10 @@ pub fn size(o: &SizeOptions) -> anyhow::Result<i32> {
     {
         status(o.quiet, &format!("wrote {}", path.display()));
     }
-    if report.missed > 0 {
+    let missed = sizing.missed();
+    if missed > 0 {
         eprintln!(
-            "warning: {} mutant(s) are not shown to be caught on every seed under the recommended tolerances",
-            report.missed
+            "warning: {missed} mutant(s) are not shown to be caught on every seed under the recommended tolerances"
         );
     }
     Ok(0)

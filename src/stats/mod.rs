@@ -1,5 +1,6 @@
 //! Statistics: order statistics for the summary, tail estimates and tolerance sizing.
 
+pub mod binomial;
 pub mod frontier;
 pub mod gpd;
 #[doc(hidden)]

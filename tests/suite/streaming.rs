@@ -7,6 +7,7 @@
 //! - the fold: feeding the all-at-once traces of every built-in T1 group (clean and every
 //!   mutant) to `StreamedEval` one step at a time gives `evaluate` and `unit_frontiers`.
 
+use seedsweep::check::StepLabel;
 use seedsweep::engine::catalog::{Catalog, Selection};
 use seedsweep::engine::evaluate::{evaluate, unit_frontiers, StreamedEval};
 use seedsweep::engine::run::{run_group, run_group_streamed};
@@ -47,27 +48,38 @@ fn by_step(t: &Trace) -> Vec<Trace> {
     parts.into_iter().map(|(_, t)| t).collect()
 }
 
-/// Every slot's metadata (offsets aside) and value bits.
-fn fingerprint(traces: &[&Trace]) -> Vec<String> {
+/// One slot as the comparisons see it: its metadata (where it is stored, and whether it is
+/// lent, aside) and every value's bits (an f32 view's values widened to f64 first).
+#[derive(Debug, PartialEq)]
+struct SlotPrint {
+    check: usize,
+    step: StepLabel,
+    role: SlotRole,
+    len: usize,
+    bits: Vec<u64>,
+}
+
+/// Every slot of `traces`, in order.
+fn fingerprint(traces: &[&Trace]) -> Vec<SlotPrint> {
     traces
         .iter()
         .flat_map(|t| {
-            t.slots.iter().map(|s| {
-                let bits: Vec<u64> = match t.view(s) {
+            t.slots.iter().map(|s| SlotPrint {
+                check: s.check,
+                step: s.step,
+                role: s.role,
+                len: s.len,
+                bits: match t.view(s) {
                     View::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
                     View::F32(v) => v.iter().map(|&x| f64::from(x).to_bits()).collect(),
-                };
-                format!(
-                    "{} {:?} {:?} {} {:x?}",
-                    s.check, s.step, s.role, s.len, bits
-                )
+                },
             })
         })
         .collect()
 }
 
 /// The fingerprints of one step's three traces (float64, reference, sharded).
-fn step_fingerprints(t: &Traces) -> [Vec<String>; 3] {
+fn step_fingerprints(t: &Traces) -> [Vec<SlotPrint>; 3] {
     [
         fingerprint(&[&t.f64]),
         fingerprint(&[&t.reference]),
@@ -77,7 +89,7 @@ fn step_fingerprints(t: &Traces) -> [Vec<String>; 3] {
 
 /// The per-step fingerprints of a streamed run, concatenated per computation, equal the
 /// traces of the whole run in `whole` (`what` names the case in a failure).
-fn assert_steps_make_the_whole(steps: &[[Vec<String>; 3]], whole: &Workspace, what: &str) {
+fn assert_steps_make_the_whole(steps: &[[Vec<SlotPrint>; 3]], whole: &Workspace, what: &str) {
     for (k, t) in [
         &whole.traces.f64,
         &whole.traces.reference,
@@ -86,8 +98,18 @@ fn assert_steps_make_the_whole(steps: &[[Vec<String>; 3]], whole: &Workspace, wh
     .into_iter()
     .enumerate()
     {
-        let streamed: Vec<String> = steps.iter().flat_map(|s| s[k].clone()).collect();
-        assert_eq!(streamed, fingerprint(&[t]), "trace {k}, {what}");
+        let streamed: Vec<&SlotPrint> = steps.iter().flat_map(|s| &s[k]).collect();
+        let want = fingerprint(&[t]);
+        assert_eq!(streamed.len(), want.len(), "trace {k}, {what}: slot count");
+        // The first slot that differs, by its metadata (its values are too many to print).
+        if let Some(i) = (0..want.len()).find(|&i| *streamed[i] != want[i]) {
+            let (a, b) = (streamed[i], &want[i]);
+            let first = a.bits.iter().zip(&b.bits).position(|(x, y)| x != y);
+            panic!(
+                "trace {k}, {what}: slot {i} differs: streamed (check {}, {:?}, {:?}, len {}) vs whole (check {}, {:?}, {:?}, len {}); first differing value {first:?}",
+                a.check, a.step, a.role, a.len, b.check, b.step, b.role, b.len
+            );
+        }
     }
 }
 
@@ -107,7 +129,7 @@ fn a_streamed_run_computes_the_traces_of_the_whole_run_step_by_step() {
     for g in &groups {
         let mut whole = Workspace::default();
         run_group(&catalog, g, 8199, &mut whole);
-        let mut steps: Vec<[Vec<String>; 3]> = Vec::new();
+        let mut steps: Vec<[Vec<SlotPrint>; 3]> = Vec::new();
         let mut ws = Workspace::default();
         ws.mutant = g.mutant;
         s.run_stepwise(g.param, 8199, &g.profile, &mut ws, &mut |t: &Traces| {
@@ -152,7 +174,7 @@ fn one_workspace_streams_seed_after_seed_with_shared_buffers() {
     for seed in [8199, 8199, 8200] {
         let mut whole = Workspace::default();
         run_group(&catalog, g, seed, &mut whole);
-        let mut steps: Vec<[Vec<String>; 3]> = Vec::new();
+        let mut steps: Vec<[Vec<SlotPrint>; 3]> = Vec::new();
         s.run_stepwise(g.param, seed, &g.profile, &mut ws, &mut |t: &Traces| {
             steps.push(step_fingerprints(t));
         });
