@@ -45,6 +45,7 @@ mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
 mod builtin_fixtures;
+mod mkl_order_model;
 mod mkl_tanh;
 mod norm_fixture;
 mod py_repr_fixture;
