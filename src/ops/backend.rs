@@ -190,7 +190,9 @@ pub trait Backend {
     }
     /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
     /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
-    /// one-thread order); a profile with revealed orders may place the bias elsewhere.
+    /// one-thread order while K is one block); a profile with revealed orders or an order model
+    /// may place the bias elsewhere (MKL adds it after the first of several K blocks:
+    /// [`crate::kernels::mkl_sgemm`]).
     #[allow(clippy::too_many_arguments)]
     fn linear_bias(
         &mut self,
