@@ -827,6 +827,7 @@ fn render(t: &Tree, fused: &[bool], out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::isa::{Isa, Level};
     use crate::kernels::revealed::Program;
 
     /// Deterministic inputs with varied exponents and no zeros (signed zeros are outside the
@@ -853,8 +854,9 @@ mod tests {
         role: Role,
         (rows, red, cols): (usize, usize, usize),
         seed: u64,
+        isa: Isa,
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>, Vec<f32>) {
-        let mut s = MatmulScratch::default();
+        let mut s = MatmulScratch::with_isa(isa);
         let mut c = vec![f32::NAN; rows * cols];
         match role {
             Role::Forward | Role::ForwardBias => {
@@ -946,6 +948,8 @@ mod tests {
             (5, 193, 12),
             (300, 9, 3),
             (9, 64, 129),
+            (20, 200, 13),
+            (40, 400, 30),
         ]);
         let mut n = 0;
         for &d in &dims {
@@ -953,7 +957,12 @@ mod tests {
                 if role == Role::ForwardBias && d.1 < 2 {
                     continue;
                 }
-                let (a, b, bias, c) = fast(role, d, (d.0 * 1000 + d.1 * 10 + d.2) as u64);
+                let (a, b, bias, c) = fast(
+                    role,
+                    d,
+                    (d.0 * 1000 + d.1 * 10 + d.2) as u64,
+                    Isa::detected(),
+                );
                 for i in 0..d.0 {
                     for j in 0..d.2 {
                         let e = element(role, &a, &b, bias.as_deref(), d, i, j);
@@ -970,6 +979,45 @@ mod tests {
             }
         }
         assert!(n > 100_000, "{n} elements");
+    }
+
+    /// Every compilation of the vector kernels the fast entry points use (forced per level the
+    /// CPU has) gives the scalar definition's bits, on a shape of every kernel, with the bias
+    /// joining after the first of several K blocks both where the few-rows kernel reads the
+    /// weight in place (16 rows or fewer, AVX-512) and where the blocks are copied.
+    #[test]
+    fn every_isa_level_gives_the_same_bits() {
+        let mut levels = 0;
+        for level in Level::ALL {
+            let Some(isa) = Isa::new(level) else {
+                continue;
+            };
+            levels += 1;
+            for d in [
+                (1, 37, 9),
+                (3, 21, 40),
+                (7, 13, 5),
+                (2, 9, 6),
+                (13, 385, 20),
+                (20, 200, 13),
+                (6, 40, 30),
+            ] {
+                for role in ROLES {
+                    let (a, b, bias, c) = fast(role, d, 7, isa);
+                    for i in 0..d.0 {
+                        for j in 0..d.2 {
+                            let e = element(role, &a, &b, bias.as_deref(), d, i, j);
+                            assert_eq!(
+                                c[i * d.2 + j].to_bits(),
+                                e.to_bits(),
+                                "{level:?} {role:?} {d:?} ({i}, {j})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(levels >= 1);
     }
 
     /// The kernels of the module doc, by shape, and the program texts of their orders on
