@@ -51,6 +51,7 @@ multi-term extension, and Khattak & Mikaitis (arXiv 2512.07004) for bit-accurate
 NVIDIA's matrix units.
 """
 import argparse
+import hashlib
 import os
 import platform
 import sys
@@ -75,9 +76,12 @@ def role_dims(role, m, k, n):
 def matmul(role, a, b, device):
     """torch's matmul of `role` for out = a (rows x red) . b (red x cols), each operand stored
     as autograd stores it: forward F.linear(x = a, W = b^T contiguous); grad-input dy = a
-    times W = b; grad-weight dy = a^T contiguous (red x rows), used as dy.t()."""
-    ta = torch.as_tensor(np.ascontiguousarray(a, np.float32), device=device)
-    tb = torch.as_tensor(np.ascontiguousarray(b, np.float32), device=device)
+    times W = b; grad-weight dy = a^T contiguous (red x rows), used as dy.t(). Every operand
+    is a copy in memory torch allocated (64-byte aligned on the CPU, as in training), never a
+    view of numpy's buffer: MKL's narrow kernels peel terms to 16-byte boundaries, so where an
+    operand starts decides the order (src/kernels/mkl_sgemm.rs)."""
+    ta = torch.tensor(np.ascontiguousarray(a, np.float32), device=device)
+    tb = torch.tensor(np.ascontiguousarray(b, np.float32), device=device)
     if role == "forward":
         out = torch.nn.functional.linear(ta, tb.t().contiguous())
     elif role == "forward-bias":
@@ -264,6 +268,17 @@ def parse_shapes(s):
     return out
 
 
+def random_shapes(spec):
+    """`N:LO-HI:SEED[,...]`: per part, N shapes (m, k, n), every dimension uniform in LO..HI."""
+    out = []
+    for part in spec.split(","):
+        n, rng_, seed = part.split(":")
+        lo, hi = (int(x) for x in rng_.split("-"))
+        rng = np.random.default_rng(int(seed))
+        out.extend(tuple(int(d) for d in rng.integers(lo, hi + 1, 3)) for _ in range(int(n)))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -273,6 +288,9 @@ def main():
         default="1-64x35x67,1-64x18x67,1-64x17x67,1-64x16x67,1-64x32x67,1-64x35x35,1-64x32x32",
         help="F.linear dims m x k x n, m may be a range a-b (default: T1/T2's, m = 1..64)",
     )
+    ap.add_argument("--random-shapes", metavar="N:LO-HI:SEED[,...]",
+                    help="instead of --shapes: N shapes m x k x n, each dimension uniform in LO..HI "
+                         "(numpy default_rng(SEED)); several parts separated by commas")
     ap.add_argument("--roles", default=",".join(ROLES))
     ap.add_argument("--out", help="revealed-order TOML to write (omit to only --validate)")
     ap.add_argument("--name", help="profile name the file defines when passed with --config")
@@ -281,6 +299,9 @@ def main():
     ap.add_argument("--validate", type=int, default=0, metavar="N",
                     help="also record N random input sets per shape with torch's outputs")
     ap.add_argument("--validation-out", help="where --validate writes (TOML)")
+    ap.add_argument("--digest-above", type=int, default=0, metavar="E",
+                    help="--validate: outputs of more than E elements are written as the SHA-256 "
+                         "of their bits (`digest`) instead of the bits (`out`); 0: never")
     args = ap.parse_args()
     if args.threads < 1:
         sys.exit("--threads must be >= 1")
@@ -293,7 +314,7 @@ def main():
             sys.exit("--device cuda: no CUDA device")
         torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(args.threads)
-    shapes = parse_shapes(args.shapes)
+    shapes = random_shapes(args.random_shapes) if args.random_shapes else parse_shapes(args.shapes)
     if args.validate and not args.validation_out:
         sys.exit("--validate needs --validation-out")
     if not args.out and not args.validate:
@@ -372,6 +393,9 @@ def write_validation(args, roles, shapes):
                 f"{torch.backends.cpu.get_cpu_capability()}). Inputs: draw(seed, rows*red) is a\n")
         f.write("# (rows x red, row-major), then draw(seed + 2^32, red*cols) is b (red x cols); for\n")
         f.write("# forward-bias a's last column is set to 1, so that b's last row is the bias.\n")
+        if args.digest_above:
+            f.write(f"# Outputs of more than {args.digest_above} elements: `digest`, the SHA-256 of their bits\n")
+            f.write("# (f32 bit patterns as little-endian u32, row-major).\n")
         f.write(f"threads = {args.threads}\n\n")
         for role in roles:
             for m, k, n in shapes:
@@ -382,10 +406,15 @@ def write_validation(args, roles, shapes):
                     if role == "forward-bias":
                         a[:, -1] = 1.0  # the bias is b's last row
                     out = matmul(role, a, b, args.device)
-                    hexs = "".join(f"{int(v):08x}" for v in out.astype(np.float32).view(np.uint32).ravel())
+                    bits = out.astype(np.float32).view(np.uint32).ravel()
                     f.write("[[case]]\n")
                     f.write(f'role = "{role}"\nrows = {rows}\nred = {red}\ncols = {cols}\n')
-                    f.write(f'seed = {seed}\nout = "{hexs}"\n\n')
+                    if args.digest_above and bits.size > args.digest_above:
+                        digest = hashlib.sha256(bits.astype("<u4").tobytes()).hexdigest()
+                        f.write(f'seed = {seed}\ndigest = "{digest}"\n\n')
+                    else:
+                        hexs = "".join(f"{int(v):08x}" for v in bits)
+                        f.write(f'seed = {seed}\nout = "{hexs}"\n\n')
     os.replace(tmp, args.validation_out)
     print(f"wrote {args.validation_out}")
 

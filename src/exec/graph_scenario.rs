@@ -697,7 +697,12 @@ impl Scenario for GraphScenario {
         if plan.outer.is_some() {
             return None;
         }
-        Some(plan.run_bytes(&profile.matmul, mutant, self.streams[param]))
+        Some(plan.run_bytes(
+            &profile.matmul,
+            profile.order_model,
+            mutant,
+            self.streams[param],
+        ))
     }
     fn streams(&self, param: usize) -> bool {
         self.streams[param]

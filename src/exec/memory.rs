@@ -14,7 +14,8 @@
 //! - optimizer state (momentum P, Adam 2P) and the pre-step copies the SGD-update checks read;
 //! - matmul scratch: what the kernels take for the largest `x·Wᵀ` as they dispatch on this
 //!   CPU (`MatmulModel::nt_scratch_elems`, `nt_f64_scratch_elems`: a few-rows kernel's small
-//!   buffers, a transposed panel, or all of W transposed), and for an fp32 profile with
+//!   buffers, a transposed panel, or all of W transposed; under an order model its own,
+//!   `mkl_sgemm::nt_scratch_elems`), and for an fp32 profile with
 //!   input-precision passes (bf16, TF32) the pieces an operand is split into, up to 3W;
 //! - the sharded computation's per-rank copies of a tensor-parallel layer's weight and of its
 //!   gradient, twice the largest such weight (an upper bound: a row-parallel layer reads its
@@ -40,16 +41,18 @@
 
 use super::graph::Plan;
 use crate::kernels::matmul::{MatmulModel, Passes};
+use crate::kernels::mkl_sgemm::OrderModel;
 use crate::scenario::ir::{At, CheckTensor, LinearParallel, Op, Optimizer};
 use crate::scenario::mutant::Mutant;
 
 impl Plan {
     /// An upper bound on the bytes one seed-run of this plan holds (the module doc) under the
-    /// fp32 matmul `model`, with `mutant` in its sharded computation, streamed
-    /// (one step's traces at a time) or not.
+    /// fp32 matmul `model` (or the `order_model`, which then computes the matmuls), with
+    /// `mutant` in its sharded computation, streamed (one step's traces at a time) or not.
     pub(crate) fn run_bytes(
         &self,
         model: &MatmulModel,
+        order_model: Option<OrderModel>,
         mutant: Option<Mutant>,
         streamed: bool,
     ) -> u128 {
@@ -97,7 +100,10 @@ impl Plan {
                 .unwrap_or(0)
         };
         let scratch_f64 = nt(&crate::kernels::matmul::nt_f64_scratch_elems);
-        let scratch_f32 = nt(&|m, k, n| model.nt_scratch_elems(m, k, n));
+        let scratch_f32 = match order_model {
+            Some(OrderModel::MklSgemm1t) => nt(&crate::kernels::mkl_sgemm::nt_scratch_elems),
+            None => nt(&|m, k, n| model.nt_scratch_elems(m, k, n)),
+        };
         let acc = if g.train.micro_steps > 1 { 2 } else { 1 };
         let unfused = |i: &&usize| !self.fused_sgd[**i];
         let grads: u128 = stored

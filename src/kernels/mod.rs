@@ -18,6 +18,8 @@
 //! - `avx512`: lane helpers (block loads with a zero-filled tail) for the AVX-512 kernels,
 //!   and the block loop of the elementwise f64 kernels.
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
+//! - [`mkl_sgemm`]: torch's f32 matmuls as MKL orders them at one thread, for every shape (a
+//!   generative model of the orders [`revealed`] measures per shape).
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
 //! the crate.
@@ -29,6 +31,7 @@ pub mod dot;
 pub mod exp_slice;
 pub mod isa;
 pub mod matmul;
+pub mod mkl_sgemm;
 pub mod revealed;
 pub mod round;
 pub mod tanh64_slice;

@@ -12,6 +12,7 @@ use crate::kernels::matmul::{
     matmul_f64, matmul_nt_abs_f64, matmul_nt_and_abs_f64, matmul_nt_f64, matmul_tn_f64,
     matmul_tn_f64_rows, Accum, Mat, MatMut, MatmulModel, MatmulScratch, Passes,
 };
+use crate::kernels::mkl_sgemm::{self, OrderModel};
 use crate::kernels::revealed::Role;
 use crate::kernels::torch_ops::{
     log_softmax_cross_entropy_f32_isa, tanh_slice_with, OneDnnIsa, TanhKernel, TorchIsa,
@@ -215,7 +216,9 @@ pub trait Backend {
     }
     /// `y (m×n) = x (m×k) · wᵀ + bias` as torch's `addmm` computes `F.linear(x, w, bias)`: by
     /// default the matmul, then `y[t][o] = y[t][o] + bias[o]` with one rounding (MKL's
-    /// one-thread order); a profile with revealed orders may place the bias elsewhere.
+    /// one-thread order while K is one block); a profile with revealed orders or an order model
+    /// may place the bias elsewhere (MKL adds it after the first of several K blocks:
+    /// [`crate::kernels::mkl_sgemm`]).
     #[allow(clippy::too_many_arguments)]
     fn linear_bias(
         &mut self,
@@ -397,6 +400,8 @@ pub struct F32Backend<'a> {
     pub tanh: TanhKernel,
     /// Revealed per-element orders; a matmul whose role and shape they hold runs by them.
     pub orders: Option<Arc<RevealedOrders>>,
+    /// The generative order model: every matmul `orders` does not reveal runs by it.
+    pub order_model: Option<OrderModel>,
     /// Evaluation stack of the revealed programs, reused.
     stack: Vec<f32>,
 }
@@ -415,6 +420,7 @@ impl<'a> F32Backend<'a> {
             onednn_isa: profile.onednn_isa,
             tanh: profile.tanh,
             orders: profile.orders.clone(),
+            order_model: profile.order_model,
             stack: Vec::new(),
         }
     }
@@ -471,11 +477,47 @@ impl<'a> F32Backend<'a> {
                 true
             }
             None => {
-                // Every role's call is c (m×n) over a reduction of k (see [`Role`]).
-                note_unrevealed(role, m, k, n);
+                // Every role's call is c (m×n) over a reduction of k (see [`Role`]). With an
+                // order model the miss is the model's, not the profile's matmul model's.
+                if self.order_model.is_none() {
+                    note_unrevealed(role, m, k, n);
+                }
                 false
             }
         }
+    }
+
+    /// Runs `role` by the profile's order model when it has one ([`OrderModel`]); returns
+    /// false (nothing written) otherwise. The scalar reference kernels evaluate every element
+    /// by [`mkl_sgemm::element`], the fast ones by the model's vectorized entry points (the
+    /// same bits). `bias` is `ForwardBias`'s.
+    #[allow(clippy::too_many_arguments)]
+    fn modelled(
+        &mut self,
+        role: Role,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        let Some(OrderModel::MklSgemm1t) = self.order_model else {
+            return false;
+        };
+        if self.kernels == Kernels::ScalarReference {
+            let red = if role == Role::ForwardBias { k + 1 } else { k };
+            mkl_sgemm::product_scalar(role, a, b, bias, (m, red, n), c);
+            return true;
+        }
+        let s = &mut *self.scratch;
+        match role {
+            Role::Forward | Role::ForwardBias => mkl_sgemm::forward(a, b, bias, c, m, k, n, s),
+            Role::GradInput => mkl_sgemm::grad_input(a, b, c, m, k, n, s),
+            Role::GradWeight => mkl_sgemm::grad_weight(a, b, c, m, k, n, s),
+        }
+        true
     }
 
     /// Uses `kernels` for the matmuls.
@@ -519,7 +561,9 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut Vec<f32>) {
 impl Backend for F32Backend<'_> {
     type R = f32;
     fn matmul(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        if self.revealed(Role::GradInput, a, b, c, m, k, n) {
+        if self.revealed(Role::GradInput, a, b, c, m, k, n)
+            || self.modelled(Role::GradInput, a, b, None, c, m, k, n)
+        {
             return;
         }
         if self.scalar() {
@@ -533,7 +577,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_nt(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        if self.revealed(Role::Forward, a, b, c, m, k, n) {
+        if self.revealed(Role::Forward, a, b, c, m, k, n)
+            || self.modelled(Role::Forward, a, b, None, c, m, k, n)
+        {
             return;
         }
         if self.scalar() {
@@ -544,7 +590,9 @@ impl Backend for F32Backend<'_> {
         }
     }
     fn matmul_tn(&mut self, a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-        if self.revealed(Role::GradWeight, a, b, c, m, k, n) {
+        if self.revealed(Role::GradWeight, a, b, c, m, k, n)
+            || self.modelled(Role::GradWeight, a, b, None, c, m, k, n)
+        {
             return;
         }
         if self.scalar() {
@@ -572,7 +620,7 @@ impl Backend for F32Backend<'_> {
         n: usize,
         rows: std::ops::Range<usize>,
     ) -> bool {
-        if self.orders.is_some() || self.kernels != Kernels::Fast {
+        if self.orders.is_some() || self.order_model.is_some() || self.kernels != Kernels::Fast {
             return false;
         }
         let (a, b) = (Mat::new(a, k, m), Mat::new(b, k, n));
@@ -594,7 +642,7 @@ impl Backend for F32Backend<'_> {
         m: usize,
         n: usize,
     ) -> bool {
-        if self.orders.is_some() || self.kernels != Kernels::Fast {
+        if self.orders.is_some() || self.order_model.is_some() || self.kernels != Kernels::Fast {
             return false;
         }
         let a = Mat::new(a, m, cols.len());
@@ -604,12 +652,14 @@ impl Backend for F32Backend<'_> {
     }
     /// The model's kernels and the scalar reference compute each element as its own chain
     /// (or pairwise tree) over the reduction, and the input roundings are per element;
-    /// revealed orders are per shape of the whole product, so not with them.
+    /// revealed orders are per shape of the whole product, and an order model's kernel
+    /// depends on the width, so not with them.
     fn columns_independent(&self) -> bool {
-        self.orders.is_none()
+        self.orders.is_none() && self.order_model.is_none()
     }
     /// By the revealed `forward-bias` programs when the profile has them for this shape, else
-    /// the default (matmul, then the bias added).
+    /// by the order model when the profile has one, else the default (matmul, then the bias
+    /// added).
     fn linear_bias(
         &mut self,
         x: &[f32],
@@ -638,7 +688,12 @@ impl Backend for F32Backend<'_> {
                 }
                 return;
             }
-            note_unrevealed(Role::ForwardBias, m, k + 1, n);
+            if self.order_model.is_none() {
+                note_unrevealed(Role::ForwardBias, m, k + 1, n);
+            }
+        }
+        if self.modelled(Role::ForwardBias, x, w, Some(bias), y, m, k, n) {
+            return;
         }
         self.matmul_nt(x, w, y, m, k, n);
         for row in y.chunks_exact_mut(n) {

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::kernels::allreduce::{AllReduceAlgo, Wire};
 use crate::kernels::matmul::{Accum, KSplit, MatmulModel, Passes};
+use crate::kernels::mkl_sgemm::OrderModel;
 use crate::kernels::round::Tf32Mode;
 use crate::kernels::torch_ops::{OneDnnIsa, TanhKernel, TorchIsa};
 use crate::scenario::revealed_file::RevealedOrders;
@@ -42,6 +43,10 @@ pub struct Profile {
     /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 2 threads): every
     /// matmul whose role and shape they reveal runs by them; other shapes use `matmul`.
     pub orders: Option<Arc<RevealedOrders>>,
+    /// A generative order model (`order_model`, e.g. MKL `sgemm` at one thread,
+    /// [`crate::kernels::mkl_sgemm`]): every matmul of the four roles that `orders` does not
+    /// reveal runs by it instead of `matmul`.
+    pub order_model: Option<OrderModel>,
 }
 
 /// How JAX executes a program, which decides where XLA's CPU backend contracts a multiply
@@ -99,6 +104,9 @@ pub struct ProfileToml {
     /// `none` or a built-in revealed-order file (`mkl-threads-1`, `mkl-threads-2`,
     /// `mkl-threads-4`, `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
     pub matmul_orders: Option<String>,
+    /// `none` or `mkl-sgemm-1t` (torch's f32 matmuls as MKL `sgemm` orders them at one thread,
+    /// for every shape: [`crate::kernels::mkl_sgemm`]).
+    pub order_model: Option<String>,
 }
 
 /// The `[profiles.*]` and `[modifiers.*]` tables of a profiles file.
@@ -288,6 +296,18 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             },
         };
     }
+    if let Some(s) = &t.order_model {
+        p.order_model = match s.as_str() {
+            "none" => None,
+            name => Some(OrderModel::parse(name).ok_or_else(|| {
+                InputError::config(
+                    file,
+                    format!("{prefix}.order_model"),
+                    format!("`{s}` is not an order model; allowed: none, mkl-sgemm-1t"),
+                )
+            })?),
+        };
+    }
     if let Some(s) = &t.xla {
         p.xla = Some(match s.as_str() {
             "eager" => XlaMode::Eager,
@@ -381,6 +401,7 @@ impl ProfileRegistry {
                 tanh: TanhKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,
+                order_model: None,
             };
             apply(file, &prefix, t, &mut p)?;
             self.profiles.insert(name.clone(), p);
@@ -404,6 +425,7 @@ impl ProfileRegistry {
                 tanh: TanhKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,
+                order_model: None,
             };
             apply(file, &prefix, t, &mut scratch)?;
             self.modifiers
@@ -655,12 +677,37 @@ mod tests {
             "{e}"
         );
         let p = r
+            .resolve("f32+mkl-threads-1+mkl-threads-2", "--profile")
+            .unwrap();
+        assert_eq!(
+            (p.orders.as_ref().map(|o| o.meta.threads), p.order_model),
+            (Some(2), None),
+            "later modifiers win"
+        );
+        let p = r
             .resolve("f32+mkl-threads-2+mkl-threads-1", "--profile")
             .unwrap();
         assert_eq!(
-            p.orders.as_ref().map(|o| o.meta.threads),
-            Some(1),
+            (p.orders.is_none(), p.order_model),
+            (true, Some(OrderModel::MklSgemm1t)),
             "later modifiers win"
+        );
+        // The built-in one-thread file still loads (the tests check the model against it).
+        let p = r
+            .add_toml(
+                "my.toml",
+                "[modifiers.m1]\nmatmul_orders = 'mkl-threads-1'\n",
+            )
+            .and_then(|_| r.resolve("f32+m1", "--profile"))
+            .unwrap();
+        assert_eq!(p.orders.as_ref().map(|o| o.meta.threads), Some(1));
+        let e = r
+            .add_toml("my.toml", "[modifiers.m2]\norder_model = 'mkl-sgemm-2t'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("modifiers.m2.order_model") && e.contains("none, mkl-sgemm-1t"),
+            "{e}"
         );
         // A revealed file needs a name and a base to be a profile.
         let head = "[revealed]\ndevice = 'cpu'\nthreads = 2\ntorch = 't'\ncpu_capability = 'c'\nmachine = 'm'\n";

@@ -854,7 +854,8 @@ fn assert_bit_exact(agg: &Agreement, what: &str) {
 /// its default profile `cpu-fma+mkl-threads-1`: the sharded backward multiplies with output
 /// widths 6 and 4 (`dlogits · W[:, shard]`, `dlogitsᵀ · h[:, shard]`), where MKL's sgemm
 /// accumulates with rounded products instead of the FMA chain of `cpu-fma`'s model; the
-/// profile runs those shapes by their revealed orders (configs/revealed/mkl-threads-1.toml).
+/// profile runs those shapes in MKL's order (the order model `mkl-sgemm-1t`,
+/// `seedsweep::kernels::mkl_sgemm`).
 /// At plain `cpu-fma` the agreement was 2498 of 2898 elements with bits (86.2 %).
 #[test]
 fn deepspeed_uneven_tp3_matches_torch_bit_for_bit() {
@@ -930,8 +931,8 @@ fn a_check_on_the_value_of_a_sum_loss_is_refused() {
 /// by the graph executor with the `sum` loss. Bit-exact with torch at the default profile
 /// `cpu-fma+mkl-threads-1`: the test's batch is one row, and MKL's single-row sgemm
 /// accumulates in four lanes of rounded products (`k ≡ 0..3 mod 4`, combined
-/// `(l0 + l2) + (l1 + l3)`), not `cpu-fma`'s FMA chain; the profile runs those shapes by their
-/// revealed orders. At plain `cpu-fma` the agreement was 2426 of 4096 elements (59.2 %).
+/// `(l0 + l2) + (l1 + l3)`), not `cpu-fma`'s FMA chain; the profile runs them in that order
+/// (the order model `mkl-sgemm-1t`). At plain `cpu-fma` the agreement was 2426 of 4096 elements (59.2 %).
 #[test]
 fn deepspeed_tp_row_parallel_matches_torch_bit_for_bit() {
     let s = graph_scenario("configs/deepspeed_tp_row_parallel.toml").unwrap();
@@ -950,7 +951,7 @@ fn deepspeed_tp_column_parallel_matches_torch_bit_for_bit() {
 }
 
 /// The Megatron MLP (column -> exact gelu -> row, MSE, SGD, 3 steps). Every matmul of its
-/// shapes is MKL's FMA chain (revealed: plain programs), the exact gelu and its backward
+/// shapes is MKL's FMA chain (its main kernel), the exact gelu and its backward
 /// are oneDNN's kernels as torch runs them (`seedsweep::kernels::torch_ops::onednn_gelu`: a
 /// tensor of two or more elements goes to oneDNN's gelu_erf, on this AVX-512 machine its
 /// minimax forward), and MSE's value is summed in ATen's cascade order. Measured (torch 2.15,
@@ -1058,7 +1059,7 @@ fn data_parallel_refusals_name_the_file_and_key() {
 /// executor. Measured (torch 2.15, the default profile `cpu-fma+mkl-threads-1`): 5030 of 5128
 /// elements with bits identical (98.1 %), 16 of 32 tensors; every loss and every logits tensor
 /// identical (at TP 4 each rank's matmul has 8 output columns, which MKL accumulates with
-/// rounded products; the profile runs that shape by its revealed order; at plain `cpu-fma`
+/// rounded products; the profile runs that shape in that order; at plain `cpu-fma`
 /// the rate was 83.6 %). The gradients differ in a few elements: torch's `torch.exp` on a CPU
 /// tensor is MKL's `vmsExp`, which the product models by the correctly rounded exp
 /// ([`seedsweep::ops::vocab_parallel`]); scripts/builtins_torch.py's own inputs show 2 to 7

@@ -51,6 +51,7 @@ mod conformance;
 mod f64_truth;
 mod glibc_float;
 mod loss_fixture;
+mod mkl_order_model;
 mod mkl_tanh;
 mod norm_fixture;
 mod optim_fixture;

@@ -29,7 +29,7 @@ struct Case {
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014), as `scripts/reveal_order.py` draws its inputs.
-fn draw(seed: u64, count: usize) -> Vec<f32> {
+pub(crate) fn draw(seed: u64, count: usize) -> Vec<f32> {
     let mut state = seed;
     (0..count)
         .map(|_| {
@@ -224,20 +224,37 @@ fn revealed_four_and_eight_thread_orders_reproduce_torch_bit_for_bit() {
 
 #[test]
 fn the_mkl_thread_modifiers_carry_the_revealed_files() {
+    use seedsweep::kernels::mkl_sgemm::OrderModel;
     let r = ProfileRegistry::builtin().unwrap();
-    assert!(r.resolve("cpu-fma", "--profile").unwrap().orders.is_none());
+    let fma = r.resolve("cpu-fma", "--profile").unwrap();
+    assert!(fma.orders.is_none() && fma.order_model.is_none());
+    let one = r.resolve("cpu-fma+mkl-threads-1", "--profile").unwrap();
     assert_eq!(
-        r.resolve("cpu-fma", "--profile").unwrap(),
+        (one.orders.is_none(), one.order_model),
+        (true, Some(OrderModel::MklSgemm1t)),
+        "one thread: the order model of every shape, not a per-shape file"
+    );
+    assert_eq!(
+        fma,
         {
-            let mut p = r.resolve("cpu-fma+mkl-threads-1", "--profile").unwrap();
+            let mut p = one;
             p.name = "cpu-fma".into();
-            p.description = r.resolve("cpu-fma", "--profile").unwrap().description;
-            p.orders = None;
+            p.description = fma.description.clone();
+            p.order_model = None;
             p
         },
-        "cpu-fma is one thread, without the revealed orders of MKL's small kernels"
+        "cpu-fma is one thread, without the order model of MKL's small kernels"
     );
-    for t in [1u32, 2, 4, 8] {
+    // A later thread count replaces the model (and the model a file).
+    let two = r
+        .resolve("cpu-fma+mkl-threads-1+mkl-threads-2", "--profile")
+        .unwrap();
+    assert!(two.order_model.is_none() && two.orders.is_some());
+    let back = r
+        .resolve("cpu-fma+mkl-threads-2+mkl-threads-1", "--profile")
+        .unwrap();
+    assert!(back.order_model.is_some() && back.orders.is_none());
+    for t in [2u32, 4, 8] {
         let p = r
             .resolve(&format!("cpu-fma+mkl-threads-{t}"), "--profile")
             .unwrap();

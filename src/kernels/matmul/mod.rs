@@ -238,6 +238,9 @@ pub struct MatmulScratch {
     acc: Vec<f32>,
     /// Pairwise product rows (longest block × n).
     pw: Vec<f32>,
+    /// One K block's columns of `a` and of `b`, and one block's product
+    /// ([`MatmulModel::matmul_nt_bias_after_first_block`]).
+    blk: [Vec<f32>; 3],
 }
 
 impl MatmulScratch {
@@ -498,6 +501,95 @@ impl MatmulModel {
             }
         }
         s.bt = bt;
+    }
+
+    /// `c (m×n) = a (m×k) · bᵀ + bias` (b stored n×k, bias per column) with the bias joining
+    /// after the first K block: `((blk0 + bias) + blk1) + …`, each block reduced in this
+    /// model's order from +0 and the blocks added left to right (MKL's `addmm` at one thread
+    /// when K is cut into several blocks, measured: [`crate::kernels::mkl_sgemm`]); with no
+    /// K, the bias. Each block's columns of `a` are copied into scratch and multiplied by the
+    /// block's columns of `b` alone: read in place where the few-rows kernel runs
+    /// ([`MatmulModel::matmul_nt_cols`]), else copied and taken by [`MatmulModel::matmul_nt`];
+    /// [`MatmulModel::nt_bias_scratch_elems`] elements.
+    ///
+    /// Panics unless the shapes agree, `a` and `b` are row-major, `bias` has n elements and
+    /// the model has no input-precision passes.
+    pub fn matmul_nt_bias_after_first_block(
+        &self,
+        a: Mat<'_, f32>,
+        b: Mat<'_, f32>,
+        bias: &[f32],
+        c: MatMut<'_, f32>,
+        s: &mut MatmulScratch,
+    ) {
+        let what = "matmul_nt_bias_after_first_block";
+        let (m, k, n) = shapes(what, &a, &b.t(), &c);
+        let (ad, bd) = (a.row_major(what), b.row_major(what));
+        assert!(
+            bias.len() == n && self.passes == Passes::F32,
+            "{what}: the bias needs n elements and the model f32 inputs"
+        );
+        let c = c.data;
+        let one = MatmulModel {
+            split: KSplit::Single,
+            ..*self
+        };
+        let [mut xa, mut wb, mut tmp] = std::mem::take(&mut s.blk);
+        let mut first = true;
+        for r in self.split.blocks(k) {
+            let len = r.len();
+            let gather = |src: &[f32], rows: usize, dst: &mut Vec<f32>| {
+                let d = grown(dst, rows * len);
+                for (i, row) in d.chunks_exact_mut(len).enumerate() {
+                    row.copy_from_slice(&src[i * k + r.start..i * k + r.end]);
+                }
+            };
+            gather(ad, m, &mut xa);
+            let xm = Mat::new(&xa[..m * len], m, len);
+            // The few-rows kernel reads the block's columns of `b` in place; elsewhere they are
+            // gathered (matmul_nt transposes them anyway).
+            let mut product = |out: &mut [f32], s: &mut MatmulScratch| {
+                let cols = b.columns(r.clone());
+                if !one.matmul_nt_cols(xm, cols, MatMut::new(&mut *out, m, n), s) {
+                    gather(bd, n, &mut wb);
+                    let wm = Mat::new(&wb[..n * len], n, len);
+                    one.matmul_nt(xm, wm, MatMut::new(out, m, n), s);
+                }
+            };
+            if first {
+                product(&mut *c, s);
+                for row in c.chunks_exact_mut(n) {
+                    for (v, &x) in row.iter_mut().zip(bias) {
+                        *v += x;
+                    }
+                }
+                first = false;
+            } else {
+                let t = grown(&mut tmp, m * n);
+                product(&mut *t, s);
+                for (v, &x) in c.iter_mut().zip(t.iter()) {
+                    *v += x;
+                }
+            }
+        }
+        if first {
+            for row in c.chunks_exact_mut(n) {
+                row.copy_from_slice(bias);
+            }
+        }
+        s.blk = [xa, wb, tmp];
+    }
+
+    /// Scratch elements [`MatmulModel::matmul_nt_bias_after_first_block`] of this shape takes
+    /// on the detected [`Isa`]: a block's columns of both operands, one block's product, and
+    /// what `matmul_nt` of one block takes.
+    pub fn nt_bias_scratch_elems(&self, m: usize, k: usize, n: usize) -> usize {
+        let len = self.split.max_block(k);
+        let one = MatmulModel {
+            split: KSplit::Single,
+            ..*self
+        };
+        (m + n) * len + m * n + one.nt_scratch_elems(m, len, n)
     }
 
     /// c (m×n) = aᵀ · b where a is (k×m) row-major (weight gradients: dYᵀ · X).
