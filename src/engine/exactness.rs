@@ -2,12 +2,14 @@
 //! framework's arithmetic does not cover exactly, said at the start of `check` and `sweep`
 //! (on stderr), and refused under `--strict-exactness`.
 //!
-//! A profile claims torch's CPU arithmetic when it carries matmul orders revealed from torch
-//! on the CPU (`cpu-fma+mkl-threads-N`, `configs/revealed/`). Under such a profile:
-//! - **Matmul shapes.** Every f32 matmul whose role and shape the revealed orders do not
-//!   cover runs by the profile's own kernel model, which is not claimed exact. The shapes are
-//!   found by running the first seed of the parametrization once ([`matmul_gaps`]): exactly
-//!   the calls a sweep makes.
+//! A profile claims torch's CPU arithmetic when it computes its matmuls by torch's own CPU
+//! orders: the generative one-thread MKL model (`order_model = "mkl-sgemm-1t"`,
+//! `cpu-fma+mkl-threads-1`) or orders revealed from torch on the CPU
+//! (`cpu-fma+mkl-threads-N`, `configs/revealed/`). Under such a profile:
+//! - **Matmul shapes.** The order model covers every shape. Under revealed orders, every f32
+//!   matmul whose role and shape they do not cover runs by the profile's own kernel model,
+//!   which is not claimed exact. The shapes are found by running the first seed of the
+//!   parametrization once ([`matmul_gaps`]): exactly the calls a sweep makes.
 //! - **Ops.** The kernels that the differential harness (`scripts/torch_mirror.py`,
 //!   `tests/suite/torch_corpus.rs`) and the op fixtures found not bit-exact with torch 2.15
 //!   ([`op_gaps`]; docs/conformance.md is the table with the measured rates).
@@ -31,13 +33,15 @@ pub struct Gap {
 /// Whether `profile` claims torch's CPU arithmetic bit for bit (see the module doc).
 pub fn claims_torch(profile: &Profile) -> bool {
     profile.xla.is_none()
-        && profile
-            .orders
-            .as_ref()
-            .is_some_and(|o| o.meta.device == "cpu")
+        && (profile.order_model.is_some()
+            || profile
+                .orders
+                .as_ref()
+                .is_some_and(|o| o.meta.device == "cpu"))
 }
 
-/// The thread count a torch-claiming profile models (its revealed orders').
+/// The thread count a torch-claiming profile models: its revealed orders', else 1 (the one
+/// order model is MKL's at one thread).
 fn threads(profile: &Profile) -> usize {
     profile
         .orders
@@ -118,10 +122,11 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
 }
 
 /// The matmuls of parametrization `param` at its first seed that `profile`'s revealed orders
-/// do not cover (empty when the profile claims nothing): the seed is run once, and the
-/// shapes that missed the orders during that run are returned.
+/// do not cover (empty when the profile claims nothing, and under an order model, which
+/// covers every shape): the seed is run once, and the shapes that missed the orders during
+/// that run are returned.
 pub fn matmul_gaps(s: &dyn Scenario, param: usize, profile: &Profile) -> Vec<Gap> {
-    if !claims_torch(profile) {
+    if !claims_torch(profile) || profile.order_model.is_some() {
         return Vec::new();
     }
     let seed = s.common().first_seed;
