@@ -598,7 +598,10 @@ class Run:
                         mask = (ids < lo) | (ids >= hi)
                         mids = ids.clone() - lo
                         mids[mask] = 0
-                        o = F.embedding(mids, self.weight_for(name, r))
+                        # The padding row stays the padding row of the rank that holds it
+                        # (its gradient is zero there, as in the unsharded embedding).
+                        lpad = pad - lo if pad is not None and lo <= pad < hi else None
+                        o = F.embedding(mids, self.weight_for(name, r), padding_idx=lpad)
                         o = o.masked_fill(mask.unsqueeze(-1), 0.0)
                         parts.append(o)
                     y = AllReduce.apply(*parts)
@@ -916,7 +919,9 @@ class Run:
                 last = mi + 1 == m.micro
                 losses, acts_r, local = [], [], []
                 for r, (lo, hi) in enumerate(rows):
-                    rv = {k: v[lo:hi] for k, v in vals.items()}
+                    # Each rank owns its batch (its own allocation, as on its own process),
+                    # not a view into the others' rows.
+                    rv = {k: v[lo:hi].clone() for k, v in vals.items()}
                     rep = Run(m, self.seed, False, self.hex_limit)
                     rep.mods = self.mods
                     rep.tpn = 1

@@ -174,8 +174,15 @@ pub(crate) fn measure(toml: &Path, fixture: &Path, profile: &str) -> Counts {
                     let same = bits
                         .as_ref()
                         .map(|b| ours.iter().zip(b).filter(|(a, b)| a == b).count());
+                    let at: Vec<usize> = bits.as_ref().map_or(Vec::new(), |b| {
+                        (0..ours.len().min(b.len()))
+                            .filter(|&i| ours[i] != b[i])
+                            .take(8)
+                            .collect()
+                    });
                     eprintln!(
-                        "  {pid} seed {seed} {comp:9} {key:30} {same:?}/{} elements identical",
+                        "  {pid} seed {seed} {comp:9} {key:30} {same:?}/{} elements identical \
+                         (first differing at {at:?})",
                         ours.len()
                     );
                 }
