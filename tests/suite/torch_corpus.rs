@@ -294,15 +294,15 @@ fn check_corpus(threads: u32, profile: &str) {
             }
         }
     }
-    eprintln!(
-        "torch corpus at {threads} thread(s), {profile}: {exact} of {} files bit-exact, {measured} \
-         measured; {}/{} tensors and {}/{} elements identical",
-        files.len(),
-        total.tensors_same,
-        total.tensors,
-        total.elements_same,
-        total.elements
-    );
+    let summary = summary_line(exact, files.len(), &total);
+    eprintln!("torch corpus at {threads} thread(s), {profile}: {summary} ({measured} measured)");
+    writeln!(out, "{summary}").unwrap();
+    match recorded_summary(&table) {
+        Some(old) if old == summary => {}
+        old => problems.push(format!(
+            "the summary is {summary:?}, recorded {old:?} (regenerate the table)"
+        )),
+    }
     if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
         std::fs::write(format!("{DIR}{table}"), &out).unwrap();
         return;
@@ -313,6 +313,79 @@ fn check_corpus(threads: u32, profile: &str) {
         "{} file(s) disagree with {table}:\n{}",
         problems.len(),
         problems.join("\n")
+    );
+}
+
+/// The table's last line: `# summary: X of N files bit-exact; T of U tensors identical; E of F
+/// elements identical` (thousands separated by commas, as the README writes them).
+fn summary_line(exact: usize, files: usize, t: &Counts) -> String {
+    format!(
+        "# summary: {exact} of {files} files bit-exact; {} of {} tensors identical; {} of {} \
+         elements identical",
+        thousands(t.tensors_same),
+        thousands(t.tensors),
+        thousands(t.elements_same),
+        thousands(t.elements)
+    )
+}
+
+fn thousands(n: usize) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The summary line recorded in `table`, if any.
+fn recorded_summary(table: &str) -> Option<String> {
+    std::fs::read_to_string(format!("{DIR}{table}"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("# summary: "))
+        .map(str::to_string)
+}
+
+/// The README's row of the bit-exact table for the corpus states the recorded summaries: its
+/// claim is the measurement's, not a number written once by hand.
+#[test]
+fn readme_states_the_measured_corpus_agreement() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let row = readme
+        .lines()
+        .find(|l| l.contains("(differential corpus)"))
+        .expect("README.md has no differential-corpus row in its bit-exact table");
+    let parse = |table: &str| -> Vec<String> {
+        let line = recorded_summary(table).unwrap_or_else(|| panic!("{table}: no summary line"));
+        let body = line.trim_start_matches("# summary: ");
+        body.split("; ").map(str::to_string).collect()
+    };
+    let (one, two) = (parse("agreement-torch1.tsv"), parse("agreement-torch2.tsv"));
+    let files = |v: &[String]| v[0].split(' ').next().unwrap().to_string();
+    let total_files = one[0].split(' ').nth(2).unwrap().to_string();
+    let tensors = |v: &[String]| v[1].split(' ').next().unwrap().to_string();
+    let total_tensors = one[1].split(' ').nth(2).unwrap().to_string();
+    assert_eq!(
+        total_tensors,
+        two[1].split(' ').nth(2).unwrap(),
+        "both fixtures hold the same tensors"
+    );
+    let want = format!(
+        "{} of {total_files} files bit-exact at 1 thread, {} at 2; {} of {total_tensors} tensors \
+         identical at 1 thread, {} at 2",
+        files(&one),
+        files(&two),
+        tensors(&one),
+        tensors(&two)
+    );
+    assert!(
+        row.contains(&want),
+        "README.md's corpus row should say {want:?} (the recorded summaries); it says:\n{row}"
     );
 }
 
