@@ -551,7 +551,12 @@ mod tests {
             while !s.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(250));
                 k += 1;
-                std::fs::write(&p, line(77, "pod-2-bbbbb", "live", k, 5)).unwrap();
+                // In place, as `renew` writes (the line only grows): `fs::write` truncates
+                // first, and a reader between its truncation and its write would see an empty
+                // lock (a dead writer's, killed between create and write).
+                let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                f.write_all(line(77, "pod-2-bbbbb", "live", k, 5).as_bytes())
+                    .unwrap();
             }
         });
         for _ in 0..3 {
