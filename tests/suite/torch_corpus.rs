@@ -38,9 +38,9 @@ pub(crate) struct Counts {
     pub(crate) elements: usize,
     pub(crate) elements_same: usize,
     /// The first differing element, for the failure message.
-    first: Option<String>,
+    pub(crate) first: Option<String>,
     /// Checks of seedsweep's with no tensor in the fixture.
-    unmatched: Vec<String>,
+    pub(crate) unmatched: Vec<String>,
     /// Per check: (tensors, identical, elements, identical).
     pub(crate) per_check: BTreeMap<String, [usize; 4]>,
 }
