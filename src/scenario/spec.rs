@@ -1016,21 +1016,42 @@ fn parse_optimizer(
         "momentum" | "nesterov" => {
             only("betas", "adam, adamw")?;
             only("eps", "adam, adamw")?;
+            let nesterov = name == "nesterov";
+            let momentum = o.float(
+                "momentum",
+                |v| (0.0..1.0).contains(&v),
+                "0 <= momentum < 1",
+                0.9,
+            )?;
+            let dampening = o.float(
+                "dampening",
+                |v| (0.0..1.0).contains(&v),
+                "0 <= dampening < 1",
+                0.0,
+            )?;
+            // torch.optim.SGD refuses both ("Nesterov momentum requires a momentum and zero
+            // dampening"): no torch test can be written this way. (The outer loop's optimizer,
+            // optax's, is validated with the outer loop.)
+            let torch = !sgd_family_only;
+            if torch && nesterov && momentum == 0.0 {
+                return Err(o.err(
+                    "momentum",
+                    "allowed with nesterov: 0 < momentum < 1 (torch.optim.SGD refuses Nesterov \
+                     without momentum)",
+                ));
+            }
+            if torch && nesterov && dampening != 0.0 {
+                return Err(o.err(
+                    "dampening",
+                    "allowed with nesterov: 0 only (torch.optim.SGD refuses Nesterov with \
+                     dampening); dampening is a setting of optimizer = \"momentum\"",
+                ));
+            }
             Optimizer::Momentum {
                 lr,
-                momentum: o.float(
-                    "momentum",
-                    |v| (0.0..1.0).contains(&v),
-                    "0 <= momentum < 1",
-                    0.9,
-                )?,
-                dampening: o.float(
-                    "dampening",
-                    |v| (0.0..1.0).contains(&v),
-                    "0 <= dampening < 1",
-                    0.0,
-                )?,
-                nesterov: name == "nesterov",
+                momentum,
+                dampening,
+                nesterov,
                 weight_decay: wd(0.0)?,
             }
         }

@@ -167,6 +167,36 @@ fn wrong_types_and_ranges_say_what_is_allowed() {
 }
 
 #[test]
+fn nesterov_is_refused_where_torch_refuses_it() {
+    let nesterov = "optimizer = \"nesterov\"\nlr = 1e-3";
+    assert_names(
+        &err(&replace(
+            "optimizer = \"adamw\"\nlr = 1e-3",
+            &format!("{nesterov}\ndampening = 0.1"),
+        )),
+        "train.dampening",
+        &["0 only", "optimizer = \"momentum\""],
+    );
+    assert_names(
+        &err(&replace(
+            "optimizer = \"adamw\"\nlr = 1e-3",
+            &format!("{nesterov}\nmomentum = 0.0"),
+        )),
+        "train.momentum",
+        &["0 < momentum < 1"],
+    );
+    // Both are fine with plain momentum, as in torch.
+    parse_file(
+        FILE,
+        &replace(
+            "optimizer = \"adamw\"\nlr = 1e-3",
+            "optimizer = \"momentum\"\nlr = 1e-3\nmomentum = 0.0\ndampening = 0.1",
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
 fn an_unknown_dim_lists_the_dims() {
     assert_names(
         &err(&replace("out = \"ffn\"", "out = \"fnn\"")),
