@@ -43,11 +43,14 @@ import json
 import math
 import os
 import platform
-import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# The encoding and collective helpers are the differential harness's (one definition of the
+# digest, the ring order and FSDP's predivide factor for both scripts).
+from torch_mirror import fnv1a64, fsdp_predivide, ring_all_reduce, u32s
 
 HEX_LIMIT = 32           # tensors up to this size keep every element at every step
 HEX_LIMIT_FIRST = 820    # ... and up to this size at the first step / micro-step
@@ -57,20 +60,6 @@ FIRST_SEED = 8173
 # ---------------------------------------------------------------------------------------
 # encoding
 # ---------------------------------------------------------------------------------------
-
-def u32s(t):
-    t = t.detach().contiguous().to(torch.float32).reshape(-1)
-    return [v & 0xFFFFFFFF for v in t.view(torch.int32).tolist()]
-
-
-def fnv1a64(words):
-    h = 0xCBF29CE484222325
-    for w in words:
-        for b in struct.pack("<I", w):
-            h ^= b
-            h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
 
 def enc(t):
     """A tensor as {shape, fnv1a64, hex}; `compact` drops `hex` from the large ones."""
@@ -107,22 +96,6 @@ def enc_int(t):
 # ---------------------------------------------------------------------------------------
 # collectives in cpu-fma's order
 # ---------------------------------------------------------------------------------------
-
-def ring_all_reduce(parts):
-    """NCCL ring all-reduce of equal-shape fp32 tensors, src/kernels/allreduce.rs's `Ring` order."""
-    n = len(parts)
-    shape = parts[0].shape
-    flat = [p.detach().contiguous().reshape(-1) for p in parts]
-    length = flat[0].numel()
-    out = torch.empty(length, dtype=torch.float32)
-    for c in range(n):
-        lo, hi = c * length // n, (c + 1) * length // n
-        s = flat[(c + 1) % n][lo:hi].clone()
-        for t in range(2, n + 1):
-            s = s + flat[(c + t) % n][lo:hi]
-        out[lo:hi] = s
-    return out.reshape(shape)
-
 
 class RingAllReduce(torch.autograd.Function):
     """The ring all-reduce inside one autograd graph: forward sums the partials in ring order,
@@ -463,14 +436,6 @@ FSDP_LOCAL, FSDP_STEPS, FSDP_LR, FSDP_MOMENTUM, FSDP_INPUT_SEED = 4, 3, 0.01, 0.
 
 
 FSDP_NAMES = ["fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"]
-
-
-def fsdp_predivide(world):
-    """FSDP1's _get_gradient_predivide_factor: 2 for a world of 4."""
-    factor = 1
-    while world % factor == 0 and world / factor > factor:
-        factor *= 2
-    return float(factor)
 
 
 def fsdp_model(seed, h, v):
