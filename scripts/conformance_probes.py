@@ -10,7 +10,7 @@ Regenerate everything (probes, torch fixtures at 1 and 2 threads, the table):
 
     python3 scripts/conformance_probes.py --out tests/data/conformance
     for t in 1 2; do ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/torch_mirror.py \\
-        tests/data/conformance/*.toml --seeds 5 --threads $t --all-hex; done
+        tests/data/conformance/*.toml --seeds 5 --threads $t --all-hex --stored-bits 4096; done
     SEEDSWEEP_BLESS_CORPUS=1 cargo test --release --test suite conformance::
 
 Backward rows take their upstream gradient from a loss whose own backward row is in the
@@ -73,6 +73,31 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
         + [("x_grad", "x.grad", label, "backward (input)")]
         + ([("w_grad", "a.weight.grad", label, "backward (weight)")] if op in ("layernorm", "rmsnorm") else [])
         + ([("b_grad", "a.bias.grad", label, "backward (bias)")] if op == "layernorm" else []))
+
+
+def rmsnorm(p, name, label, rows, width, extra="", residual=False):
+    """An rmsnorm probe beyond `elementwise`'s: other row counts, eps, no weight, or the norm
+    inside a residual add (x's gradient then has three parts: the add's and the norm's two)."""
+    layers = f'{{ name = "a", op = "rmsnorm", input = "x"{extra} }}'
+    checks = [("out", "a.out", label, "forward")]
+    if residual:
+        layers += ',\n  { name = "r", op = "residual-add", inputs = ["x", "a"] }'
+        checks = []
+    checks.append(("x_grad", "x.grad", label, "backward (input)"))
+    if "affine = false" not in extra and not residual:
+        checks.append(("w_grad", "a.weight.grad", label, "backward (weight)"))
+    p.add(name, f'''
+dims = {{ rows = {rows}, width = {width} }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["rows", "width"] }},
+]
+layers = [
+  {layers},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', checks)
 
 
 def cross_entropy(p, rows, classes):
@@ -139,6 +164,15 @@ def main():
     for width in (16, 35):
         elementwise(p, "layernorm", width=width, label=f"layernorm width {width}")
         elementwise(p, "rmsnorm", width=width, label=f"rmsnorm width {width}")
+    # a width below one vector (ATen's scalar row sums), more rows than one 16-row cascade
+    # block of sum(0), another eps, no weight, and x's gradient summed with a residual's
+    rmsnorm(p, "op-rmsnorm-6", "rmsnorm width 6", 8, 6)
+    rmsnorm(p, "op-rmsnorm-35x24-eps", "rmsnorm width 35, 24 rows, eps 1e-5", 24, 35,
+            extra=", eps = 1e-5")
+    rmsnorm(p, "op-rmsnorm-35-noaffine", "rmsnorm width 35, no weight", 8, 35,
+            extra=", affine = false")
+    rmsnorm(p, "op-rmsnorm-35-residual", "rmsnorm width 35 inside a residual add", 8, 35,
+            residual=True)
     for rows, classes in [(16, 37), (6, 8)]:
         cross_entropy(p, rows, classes)
     optimizer(p, "sgd", '{ steps = 3, optimizer = "sgd", lr = 0.1 }')

@@ -88,13 +88,6 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                 "weight gradient 99.99 % of elements identical",
             ),
             Op::Norm {
-                kind: NormKind::RmsNorm,
-                ..
-            } => add(
-                format!("`{}`: rmsnorm", layer.name),
-                "forward 75-100 %, backward 37-66 % of elements identical",
-            ),
-            Op::Norm {
                 kind: NormKind::LayerNorm,
                 ..
             } if threads > 1 => add(

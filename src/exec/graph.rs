@@ -163,6 +163,8 @@ pub struct Bufs<R> {
     opt: Vec<OptState<R>>,
     drift_opt: OptState<R>,
     opt_scratch: Vec<R>,
+    /// One value per row: the rms norm backward's recomputed `rstd` ([`rms_norm_backward`]).
+    norm_rstd: Vec<R>,
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
     /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
@@ -1153,7 +1155,15 @@ impl Plan {
                 let bp = bias.map(|p| self.storage[p.0]);
                 let mut dw = wp.map(|p| self.grad_target(bf, p));
                 let mut db = bp.map(|p| self.grad_target(bf, p));
-                let mut dx = self.needs_grad[x.0].then(|| self.act_grad_target(bf, x.0));
+                // RMSNorm's composite hands x two gradients, one after the other (see
+                // `rms_norm_backward`): where x already holds one, torch adds them to it one
+                // at a time, so the kernel accumulates into x's gradient itself.
+                let accumulate = kind == NormKind::RmsNorm && self.needs_grad[x.0] && bf.dset[x.0];
+                let mut dx = if accumulate {
+                    Some(std::mem::take(&mut bf.dacts[x.0]))
+                } else {
+                    self.needs_grad[x.0].then(|| self.act_grad_target(bf, x.0))
+                };
                 let w = wp.map(|p| bf.params[p].as_slice());
                 let xs = &bf.acts[x.0];
                 if parallel == NormParallel::Sequence && shards.len() > 1 {
@@ -1171,6 +1181,8 @@ impl Plan {
                         dx.as_deref_mut(),
                         dw.as_deref_mut(),
                         db.as_deref_mut(),
+                        accumulate,
+                        &mut bf.norm_rstd,
                     );
                 } else {
                     match kind {
@@ -1192,6 +1204,8 @@ impl Plan {
                             n,
                             dx.as_deref_mut(),
                             dw.as_deref_mut(),
+                            accumulate,
+                            &mut bf.norm_rstd,
                         ),
                     }
                 }
@@ -1201,8 +1215,10 @@ impl Plan {
                 if let (Some(p), Some(d)) = (bp, db) {
                     self.grad_done(bf, p, d);
                 }
-                if let Some(d) = dx {
-                    self.act_grad_done(bf, x.0, d);
+                match dx {
+                    Some(d) if accumulate => bf.dacts[x.0] = d,
+                    Some(d) => self.act_grad_done(bf, x.0, d),
+                    None => {}
                 }
                 bf.dacts[out.0] = dy;
             }

@@ -1048,20 +1048,28 @@ const SUM_LANES: usize = 8;
 pub fn column_sums_f32(x: &[f32], n: usize, out: &mut [f32]) {
     let h = out.len();
     assert_eq!(x.len(), n * h, "x must be n x out.len()");
+    column_sums_f32_by(n, |i, c| x[i * h + c], out);
+}
+
+/// [`column_sums_f32`] of the `rows x out.len()` tensor whose element (i, c) is `get(i, c)`
+/// (an elementwise product computed on the fly has the bits of the materialized one), in the
+/// same order.
+#[inline(always)]
+pub fn column_sums_f32_by(rows: usize, get: impl Fn(usize, usize) -> f32, out: &mut [f32]) {
+    let h = out.len();
     if h == 1 {
         // TensorIterator drops the size-1 dim: a contiguous inner reduction.
-        out[0] = 0.0 + inner_sum(x);
+        out[0] = 0.0 + inner_sum_by(rows, |i| get(i, 0));
         return;
     }
-    let at = |c: usize| move |i: usize| x[i * h + c];
     // Width of the leading blocks summed with the plain per-column cascade.
     let block = if h >= SUM_LANES { 4 * SUM_LANES } else { 4 };
     let cascaded = h / block * block;
     for (c, o) in out.iter_mut().enumerate() {
         let sum = if c < cascaded {
-            cascade_sum(n, at(c))
+            cascade_sum(rows, |i| get(i, c))
         } else {
-            ilp4_row_sum(n, at(c))
+            ilp4_row_sum(rows, |i| get(i, c))
         };
         *o = 0.0 + sum;
     }
@@ -1071,7 +1079,14 @@ pub fn column_sums_f32(x: &[f32], n: usize, out: &mut [f32]) {
 /// for bit as ATen's `cascade_sum` takes a contiguous inner reduction: `0.0 +` the inner sum
 /// below (the output is zero-filled and accumulated into, so a -0.0 sum becomes +0.0).
 pub fn row_sum_f32(x: &[f32]) -> f32 {
-    0.0 + inner_sum(x)
+    0.0 + inner_sum_by(x.len(), |i| x[i])
+}
+
+/// [`row_sum_f32`] of the `n` elements `get(0), …, get(n - 1)` (an elementwise product
+/// computed on the fly has the bits of the materialized one), in the same order.
+#[inline(always)]
+pub fn row_sum_f32_by(n: usize, get: impl Fn(usize) -> f32) -> f32 {
+    0.0 + inner_sum_by(n, get)
 }
 
 /// ATen's contiguous inner reduction of `n` floats: `vectorized_inner_sum`
@@ -1079,18 +1094,17 @@ pub fn row_sum_f32(x: &[f32]) -> f32 {
 /// n / 8 full vectors; then 0.0 + the n % 8 tail elements in order + lanes
 /// 0..7 in order), `row_sum` (`ilp4_row_sum`) below that.
 #[inline(always)]
-fn inner_sum(x: &[f32]) -> f32 {
-    let n = x.len();
+fn inner_sum_by(n: usize, get: impl Fn(usize) -> f32) -> f32 {
     if n < SUM_LANES {
-        return ilp4_row_sum(n, |i| x[i]);
+        return ilp4_row_sum(n, get);
     }
     let vec_size = n / SUM_LANES;
     let mut acc = 0.0f32;
-    for &v in &x[vec_size * SUM_LANES..] {
-        acc += v;
+    for i in vec_size * SUM_LANES..n {
+        acc += get(i);
     }
     for l in 0..SUM_LANES {
-        acc += ilp4_row_sum(vec_size, |i| x[i * SUM_LANES + l]);
+        acc += ilp4_row_sum(vec_size, |i| get(i * SUM_LANES + l));
     }
     acc
 }

@@ -81,6 +81,21 @@ pub trait Real:
     fn column_sums(x: &[Self], n: usize, out: &mut [Self]) {
         crate::ops::layers::column_sums_generic(x, n, out)
     }
+    /// `Σ get(i)` over `i < n`, a sum over the last dim of a contiguous row (`x.sum(-1)`):
+    /// f32 in ATen's CPU order ([`torch_ops::row_sum_f32_by`]); the default (f64) left to
+    /// right from 0: `((0 + get(0)) + get(1)) + …`.
+    fn row_sum_by(n: usize, get: impl Fn(usize) -> Self) -> Self {
+        (0..n).fold(Self::ZERO, |a, i| a + get(i))
+    }
+    /// `out[c] = Σ_i get(i, c)` over `i < rows`, a sum over the leading dim of a row-major
+    /// `rows x out.len()` tensor (`x.sum(0)`): f32 in ATen's CPU order
+    /// ([`torch_ops::column_sums_f32_by`]); the default (f64) rows in order from 0:
+    /// `((0 + get(0, c)) + get(1, c)) + …`.
+    fn column_sums_by(rows: usize, get: impl Fn(usize, usize) -> Self, out: &mut [Self]) {
+        for (c, o) in out.iter_mut().enumerate() {
+            *o = (0..rows).fold(Self::ZERO, |a, i| a + get(i, c));
+        }
+    }
     /// `p[i] = fma(g[i], a, p[i])` for every element: one rounding each
     /// ([`Real::fma_update_on`] the detected [`Isa`]).
     fn fma_update(p: &mut [Self], g: &[Self], a: Self) {
@@ -178,6 +193,14 @@ impl Real for f32 {
     fn column_sums(x: &[f32], n: usize, out: &mut [f32]) {
         // torch_ops takes the row count; `n` here is the column count (= out.len()).
         torch_ops::column_sums_f32(x, x.len() / n, out);
+    }
+    /// ATen's CPU inner-reduction order ([`torch_ops::row_sum_f32_by`]).
+    fn row_sum_by(n: usize, get: impl Fn(usize) -> f32) -> f32 {
+        torch_ops::row_sum_f32_by(n, get)
+    }
+    /// ATen's CPU `sum(0)` order ([`torch_ops::column_sums_f32_by`]).
+    fn column_sums_by(rows: usize, get: impl Fn(usize, usize) -> f32, out: &mut [f32]) {
+        torch_ops::column_sums_f32_by(rows, get, out);
     }
     fn fma_update_on(isa: Isa, p: &mut [f32], g: &[f32], a: f32) {
         #[cfg(target_arch = "x86_64")]

@@ -631,7 +631,17 @@ fn f64_rms_norm_matches_the_textbook_formulas() {
         let mut y = vec![f64::NAN; rows * n];
         rms_norm(&x, Some(&w), eps, n, &mut y);
         let (mut dx, mut dw) = (vec![f64::NAN; rows * n], vec![f64::NAN; n]);
-        rms_norm_backward(&x, Some(&w), &dy, eps, n, Some(&mut dx), Some(&mut dw));
+        rms_norm_backward(
+            &x,
+            Some(&w),
+            &dy,
+            eps,
+            n,
+            Some(&mut dx),
+            Some(&mut dw),
+            false,
+            &mut Vec::new(),
+        );
         let nf = n as f64;
         let (mut want_y, mut want_dx, mut tol_dx) = (
             vec![0.0; rows * n],
@@ -712,6 +722,8 @@ fn f64_sequence_parallel_norm_backward_is_rank_partials_in_rank_order() {
             Some(&mut dx),
             Some(&mut dw),
             Some(&mut db),
+            false,
+            &mut Vec::new(),
         );
         let mut want_dx = vec![0.0; rows * n];
         let (mut pw, mut pb) = (Vec::new(), Vec::new());
@@ -719,9 +731,17 @@ fn f64_sequence_parallel_norm_backward_is_rank_partials_in_rank_order() {
             NormKind::LayerNorm => {
                 layer_norm_backward(&x, Some(&w), &dy, 1e-5, n, Some(&mut want_dx), None, None)
             }
-            NormKind::RmsNorm => {
-                rms_norm_backward(&x, Some(&w), &dy, 1e-5, n, Some(&mut want_dx), None)
-            }
+            NormKind::RmsNorm => rms_norm_backward(
+                &x,
+                Some(&w),
+                &dy,
+                1e-5,
+                n,
+                Some(&mut want_dx),
+                None,
+                false,
+                &mut Vec::new(),
+            ),
         }
         for r in &sh {
             let (xs, ds) = (&x[r.start * n..r.end * n], &dy[r.start * n..r.end * n]);
@@ -730,9 +750,17 @@ fn f64_sequence_parallel_norm_backward_is_rank_partials_in_rank_order() {
                 NormKind::LayerNorm => {
                     layer_norm_backward(xs, Some(&w), ds, 1e-5, n, None, Some(&mut a), Some(&mut b))
                 }
-                NormKind::RmsNorm => {
-                    rms_norm_backward(xs, Some(&w), ds, 1e-5, n, None, Some(&mut a))
-                }
+                NormKind::RmsNorm => rms_norm_backward(
+                    xs,
+                    Some(&w),
+                    ds,
+                    1e-5,
+                    n,
+                    None,
+                    Some(&mut a),
+                    false,
+                    &mut Vec::new(),
+                ),
             }
             pw.push(a);
             pb.push(b);

@@ -88,12 +88,14 @@ fn layer_norm_matches_torch_bit_for_bit_at_lane_multiples() {
     }
 }
 
-/// RMSNorm: `norm.rs` writes the composite's formulas in one stated order, which is not
-/// torch's (its reductions are ATen's vectorised sums, and its backward is autograd's graph of
-/// the composite). Measured and printed (`--nocapture`); asserted at the measured agreement.
+/// RMSNorm: `norm.rs` follows torch's CPU composite and its autograd op by op, with ATen's
+/// reduction orders; every element of y, dx and dweight is identical to torch's (torch 2.15,
+/// CPU, float32, one thread, `ATEN_CPU_CAPABILITY=avx2`, eager), at every width of the fixture
+/// (16, 35, 64, 200, 300: multiples of 8 lanes and ragged, vector counts below and above the
+/// 4-way ILP, columns in and past the 32-column blocks of `sum(0)`).
 #[test]
-fn rms_norm_measured_against_torch() {
-    let mut agg = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+fn rms_norm_matches_torch() {
+    let mut checked = 0;
     for c in cases().iter().filter(|c| c["kind"] == "rmsnorm") {
         let n = c["n"].as_u64().unwrap() as usize;
         let eps = c["eps"].as_f64().unwrap();
@@ -102,27 +104,25 @@ fn rms_norm_measured_against_torch() {
         rms_norm(&x, Some(&w), eps, n, &mut y);
         let mut dx = vec![0.0f32; x.len()];
         let mut dw = vec![0.0f32; n];
-        rms_norm_backward(&x, Some(&w), &dy, eps, n, Some(&mut dx), Some(&mut dw));
+        let mut scratch = Vec::new();
+        rms_norm_backward(
+            &x,
+            Some(&w),
+            &dy,
+            eps,
+            n,
+            Some(&mut dx),
+            Some(&mut dw),
+            false,
+            &mut scratch,
+        );
         for (key, got) in [("y", &y), ("dx", &dx), ("dweight", &dw)] {
             let (s, t) = same(c, key, got);
-            let e = agg.entry(key).or_default();
-            e.0 += s;
-            e.1 += t;
+            assert_eq!(s, t, "rmsnorm n = {n} {key}: {s}/{t} identical to torch");
+            checked += t;
         }
     }
-    for (k, (s, t)) in &agg {
-        eprintln!(
-            "rmsnorm {k}: {s}/{t} elements identical to torch ({:.2} %)",
-            100.0 * *s as f64 / *t as f64
-        );
-    }
-    for (key, floor) in [("y", 691), ("dx", 471), ("dweight", 133)] {
-        assert!(
-            agg[key].0 >= floor,
-            "rmsnorm {key}: {:?}, measured {floor}",
-            agg[key]
-        );
-    }
+    assert!(checked > 0);
 }
 
 /// The example block (layernorm -> column -> gelu -> row -> residual add at TP 2) runs in the
