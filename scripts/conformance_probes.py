@@ -54,9 +54,12 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
 ''', checks)
 
 
-def elementwise(p, op, extra="", rows=8, width=37, label=None):
+def elementwise(p, op, extra="", rows=8, width=37, label=None, suffix=None, steps=1, params=True):
+    """params: the op's weight (and bias) gradients are checked (layernorm and rmsnorm with
+    their default affine weights)."""
     label = label or op
-    p.add(f"op-{op}{'-' + str(width) if width != 37 else ''}{extra and '-' + extra.split('=')[0].strip()}", f'''
+    suffix = suffix if suffix is not None else (extra and '-' + extra.split('=')[0].strip())
+    p.add(f"op-{op}{'-' + str(width) if width != 37 else ''}{suffix}", f'''
 dims = {{ rows = {rows}, width = {width} }}
 inputs = [
   {{ name = "x", draw = "randn", shape = ["rows", "width"], grad = true }},
@@ -64,15 +67,16 @@ inputs = [
 ]
 layers = [{{ name = "a", op = "{op}", input = "x"{extra} }}]
 loss = {{ op = "mse", target = "t" }}
-train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+train = {{ steps = {steps}, optimizer = "sgd", lr = 0.1 }}
 ''', [("out", "a.out", label, "forward")]
         # MSE's own rows only from the probe whose op is exact (relu): elsewhere its input is
         # the op's output, whose differences are the op's
         + ([("loss", "loss", "mse loss", "forward (value)"), ("dy", "a.out.grad", "mse loss", "backward")]
            if op == "relu" else [])
         + [("x_grad", "x.grad", label, "backward (input)")]
-        + ([("w_grad", "a.weight.grad", label, "backward (weight)")] if op in ("layernorm", "rmsnorm") else [])
-        + ([("b_grad", "a.bias.grad", label, "backward (bias)")] if op == "layernorm" else []))
+        + ([("w_grad", "a.weight.grad", label, "backward (weight)")]
+           if params and op in ("layernorm", "rmsnorm") else [])
+        + ([("b_grad", "a.bias.grad", label, "backward (bias)")] if params and op == "layernorm" else []))
 
 
 def rmsnorm(p, name, label, rows, width, extra="", residual=False):
@@ -173,6 +177,16 @@ def main():
             extra=", affine = false")
     rmsnorm(p, "op-rmsnorm-35-residual", "rmsnorm width 35 inside a residual add", 8, 35,
             residual=True)
+    # LayerNorm where ATen's kernel changes its order: no full vector (3, 7), one vector and
+    # a tail (12), a tail after several vectors (35), cascade merges of Welford chunks (300);
+    # affine (2 steps, so that the second step's weight and bias are not 1 and 0) and not;
+    # row counts that split unevenly over 2 threads (5, 3).
+    for width, rows in [(3, 8), (7, 8), (12, 5), (35, 8), (300, 3)]:
+        if width != 35:
+            elementwise(p, "layernorm", width=width, rows=rows, steps=2,
+                        label=f"layernorm width {width}")
+        elementwise(p, "layernorm", extra=", affine = false", suffix="-noaffine", width=width,
+                    rows=rows, steps=2, params=False, label=f"layernorm width {width}, no affine")
     for rows, classes in [(16, 37), (6, 8)]:
         cross_entropy(p, rows, classes)
     optimizer(p, "sgd", '{ steps = 3, optimizer = "sgd", lr = 0.1 }')

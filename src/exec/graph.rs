@@ -24,7 +24,7 @@ use crate::ops::layers::{
 };
 use crate::ops::loss;
 use crate::ops::norm::{
-    layer_norm, layer_norm_backward, residual_add, rms_norm, rms_norm_backward,
+    layer_norm, layer_norm_backward_threads, residual_add, rms_norm, rms_norm_backward,
     sequence_parallel_norm_backward,
 };
 use crate::ops::optim::{step, OptState};
@@ -142,6 +142,9 @@ pub struct Bufs<R> {
     tmp_row: Vec<R>,
     /// The distinct ids of [`embedding_backward_add`].
     tmp_ids: Vec<usize>,
+    /// The per-thread weight and bias gradient buffers of a LayerNorm backward at several
+    /// threads ([`layer_norm_backward_threads`]).
+    norm_partials: Vec<R>,
     tmp_a: Vec<R>,
     expect: Vec<R>,
     expect64: Vec<f64>,
@@ -1186,12 +1189,14 @@ impl Plan {
                     );
                 } else {
                     match kind {
-                        NormKind::LayerNorm => layer_norm_backward(
+                        NormKind::LayerNorm => layer_norm_backward_threads(
                             xs,
                             w,
                             &dy,
                             eps,
                             n,
+                            be.aten_threads(),
+                            &mut bf.norm_partials,
                             dx.as_deref_mut(),
                             dw.as_deref_mut(),
                             db.as_deref_mut(),

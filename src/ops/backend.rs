@@ -276,6 +276,12 @@ pub trait Backend {
     fn onednn_isa(&self) -> OneDnnIsa {
         OneDnnIsa::Avx512
     }
+    /// ATen's intra-op thread count (`torch.get_num_threads()`) that the kernels which split
+    /// work over threads mirror (the LayerNorm weight and bias gradients,
+    /// [`crate::ops::norm::layer_norm_backward_threads`]): 1 by default.
+    fn aten_threads(&self) -> usize {
+        1
+    }
 }
 
 /// Float64 ground truth: sequential `c = c + a·b` matmuls (see [`matmul_f64`]) and rank-order
@@ -726,6 +732,11 @@ impl Backend for F32Backend<'_> {
     /// The profile's `onednn_isa`.
     fn onednn_isa(&self) -> OneDnnIsa {
         self.onednn_isa
+    }
+    /// The thread count of the profile's revealed orders (`cpu-fma+mkl-threads-N`: N), else 1
+    /// (the one-thread order model, and the profiles that mirror no torch build).
+    fn aten_threads(&self) -> usize {
+        self.orders.as_ref().map_or(1, |o| o.meta.threads as usize)
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

@@ -2,16 +2,20 @@
 //! in the order of torch's CPU kernels (ATen's AVX2 build, 8 lanes; `-ffp-contract=fast`
 //! fusions where measured).
 //!
-//! LayerNorm follows `aten/src/ATen/native/cpu/layer_norm_kernel.cpp` and
-//! `moments_utils.h` (`RowwiseMoments`). The fusions below were chosen by measurement against
-//! torch 2.15 (CPU, one thread, `ATEN_CPU_CAPABILITY=avx2`): among the contraction variants of
-//! each formula, the one stated here matched torch best. Against the fixture
-//! `tests/data/torch_norm.json` (`scripts/norm_torch.py`, test `tests/suite/norm_fixture.rs`, 3 rows
-//! each of widths 16, 35, 64, 200, 300) every element of y, dx, dgamma and dbeta is identical
-//! at the widths that are multiples of 8 lanes; in all, y 1668/1845, dx 1590/1845,
-//! dgamma 505/615, dbeta 615/615. Not modelled yet: the lane reduction of the backward's
-//! `ds`/`db` over a ragged tail (width 35: dx 86/105), and one Welford-cascade merge (width
-//! 300: two of three row means an ulp off torch's).
+//! LayerNorm follows torch 2.15's `aten/src/ATen/native/cpu/layer_norm_kernel.cpp`
+//! (`LayerNormKernelImplInternal`, `LayerNormSecondPass`, `layer_norm_backward_frame`,
+//! `LayerNormBackwardKernelImplInternal`) and `moments_utils.h` (`RowwiseMoments`, as
+//! installed with torch 2.15). Where the source leaves a fusion to the compiler, the variant
+//! stated in each function's doc is the one measured against torch 2.15 (CPU, eager,
+//! `ATEN_CPU_CAPABILITY=avx2`): the Welford tail and the full-vector `ds`/`db` sums unfused,
+//! the scalar moment merge and the ragged tail of `ds`/`db` fused. Measured bit-exact on
+//! every element of y, dx, dweight and dbias: `tests/data/torch_layernorm.json`
+//! (`scripts/layernorm_torch.py`: 16 widths from 1 to 64, and 256, 257, 300 and 1000, affine and not,
+//! inputs of mean 0.5 and 100, 1 to 11 rows, at 1, 2, 4 and 8 threads) and
+//! `tests/data/torch_norm.json` (`scripts/norm_torch.py`), both read by
+//! `tests/suite/norm_fixture.rs`; and the conformance probes (docs/conformance.md).
+//! The thread count is the backend's ([`crate::ops::backend::Backend::aten_threads`]): it
+//! changes only the weight and bias gradients ([`layer_norm_backward_threads`]).
 //!
 //! RMSNorm follows `torch.nn.functional.rms_norm`'s CPU composite and its autograd, op by op,
 //! with ATen's reduction orders (see [`rms_norm`] and [`rms_norm_backward`]): bit-exact with
@@ -24,14 +28,6 @@ use crate::ops::real::Real;
 const LANES: usize = 8;
 /// `kChunkSize` of `RowwiseMoments`.
 const CHUNK: usize = 16;
-
-fn ceil_log2(n: usize) -> u32 {
-    if n <= 1 {
-        0
-    } else {
-        usize::BITS - (n - 1).leading_zeros()
-    }
-}
 
 /// One lane-vector of Welford moments.
 #[derive(Clone, Copy)]
@@ -49,9 +45,10 @@ impl<R: Real> Moments<R> {
             m2: [R::ZERO; LANES],
         }
     }
-    /// `AddMomentsVec(m0_add, m1_add, m2_add, self)`: `n = m0 + m0_add`,
-    /// `c = m0_add / n` (as floats), `delta = m1_add - m1`, `m1 = fma(c, delta, m1)`,
-    /// `m2 = m2 + fma((delta·delta)·c, m0, m2_add)`.
+    /// `AddMomentsVec(o.m0, o.m1, o.m2, self)` of torch 2.15's `moments_utils.h`:
+    /// `n = m0 + o.m0`, `c = o.m0 / n` (as floats, 0 when `n = 0`), and per lane
+    /// `delta = o.m1 - m1`, `m1 = m1 + c·delta`, `m2 = fma(delta·m0, c·delta, m2 + o.m2)`
+    /// (every product and sum rounded, the one FMA explicit in the source).
     fn add(&mut self, o: &Self) {
         let n = self.m0 + o.m0;
         let c = if n == 0 {
@@ -62,30 +59,59 @@ impl<R: Real> Moments<R> {
         let m0 = R::from_f64(self.m0 as f64);
         for l in 0..LANES {
             let delta = o.m1[l] - self.m1[l];
-            self.m1[l] = c.fma(delta, self.m1[l]);
-            self.m2[l] = self.m2[l] + ((delta * delta) * c).fma(m0, o.m2[l]);
+            let m2_sum = self.m2[l] + o.m2[l];
+            let c_delta = c * delta;
+            self.m1[l] = self.m1[l] + c_delta;
+            self.m2[l] = (delta * m0).fma(c_delta, m2_sum);
         }
         self.m0 = n;
     }
 }
 
-/// Mean and biased variance of one row, ATen's `RowwiseMoments` (AVX2, 8 lanes):
+/// Mean and biased variance of one row, ATen's `RowwiseMoments` (torch 2.15
+/// `aten/src/ATen/native/cpu/moments_utils.h`, AVX2: 8 lanes):
 /// - the `n = N / 8` full vectors are taken in chunks of 16 vectors; in a chunk, lane l runs
-///   Welford from zero: `delta = x - m1; m1 = fma(delta, 1/(j+1), m1);
+///   Welford from zero (`UpdateMomentsVec`): `delta = x - m1; m1 = fma(1/(j+1), delta, m1);
 ///   m2 = fma(delta, x - m1, m2)` (`1/(j+1)` rounded);
-/// - each chunk's moments are merged into a cascade stack (`AddMomentsVec`, see
-///   [`Moments::add`]): into level 0, then level j-1 into level j while chunk count bit j-1 is
+/// - each chunk's moments are merged into a cascade stack of `depth = CeilLog2(chunks)`
+///   levels (ATen's `CeilLog2` is 1 for up to 2 chunks): into level 0 ([`Moments::add`]),
+///   then level j-1 into level j (and level j-1 zeroed) while bit j-1 of the chunk count is
 ///   0; at the end levels 1.. are merged into level 0 in order;
-/// - the `N % 8` tail elements run scalar Welford from zero (`m1 = m1 + delta / k`,
-///   `m2 = fma(delta, x - m1, m2)`), then lanes 0..7 are merged into that (scalar
-///   `AddMoments` with `n` elements per lane, same formulas);
+/// - the `N % 8` tail elements run scalar Welford from zero, unfused (measured):
+///   `delta = x - m1; m1 = m1 + delta / k; m2 = m2 + delta · (x - m1)`;
+/// - lanes 0..7 are then merged into that in lane order by the scalar `AddMoments` with
+///   `n` elements per lane, fused (measured): `c = n / (m0 + n)`, `delta = m1_l - m1`,
+///   `m1 = fma(c, delta, m1)`, `m2 = m2 + fma((delta·delta)·c, m0, m2_l)`;
 /// - the variance is `m2 / N`.
+///
+/// The stack is a fixed-size array sized by depth as ATen's (4, 8, 16, 32 or 64 levels):
+/// nothing is allocated.
 pub fn row_moments<R: Real>(x: &[R]) -> (R, R) {
+    let chunks = (x.len() / LANES).div_ceil(CHUNK);
+    match aten_ceil_log2(chunks) {
+        0..=4 => row_moments_impl::<R, 4>(x),
+        5..=8 => row_moments_impl::<R, 8>(x),
+        9..=16 => row_moments_impl::<R, 16>(x),
+        17..=32 => row_moments_impl::<R, 32>(x),
+        _ => row_moments_impl::<R, 64>(x),
+    }
+}
+
+/// ATen's `utils::CeilLog2`: 1 for `x <= 2`, else `ceil(log2(x))`.
+fn aten_ceil_log2(x: usize) -> usize {
+    if x <= 2 {
+        1
+    } else {
+        (usize::BITS - (x - 1).leading_zeros()) as usize
+    }
+}
+
+fn row_moments_impl<R: Real, const D: usize>(x: &[R]) -> (R, R) {
     let big_n = x.len();
     let n = big_n / LANES;
     let chunks = n.div_ceil(CHUNK);
-    let depth = ceil_log2(chunks) as usize;
-    let mut stk = vec![Moments::<R>::zero(); depth.max(1)];
+    let depth = aten_ceil_log2(chunks);
+    let mut stk = [Moments::<R>::zero(); D];
     for i in 0..chunks {
         let m0 = CHUNK.min(n - i * CHUNK);
         let mut cur = Moments::<R>::zero();
@@ -96,7 +122,7 @@ pub fn row_moments<R: Real>(x: &[R]) -> (R, R) {
             for l in 0..LANES {
                 let xv = x[base + l];
                 let delta = xv - cur.m1[l];
-                cur.m1[l] = delta.fma(c, cur.m1[l]);
+                cur.m1[l] = c.fma(delta, cur.m1[l]);
                 cur.m2[l] = delta.fma(xv - cur.m1[l], cur.m2[l]);
             }
         }
@@ -120,7 +146,7 @@ pub fn row_moments<R: Real>(x: &[R]) -> (R, R) {
         let delta = xv - m1;
         m0 += 1;
         m1 = m1 + delta / R::from_f64(m0 as f64);
-        m2 = delta.fma(xv - m1, m2);
+        m2 = m2 + delta * (xv - m1);
     }
     for l in 0..LANES {
         let nn = m0 + n;
@@ -144,9 +170,12 @@ fn rstd<R: Real>(var: R, eps: f64) -> R {
     R::ONE / s
 }
 
-/// `nn.LayerNorm` forward over rows of width `n`: per row, `(mean, var)` by
-/// [`row_moments`], `rstd = 1 / sqrt(var + eps)`, then
-/// `y = fma((x - mean) · rstd, gamma, beta)` (gamma 1, beta 0 where absent).
+/// `nn.LayerNorm` forward over rows of width `n` (`LayerNormKernelImplInternal`, then
+/// `LayerNormSecondPass`): per row, `(mean, var)` by [`row_moments`],
+/// `rstd = 1 / sqrt(var + eps)`, then `y = fma((x + (-mean)) · rstd, gamma, beta)` (the
+/// vectorised `map3` with weight and bias, the scalar loop with gamma 1 and beta 0 where
+/// either is absent: the same roundings). Rows are independent, so the thread count does
+/// not change it.
 pub fn layer_norm<R: Real>(
     x: &[R],
     gamma: Option<&[R]>,
@@ -166,28 +195,39 @@ pub fn layer_norm<R: Real>(
     }
 }
 
-/// `vec::map*_reduce_all` with `+` over 8 lanes, no fusion of the reduction: for `n < 8` the
-/// mapped values summed left to right; else lane l accumulates `f(l), f(8+l), …` left to right
-/// (the ragged tail only its first lanes), then the AVX2 butterfly (lane l + lane l+4, then
-/// l+2, then l+1).
-fn lane_sum<R: Real>(n: usize, f: impl Fn(usize) -> R) -> R {
+/// `Σ p(j)·q(j)` over `j < n` as ATen's `vec::map2_reduce_all` / `map3_reduce_all` /
+/// `reduce_all` with `+` reduce it (AVX2, 8 lanes; `q = 1` for `reduce_all`), the map's last
+/// product fused into the reduction only in the ragged tail (measured against torch 2.15):
+/// - `n < 8`: the mapped values `round(p·q)` summed left to right;
+/// - else lane l starts at `round(p(l)·q(l))` and accumulates the full vectors
+///   `acc = acc + round(p(8k+l)·q(8k+l))` left to right; the `n % 8` tail elements update
+///   lanes 0.. as `acc = fma(p, q, acc)`; then the AVX2 butterfly `VecReduceAllSIMD` (lane
+///   l + lane l+4, then l+2, then l+1).
+fn map_reduce_sum<R: Real>(n: usize, pq: impl Fn(usize) -> (R, R)) -> R {
+    let prod = |j: usize| {
+        let (p, q) = pq(j);
+        p * q
+    };
     if n < LANES {
-        let mut acc = f(0);
+        let mut acc = prod(0);
         for i in 1..n {
-            acc = acc + f(i);
+            acc = acc + prod(i);
         }
         return acc;
     }
     let mut acc = [R::ZERO; LANES];
     for (l, a) in acc.iter_mut().enumerate() {
-        *a = f(l);
+        *a = prod(l);
     }
-    let mut d = LANES;
-    while d < n {
-        for (l, a) in acc.iter_mut().enumerate().take(n - d) {
-            *a = *a + f(d + l);
+    let full = n - n % LANES;
+    for d in (LANES..full).step_by(LANES) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = *a + prod(d + l);
         }
-        d += LANES;
+    }
+    for (l, a) in acc.iter_mut().enumerate().take(n - full) {
+        let (p, q) = pq(full + l);
+        *a = p.fma(q, *a);
     }
     let mut w = LANES;
     while w > 1 {
@@ -200,16 +240,8 @@ fn lane_sum<R: Real>(n: usize, f: impl Fn(usize) -> R) -> R {
     acc[0]
 }
 
-/// `nn.LayerNorm` backward (`LayerNormBackwardKernelImplInternal`, one thread), mean and
-/// rstd recomputed as the forward computes them. Per row, in row order:
-/// - `dgamma[j] = fma(dy, fma(rstd, x, -rstd·mean), dgamma[j])`, `dbeta[j] = dbeta[j] + dy`
-///   (accumulated from zero over the rows, then stored as `0 + acc`);
-/// - `ds = Σ (dy·x)·gamma`, `db = Σ dy·gamma` ([`lane_sum`]; without gamma `Σ dy·x`, `Σ dy`);
-/// - `b = (((fma(db, mean, -ds)·a)·a)·a)·scale`, `c = fma(-b, mean, -((db·a)·scale))` with
-///   `a = rstd`, `scale = 1/N`;
-/// - `dx = fma(b, x, (a·dy)·gamma) + c` (without gamma `a·dy`).
-///
-/// Each output may be skipped with `None`.
+/// `nn.LayerNorm` backward at one thread: [`layer_norm_backward_threads`] with
+/// `threads = 1` (no scratch needed).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward<R: Real>(
     x: &[R],
@@ -217,6 +249,47 @@ pub fn layer_norm_backward<R: Real>(
     dy: &[R],
     eps: f64,
     n: usize,
+    dx: Option<&mut [R]>,
+    dgamma: Option<&mut [R]>,
+    dbeta: Option<&mut [R]>,
+) {
+    layer_norm_backward_threads(x, gamma, dy, eps, n, 1, &mut Vec::new(), dx, dgamma, dbeta);
+}
+
+/// `nn.LayerNorm` backward as torch 2.15's `LayerNormBackwardKernelImplInternal` and
+/// `layer_norm_backward_frame` (float32, AVX2) compute it with `threads` intra-op threads;
+/// mean and rstd recomputed as the forward computes them ([`row_moments`], `rstd`).
+///
+/// Rows are split as `at::parallel_for(0, M, 1)` splits them under OpenMP: `t = min(threads,
+/// M)` threads, thread k taking rows `[k·c, min(M, (k+1)·c))` with `c = ceil(M / t)`. Each
+/// thread accumulates its rows, in row order, into its own zeroed weight and bias buffers:
+/// - `dgamma_k[j] = fma(dy, fma(rstd, x, -rstd·mean), dgamma_k[j])`,
+///   `dbeta_k[j] = dbeta_k[j] + dy`;
+///
+/// and computes each of its rows' input gradient:
+/// - `ds = Σ (dy·x)·gamma`, `db = Σ dy·gamma` ([`map_reduce_sum`]; without gamma `Σ dy·x`
+///   and `Σ dy`);
+/// - `b = (((fma(db, mean, -ds)·a)·a)·a)·scale`, `c = fma(-b, mean, -((db·a)·scale))` with
+///   `a = rstd`, `scale = 1/N`;
+/// - `dx = fma(b, x, (a·dy)·gamma) + c` (without gamma `fma(b, x, a·dy) + c`).
+///
+/// The weight and bias gradients are then the per-thread buffers summed in thread order from
+/// zero: `dgamma[j] = ((0 + dgamma_0[j]) + dgamma_1[j]) + …` (a thread with no rows adds +0,
+/// which changes nothing after `0 + dgamma_0`, so it is skipped). Thread 0's buffer is the
+/// output itself; the others use `scratch` (resized to `2·n` when `threads > 1`, kept for
+/// reuse: nothing is allocated once it is large enough). Rows are processed in order here;
+/// the thread split changes only the weight and bias gradients.
+///
+/// Each output may be skipped with `None`.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward_threads<R: Real>(
+    x: &[R],
+    gamma: Option<&[R]>,
+    dy: &[R],
+    eps: f64,
+    n: usize,
+    threads: usize,
+    scratch: &mut Vec<R>,
     mut dx: Option<&mut [R]>,
     mut dgamma: Option<&mut [R]>,
     mut dbeta: Option<&mut [R]>,
@@ -227,17 +300,78 @@ pub fn layer_norm_backward<R: Real>(
     if let Some(d) = dbeta.as_deref_mut() {
         d.fill(R::ZERO);
     }
+    let rows = x.len().checked_div(n).unwrap_or(0);
+    let t = threads.max(1).min(rows.max(1));
+    let per = rows.div_ceil(t).max(1);
+    let need_partials = t > 1 && (dgamma.is_some() || dbeta.is_some());
+    if need_partials && scratch.len() < 2 * n {
+        scratch.resize(2 * n, R::ZERO);
+    }
+    for k in 0..t {
+        let rows_k = k * per..((k + 1) * per).min(rows);
+        if k == 0 || !need_partials {
+            // Thread 0 accumulates into the outputs themselves.
+            let (pg, pb) = if k == 0 {
+                (dgamma.as_deref_mut(), dbeta.as_deref_mut())
+            } else {
+                (None, None)
+            };
+            backward_rows(x, gamma, dy, eps, n, rows_k, dx.as_deref_mut(), pg, pb);
+            if k == 0 {
+                for d in [dgamma.as_deref_mut(), dbeta.as_deref_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    for v in d.iter_mut() {
+                        *v = R::ZERO + *v;
+                    }
+                }
+            }
+            continue;
+        }
+        let (sg, sb) = scratch[..2 * n].split_at_mut(n);
+        sg.fill(R::ZERO);
+        sb.fill(R::ZERO);
+        let pg = dgamma.is_some().then_some(&mut *sg);
+        let pb = dbeta.is_some().then_some(&mut *sb);
+        backward_rows(x, gamma, dy, eps, n, rows_k, dx.as_deref_mut(), pg, pb);
+        for (d, p) in [(dgamma.as_deref_mut(), &*sg), (dbeta.as_deref_mut(), &*sb)] {
+            if let Some(d) = d {
+                for (o, &v) in d.iter_mut().zip(p) {
+                    *o = *o + v;
+                }
+            }
+        }
+    }
+}
+
+/// The rows `rows` of [`layer_norm_backward_threads`] on one thread: each row's weight and
+/// bias contributions accumulated into `pg` / `pb` (that thread's buffers) and its input
+/// gradient written to `dx`, in the order stated there.
+#[allow(clippy::too_many_arguments)]
+fn backward_rows<R: Real>(
+    x: &[R],
+    gamma: Option<&[R]>,
+    dy: &[R],
+    eps: f64,
+    n: usize,
+    rows: std::ops::Range<usize>,
+    mut dx: Option<&mut [R]>,
+    mut pg: Option<&mut [R]>,
+    mut pb: Option<&mut [R]>,
+) {
     let scale = R::ONE / R::from_f64(n as f64);
-    for (i, (xr, dyr)) in x.chunks_exact(n).zip(dy.chunks_exact(n)).enumerate() {
+    for i in rows {
+        let (xr, dyr) = (&x[i * n..(i + 1) * n], &dy[i * n..(i + 1) * n]);
         let (mean, var) = row_moments(xr);
         let a = rstd(var, eps);
-        if let Some(dg) = dgamma.as_deref_mut() {
+        if let Some(dg) = pg.as_deref_mut() {
             let b = -a * mean;
             for j in 0..n {
                 dg[j] = dyr[j].fma(a.fma(xr[j], b), dg[j]);
             }
         }
-        if let Some(db) = dbeta.as_deref_mut() {
+        if let Some(db) = pb.as_deref_mut() {
             for j in 0..n {
                 db[j] = db[j] + dyr[j];
             }
@@ -247,10 +381,13 @@ pub fn layer_norm_backward<R: Real>(
         };
         let (ds, db) = match gamma {
             Some(g) => (
-                lane_sum(n, |j| (dyr[j] * xr[j]) * g[j]),
-                lane_sum(n, |j| dyr[j] * g[j]),
+                map_reduce_sum(n, |j| (dyr[j] * xr[j], g[j])),
+                map_reduce_sum(n, |j| (dyr[j], g[j])),
             ),
-            None => (lane_sum(n, |j| dyr[j] * xr[j]), lane_sum(n, |j| dyr[j])),
+            None => (
+                map_reduce_sum(n, |j| (dyr[j], xr[j])),
+                map_reduce_sum(n, |j| (dyr[j], R::ONE)),
+            ),
         };
         let b = ((((db.fma(mean, -ds)) * a) * a) * a) * scale;
         let c = (-b).fma(mean, -((db * a) * scale));
@@ -261,11 +398,6 @@ pub fn layer_norm_backward<R: Real>(
                 None => a * dyr[j],
             };
             dxr[j] = b.fma(xr[j], p) + c;
-        }
-    }
-    for d in [dgamma, dbeta].into_iter().flatten() {
-        for v in d.iter_mut() {
-            *v = R::ZERO + *v;
         }
     }
 }
@@ -384,8 +516,9 @@ pub fn rms_norm_backward<R: Real>(
 /// independent: the same bits as unsharded); the weight (and bias) gradients are each rank's
 /// partial over its own rows ([`layer_norm_backward`] / [`rms_norm_backward`] on its block), then
 /// summed over ranks by the backend's all-reduce (Megatron all-reduces the sequence-parallel
-/// norm weights' gradients over tp). `accumulate` and `scratch` are [`rms_norm_backward`]'s
-/// (a layer norm's `dx` is always written whole).
+/// norm weights' gradients over tp). `accumulate` is [`rms_norm_backward`]'s (a layer norm's
+/// `dx` is always written whole); `scratch` is either kernel's (the rms row statistics, or
+/// the layer norm's per-thread partials).
 #[allow(clippy::too_many_arguments)]
 pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
     be: &mut B,
@@ -404,6 +537,9 @@ pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
 ) {
     use crate::scenario::ir::NormKind;
     let layer = kind == NormKind::LayerNorm;
+    // The input gradient does not depend on the thread count; each rank's weight and bias
+    // partials do (each rank is its own process with the profile's threads).
+    let threads = be.aten_threads();
     match kind {
         NormKind::LayerNorm => layer_norm_backward(x, weight, dy, eps, n, dx, None, None),
         NormKind::RmsNorm => {
@@ -423,7 +559,10 @@ pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
         let (w_r, b_r) = (&mut pw[r * n..(r + 1) * n], &mut pb[r * n..(r + 1) * n]);
         let w_out = want_w.then_some(w_r);
         if layer {
-            layer_norm_backward(xs, weight, ds, eps, n, None, w_out, want_b.then_some(b_r));
+            let b_out = want_b.then_some(b_r);
+            layer_norm_backward_threads(
+                xs, weight, ds, eps, n, threads, scratch, None, w_out, b_out,
+            );
         } else {
             rms_norm_backward(xs, weight, ds, eps, n, None, w_out, false, scratch);
         }
