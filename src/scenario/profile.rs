@@ -40,7 +40,7 @@ pub struct Profile {
     /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
     /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
     pub xla: Option<XlaMode>,
-    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 2 threads): every
+    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 4 threads): every
     /// matmul whose role and shape they reveal runs by them; other shapes use `matmul`.
     pub orders: Option<Arc<RevealedOrders>>,
     /// A generative order model (`order_model`, MKL `sgemm` at one or two threads,
