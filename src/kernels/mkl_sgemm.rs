@@ -1129,6 +1129,7 @@ mod tests {
     }
 
     /// Element (i, j) by its program text, run by the revealed-order executor.
+    #[allow(clippy::too_many_arguments)]
     fn by_program(
         model: OrderModel,
         role: Role,
