@@ -96,12 +96,13 @@
 //! the same K blocks either way) and is not modelled.
 //!
 //! Found with `scripts/mkl_order_model.py` (the same rules in Python) and random inputs against
-//! torch at two threads: every row count 5-11 against every `k` and `cols` in 1..40 (which
-//! elements leave the one-thread order, hence the threshold), random shapes up to 600 × 1500
-//! with 5-7 and 9-11 rows, up to 2000 rows or columns with 1-3 rows or 1-11 columns, and
-//! reductions of 400-6000 (no K split); the model writes every program of
-//! `configs/revealed/mkl-threads-2.toml` (84 matmuls of the built-in scenarios, FPRev),
-//! and reproduces a held-out set drawn after it was fixed (`tests/suite/mkl_order_model.rs`).
+//! torch at two threads: row counts 5-7, 9-11 and 13 against every `k` and `cols` in 1..40
+//! (which elements leave the one-thread order, hence the threshold), random shapes with 5-7
+//! and 9-11 rows (`k` < 600, `cols` < 1500), with 1-3 rows or 1-11 columns (`k` < 600, the
+//! other dim < 2000), and reductions of 400-6000 (no K split); the model writes every
+//! program of `configs/revealed/mkl-threads-2.toml` (84 matmuls of the built-in scenarios,
+//! FPRev), and reproduces a held-out set drawn after it was fixed
+//! (`tests/suite/mkl_order_model.rs`).
 //!
 //! The fast entry points compute **Main** and **ChainNn** with the vectorized kernels of
 //! [`super::matmul`] (then the few [`p8`] elements), and the dot kernels four outputs at a
