@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The one-thread MKL sgemm order model of src/kernels/mkl_sgemm.rs, in Python, checked against
-torch: how the rule was found and how to re-check it on another machine.
+"""The one- and two-thread MKL sgemm order models of src/kernels/mkl_sgemm.rs, in Python, checked
+against torch: how the rules were found and how to re-check them on another machine.
 
 The model gives every output element of the four matmul roles of F.linear (forward,
 forward-bias, grad-input, grad-weight; scripts/reveal_order.py's doc) a summation tree over its
@@ -15,6 +15,15 @@ src/kernels/mkl_sgemm.rs's doc). Two checks:
 
     ATEN_CPU_CAPABILITY=avx2 python3 scripts/mkl_order_model.py check --shapes 200 --dims 1-130
     python3 scripts/mkl_order_model.py compare configs/revealed/mkl-threads-1.toml
+
+`--threads 2` checks the two-thread model (torch.set_num_threads(2)) instead: MKL splits the
+output rows between the threads at 4*ceil(ceil(rows/2)/4) unless the product is a gemv or small
+(k <= 4, or k <= 16 and cols <= 16), and each thread's part runs the one-thread gemm kernels on
+its rows, except that a part never takes the gemv kernel (a part of 1 to 3 rows is narrow), so
+only rows 5-7 and 9-11 with cols >= 12 differ from one thread (`tree2`).
+
+    ATEN_CPU_CAPABILITY=avx2 python3 scripts/mkl_order_model.py check --threads 2 --shapes 200 --dims 1-20
+    python3 scripts/mkl_order_model.py compare configs/revealed/mkl-threads-2.toml
 
 The operands are torch-allocated (reveal_order.matmul), as in training: MKL's narrow kernels
 peel terms to 16-byte boundaries, so where a row starts decides its order.
@@ -98,9 +107,12 @@ def gemv(red, count, e):
     return vdot(red, 4, 8, 8) if (e - g) % 2 == 0 else vdot(red, 4, 4, 8)
 
 
-def tree(role, rows, red, cols, i, j):
+def tree(role, rows, red, cols, i, j, narrow=False):
+    """`narrow`: the narrow kernel of the role whatever the shape (two threads' tail rows)."""
     k = red - 1 if role == "forward-bias" else red
     kern = kernel(role, rows, cols)
+    if narrow:
+        kern = "dot-tn" if role in ("forward", "forward-bias") else "chain-nn"
     if kern == "main":
         node = None
         for n, (s, e) in enumerate(mkl_blocks(k)):
@@ -119,6 +131,27 @@ def tree(role, rows, red, cols, i, j):
     else:
         t = chain(range(k))
     return (t, k) if role == "forward-bias" else t
+
+
+def tail_2t(rows, k, cols):
+    """First row of the second thread's part where MKL at 2 threads runs it with the narrow kernel
+    (1 to 3 rows, cols >= 12), or None (every element in the one-thread order). k is MKL's (no
+    bias term)."""
+    if cols < 12 or k <= 4 or (k <= 16 and cols <= 16):
+        return None
+    r1 = -(-(-(-rows // 2)) // 4) * 4
+    return r1 if 0 < rows - r1 < 4 else None
+
+
+def tree2(role, rows, red, cols, i, j):
+    """The two-thread order of element (i, j): the one-thread tree, or in the narrow tail rows
+    the narrow kernel's tree (its peels follow the absolute row: the split is at a multiple of
+    4 rows, so C's and x's row offsets mod 4 are those of the sub-problem's rows)."""
+    k = red - 1 if role == "forward-bias" else red
+    r1 = tail_2t(rows, k, cols)
+    if r1 is None or i < r1:
+        return tree(role, rows, red, cols, i, j)
+    return tree(role, rows, red, cols, i, j, narrow=True)
 
 
 # ---------------------------------------------------------------- exact f32 evaluation
@@ -158,13 +191,14 @@ def evaluate(node, A, B):
     return (evaluate(node[0], A, B) + evaluate(node[1], A, B)).astype(np.float32)
 
 
-def model_output(role, a, b):
+def model_output(role, a, b, threads=1):
     rows, red = a.shape
     cols = b.shape[1]
+    tr = tree2 if threads == 2 else tree
     groups = {}
     for i in range(rows):
         for j in range(cols):
-            groups.setdefault(tree(role, rows, red, cols, i, j), []).append((i, j))
+            groups.setdefault(tr(role, rows, red, cols, i, j), []).append((i, j))
     out = np.zeros((rows, cols), np.float32)
     for t, els in groups.items():
         I = np.array([e[0] for e in els])
@@ -174,7 +208,7 @@ def model_output(role, a, b):
 
 
 def check(args):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     lo, hi = (int(x) for x in args.dims.split("-"))
     rng = np.random.default_rng(args.seed)
     for role in args.roles.split(","):
@@ -187,12 +221,13 @@ def check(args):
             if role == "forward-bias":
                 a[:, -1] = 1.0
             want = ro.matmul(role, a, b, "cpu")
-            got = model_output(role, a, b)
+            got = model_output(role, a, b, args.threads)
             same = (want.view(np.uint32) == got.view(np.uint32)).all()
             ok += bool(same)
             if not same:
                 print(f"  {role} rows {rows} red {red} cols {cols} ({kernel(role, rows, cols)}): differs")
-        print(f"{role}: {ok}/{args.shapes} shapes bit-exact (dims {lo}..{hi}, seed {args.seed})", flush=True)
+        print(f"{role}: {ok}/{args.shapes} shapes bit-exact (dims {lo}..{hi}, seed {args.seed}, "
+              f"{args.threads} thread(s))", flush=True)
 
 
 def text(node, red):
@@ -213,6 +248,10 @@ def text(node, red):
 
 def compare(args):
     d = tomllib.load(open(args.file, "rb"))
+    threads = d["revealed"]["threads"]
+    if threads not in (1, 2):
+        sys.exit(f"{args.file}: {threads} threads; the models are for 1 and 2")
+    tr = tree2 if threads == 2 else tree
     same = 0
     for mm in d["matmul"]:
         role, rows, red, cols = mm["role"], mm["rows"], mm["red"], mm["cols"]
@@ -221,7 +260,7 @@ def compare(args):
             grid[i, :] = p
         for i, j, p in mm["element_programs"]:
             grid[i, j] = p
-        bad = sum(text(tree(role, rows, red, cols, i, j), red) != mm["programs"][grid[i, j]]
+        bad = sum(text(tr(role, rows, red, cols, i, j), red) != mm["programs"][grid[i, j]]
                   for i in range(rows) for j in range(cols))
         same += bad == 0
         if bad:
@@ -237,6 +276,8 @@ def main():
     c.add_argument("--dims", default="1-130", help="F.linear dims m, k, n uniform in LO-HI")
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--roles", default=",".join(ROLES))
+    c.add_argument("--threads", type=int, choices=(1, 2), default=1,
+                   help="torch.set_num_threads and the model checked (default 1)")
     c.set_defaults(fn=check)
     p = sub.add_parser("compare", help="a revealed-order file against the model")
     p.add_argument("file")

@@ -3,9 +3,10 @@
 //! (on stderr), and refused under `--strict-exactness`.
 //!
 //! A profile claims torch's CPU arithmetic when it computes its matmuls by torch's own CPU
-//! orders: the generative one-thread MKL model (`order_model = "mkl-sgemm-1t"`,
-//! `cpu-fma+mkl-threads-1`) or orders revealed from torch on the CPU
-//! (`cpu-fma+mkl-threads-N`, `configs/revealed/`). Under such a profile:
+//! orders: the generative MKL models at one and two threads (`order_model = "mkl-sgemm-1t"`,
+//! `cpu-fma+mkl-threads-1`; `"mkl-sgemm-2t"`, `cpu-fma+mkl-threads-2`) or orders revealed
+//! from torch on the CPU (`cpu-fma+mkl-threads-4`/`-8`, `configs/revealed/`). Under such a
+//! profile:
 //! - **Matmul shapes.** The order model covers every shape. Under revealed orders, every f32
 //!   matmul whose role and shape they do not cover runs by the profile's own kernel model,
 //!   which is not claimed exact. The shapes are found by running the first seed of the
@@ -40,13 +41,14 @@ pub fn claims_torch(profile: &Profile) -> bool {
                 .is_some_and(|o| o.meta.device == "cpu"))
 }
 
-/// The thread count a torch-claiming profile models: its revealed orders', else 1 (the one
-/// order model is MKL's at one thread).
+/// The thread count a torch-claiming profile models: its order model's, else its revealed
+/// orders', else 1.
 fn threads(profile: &Profile) -> usize {
-    profile
-        .orders
-        .as_ref()
-        .map_or(1, |o| o.meta.threads as usize)
+    match (profile.order_model, &profile.orders) {
+        (Some(m), _) => m.threads(),
+        (None, Some(o)) => o.meta.threads as usize,
+        (None, None) => 1,
+    }
 }
 
 /// The ops of `g` whose kernels are not bit-exact with torch 2.15 under `profile` (empty
@@ -204,4 +206,27 @@ pub fn announce(
         eprintln!("warning: {l}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::profile::ProfileRegistry;
+
+    /// The order models claim torch at their thread counts, like the revealed files at theirs;
+    /// the numerics models claim nothing.
+    #[test]
+    fn claims_and_thread_counts_of_the_builtin_profiles() {
+        let r = ProfileRegistry::builtin().unwrap();
+        for (name, claims, t) in [
+            ("cpu-fma+mkl-threads-1", true, 1),
+            ("cpu-fma+mkl-threads-2", true, 2),
+            ("cpu-fma+mkl-threads-4", true, 4),
+            ("cpu-fma+mkl-threads-8", true, 8),
+            ("cpu-fma", false, 1),
+        ] {
+            let p = r.resolve(name, "--profile").unwrap();
+            assert_eq!((claims_torch(&p), threads(&p)), (claims, t), "{name}");
+        }
+    }
 }

@@ -101,7 +101,11 @@ impl Plan {
         };
         let scratch_f64 = nt(&crate::kernels::matmul::nt_f64_scratch_elems);
         let scratch_f32 = match order_model {
-            Some(OrderModel::MklSgemm1t) => nt(&crate::kernels::mkl_sgemm::nt_scratch_elems),
+            // The two-thread model computes the one-thread product first (its narrow rows take
+            // no scratch).
+            Some(OrderModel::MklSgemm1t | OrderModel::MklSgemm2t) => {
+                nt(&crate::kernels::mkl_sgemm::nt_scratch_elems)
+            }
             None => nt(&|m, k, n| model.nt_scratch_elems(m, k, n)),
         };
         let acc = if g.train.micro_steps > 1 { 2 } else { 1 };

@@ -1,6 +1,6 @@
 //! torch 2.15's CPU f32 matmuls at one thread as MKL's `sgemm` orders them, for every shape: a
 //! generative model of the order of every output element, from the shape and the position of
-//! the element alone (no per-shape table).
+//! the element alone (no per-shape table); and at two threads (section "Two threads").
 //!
 //! # Which code computes the product
 //!
@@ -76,6 +76,34 @@
 //! `configs/revealed/mkl-threads-1.toml` element for element (`tests`), and torch's outputs on
 //! a held-out grid (`tests/suite/mkl_order_model.rs`).
 //!
+//! # Two threads
+//!
+//! At `torch.set_num_threads(2)` ([`OrderModel::MklSgemm2t`]; measured as above with two
+//! threads) MKL runs a gemv (**GemvRows**, **Chain**) and a small product (`k <= 4`, or
+//! `k <= 16` and `cols <= 16`; `k` the reduction without an `addmm` bias) on one thread, in the
+//! one-thread order. Every other product is split between the two threads by output rows (MKL's
+//! `n`): rows `0..r1` and `r1..rows`, `r1 = 4⌈⌈rows/2⌉/4⌉` (no split when `r1 >= rows`), no
+//! split of K. Each part is computed as a product of its own rows by the one-thread gemm kernels
+//! — **Main** when the part has 4 or more rows and `cols >= 12`, else the role's narrow kernel
+//! (**DotTn** for the forward, **ChainNn** for the gradients), never a gemv, so a single-row
+//! part is narrow too — with the peels of the absolute rows (`r1` is a multiple of 4, so a
+//! part's row offsets are the sub-product's mod 4). A split changes an element's order only
+//! where a part's kernel differs from the whole product's: the second part when it has 1 to 3
+//! rows and `cols >= 12` ([`narrow_tail_2t`]: `rows` 5-7 and 9-11), whose elements are
+//! narrow-kernel elements instead of **Main**'s FMA chains; every other element is in the
+//! one-thread order. How the threads split wider products that both parts compute with
+//! **Main** cannot be seen in the results (the order of each element is its own FMA chain over
+//! the same K blocks either way) and is not modelled.
+//!
+//! Found with `scripts/mkl_order_model.py` (the same rules in Python) and random inputs against
+//! torch at two threads: row counts 5-7, 9-11 and 13 against every `k` and `cols` in 1..40
+//! (which elements leave the one-thread order, hence the threshold), random shapes with 5-7
+//! and 9-11 rows (`k` < 600, `cols` < 1500), with 1-3 rows or 1-11 columns (`k` < 600, the
+//! other dim < 2000), and reductions of 400-6000 (no K split); the model writes every
+//! program of `configs/revealed/mkl-threads-2.toml` (84 matmuls of the built-in scenarios,
+//! FPRev), and reproduces a held-out set drawn after it was fixed
+//! (`tests/suite/mkl_order_model.rs`).
+//!
 //! The fast entry points compute **Main** and **ChainNn** with the vectorized kernels of
 //! [`super::matmul`] (then the few [`p8`] elements), and the dot kernels four outputs at a
 //! time; [`element`] is the scalar definition of one element, and [`element_program`] the
@@ -91,21 +119,32 @@ use std::fmt::Write as _;
 pub enum OrderModel {
     /// MKL `sgemm` at one thread as torch 2.15 calls it (this module).
     MklSgemm1t,
+    /// MKL `sgemm` at two threads as torch 2.15 calls it (this module, "Two threads").
+    MklSgemm2t,
 }
 
 impl OrderModel {
+    /// Every model, for listing.
+    pub const ALL: [OrderModel; 2] = [Self::MklSgemm1t, Self::MklSgemm2t];
+
     /// Parses the profiles.toml name.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "mkl-sgemm-1t" => Some(Self::MklSgemm1t),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|m| m.name() == s)
     }
 
     /// The profiles.toml name.
     pub fn name(self) -> &'static str {
         match self {
             Self::MklSgemm1t => "mkl-sgemm-1t",
+            Self::MklSgemm2t => "mkl-sgemm-2t",
+        }
+    }
+
+    /// The thread count (`torch.set_num_threads`) whose orders the model gives.
+    pub fn threads(self) -> usize {
+        match self {
+            Self::MklSgemm1t => 1,
+            Self::MklSgemm2t => 2,
         }
     }
 }
@@ -152,6 +191,50 @@ pub fn kernel(role: Role, rows: usize, cols: usize) -> MklKernel {
             }
         }
         _ if rows >= 4 && cols >= 12 => MklKernel::Main,
+        Role::Forward | Role::ForwardBias => MklKernel::DotTn,
+        Role::GradInput | Role::GradWeight => MklKernel::ChainNn,
+    }
+}
+
+/// The rows MKL at two threads computes with the narrow kernel of the role although the
+/// one-thread kernel of the shape is **Main** ("Two threads" in the module doc): the second
+/// thread's part `r1..rows`, `r1 = 4⌈⌈rows/2⌉/4⌉`, when it has 1 to 3 rows, the output has 12
+/// or more columns and the product is threaded (`k > 4`, and `k > 16` or `cols > 16`; `k` the
+/// reduction without an `addmm` bias). `None` for every other shape (all of its elements are in
+/// the one-thread order). Only `rows` 5-7 and 9-11 can have such a part.
+pub fn narrow_tail_2t(rows: usize, k: usize, cols: usize) -> Option<usize> {
+    if cols < 12 || k <= 4 || (k <= 16 && cols <= 16) {
+        return None;
+    }
+    let r1 = rows.div_ceil(2).div_ceil(4) * 4;
+    (r1 < rows && rows - r1 < 4).then_some(r1)
+}
+
+/// The kernel that computes element row `i` of `role` under `model` for an output of
+/// `rows × cols` over `red` terms (`ForwardBias`: the bias is term `red − 1`): [`kernel`], or at
+/// two threads in the rows of [`narrow_tail_2t`] the role's narrow kernel (**DotTn** for the
+/// forward, **ChainNn** for the gradients).
+pub fn element_kernel(
+    model: OrderModel,
+    role: Role,
+    (rows, red, cols): (usize, usize, usize),
+    i: usize,
+) -> MklKernel {
+    let k = if role == Role::ForwardBias {
+        red - 1
+    } else {
+        red
+    };
+    match (model, narrow_tail_2t(rows, k, cols)) {
+        (OrderModel::MklSgemm2t, Some(r1)) if i >= r1 => narrow(role),
+        _ => kernel(role, rows, cols),
+    }
+}
+
+/// The narrow kernel of `role` (the one of an output with fewer than 4 rows and more than one
+/// column).
+fn narrow(role: Role) -> MklKernel {
+    match role {
         Role::Forward | Role::ForwardBias => MklKernel::DotTn,
         Role::GradInput | Role::GradWeight => MklKernel::ChainNn,
     }
@@ -348,11 +431,26 @@ fn gemv_element(
     }
 }
 
-/// The scalar definition of element `(i, j)` of `role` (module doc), with the operands
-/// stored as [`Role`] says and `(rows, red, cols)` as there: for `ForwardBias`, `x` is
+/// The scalar definition of element `(i, j)` of `role` at one thread (module doc), with the
+/// operands stored as [`Role`] says and `(rows, red, cols)` as there: for `ForwardBias`, `x` is
 /// `rows × (red − 1)`, `w` is `cols × (red − 1)` and `bias` (required) is the last term. Every
 /// element of the fast entry points equals this, bit for bit.
 pub fn element(
+    role: Role,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    dims: (usize, usize, usize),
+    i: usize,
+    j: usize,
+) -> f32 {
+    element_of(OrderModel::MklSgemm1t, role, a, b, bias, dims, i, j)
+}
+
+/// [`element`] under `model`: the element computed by [`element_kernel`]'s kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn element_of(
+    model: OrderModel,
     role: Role,
     a: &[f32],
     b: &[f32],
@@ -361,6 +459,7 @@ pub fn element(
     i: usize,
     j: usize,
 ) -> f32 {
+    let kern = element_kernel(model, role, (rows, red, cols), i);
     let (k, bias) = match role {
         Role::ForwardBias => (red - 1, Some(bias.expect("forward-bias needs the bias")[j])),
         _ => (red, None),
@@ -369,7 +468,7 @@ pub fn element(
         Role::Forward | Role::ForwardBias => {
             let (x, w) = (&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
             let (fa, fb) = (|t: usize| x[t], |t: usize| w[t]);
-            match kernel(role, rows, cols) {
+            match kern {
                 MklKernel::Main => return main_element(fa, fb, k, bias),
                 MklKernel::GemvRows if rows == 1 => gemv_element(fa, fb, k, cols, j),
                 MklKernel::GemvRows => gemv_element(fa, fb, k, rows, i),
@@ -383,7 +482,7 @@ pub fn element(
                 _ => a[t * rows + i],
             };
             let fb = |t: usize| b[t * cols + j];
-            match kernel(role, rows, cols) {
+            match kern {
                 MklKernel::Main => main_element(fa, fb, k, None),
                 MklKernel::GemvRows => gemv_element(fa, fb, k, rows, i),
                 MklKernel::ChainNn if j < chain_nn_peel(i, cols) => p8(fa, fb, k),
@@ -406,6 +505,19 @@ pub fn product_scalar(
     dims: (usize, usize, usize),
     c: &mut [f32],
 ) {
+    product_scalar_of(OrderModel::MklSgemm1t, role, a, b, bias, dims, c);
+}
+
+/// Every element of `role` under `model` by [`element_of`].
+pub fn product_scalar_of(
+    model: OrderModel,
+    role: Role,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    dims: (usize, usize, usize),
+    c: &mut [f32],
+) {
     let (rows, _, cols) = dims;
     assert_eq!(
         c.len(),
@@ -414,7 +526,7 @@ pub fn product_scalar(
     );
     for i in 0..rows {
         for j in 0..cols {
-            c[i * cols + j] = element(role, a, b, bias, dims, i, j);
+            c[i * cols + j] = element_of(model, role, a, b, bias, dims, i, j);
         }
     }
 }
@@ -490,19 +602,24 @@ fn forward_dot(
         MklKernel::GemvRows if m == 1 => gemv_rows(w, x, y, n, k),
         MklKernel::GemvRows => gemv_rows(x, w, y, m, k),
         _ => {
-            let groups = n / 4 * 4;
             for (i, (xi, yi)) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)).enumerate() {
-                let peel = dot_tn_peel(i, k);
-                for j in (0..groups).step_by(4) {
-                    let r = |q: usize| &w[(j + q) * k..(j + q + 1) * k];
-                    yi[j..j + 4].copy_from_slice(&vdot4_x4(xi, [r(0), r(1), r(2), r(3)], peel));
-                }
-                for (j, v) in yi.iter_mut().enumerate().skip(groups) {
-                    let wj = &w[j * k..(j + 1) * k];
-                    *v = vdot::<8, 8>(|t| xi[t], |t| wj[t], k, peel);
-                }
+                dot_tn_row(xi, w, yi, i, k, n);
             }
         }
+    }
+}
+
+/// **DotTn**'s row `i` of `y` (`n` wide): x's row `xi` against every row of `w` (`n × k`).
+fn dot_tn_row(xi: &[f32], w: &[f32], yi: &mut [f32], i: usize, k: usize, n: usize) {
+    let groups = n / 4 * 4;
+    let peel = dot_tn_peel(i, k);
+    for j in (0..groups).step_by(4) {
+        let r = |q: usize| &w[(j + q) * k..(j + q + 1) * k];
+        yi[j..j + 4].copy_from_slice(&vdot4_x4(xi, [r(0), r(1), r(2), r(3)], peel));
+    }
+    for (j, v) in yi.iter_mut().enumerate().skip(groups) {
+        let wj = &w[j * k..(j + 1) * k];
+        *v = vdot::<8, 8>(|t| xi[t], |t| wj[t], k, peel);
     }
 }
 
@@ -601,6 +718,126 @@ pub fn grad_weight(
     }
 }
 
+/// [`forward`] at two threads (module doc, "Two threads"): the one-thread product, then the rows
+/// of [`narrow_tail_2t`] by **DotTn**, the bias added last.
+///
+/// Panics unless the lengths agree.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_2t(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    s: &mut MatmulScratch,
+) {
+    forward(x, w, bias, y, m, k, n, s);
+    let Some(r1) = narrow_tail_2t(m, k, n) else {
+        return;
+    };
+    for i in r1..m {
+        let yi = &mut y[i * n..(i + 1) * n];
+        dot_tn_row(&x[i * k..(i + 1) * k], w, yi, i, k, n);
+        if let Some(bb) = bias {
+            for (v, &b) in yi.iter_mut().zip(bb) {
+                *v += b;
+            }
+        }
+    }
+}
+
+/// [`grad_input`] at two threads (module doc, "Two threads"): the one-thread product, then the
+/// rows of [`narrow_tail_2t`] by **ChainNn**.
+///
+/// Panics unless the lengths agree.
+pub fn grad_input_2t(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    s: &mut MatmulScratch,
+) {
+    grad_input(a, b, c, m, k, n, s);
+    if let Some(r1) = narrow_tail_2t(m, k, n) {
+        chain_nn_rows(|i, t| a[i * k + t], b, c, r1..m, k, n);
+    }
+}
+
+/// [`grad_weight`] at two threads (module doc, "Two threads"): the one-thread product, then the
+/// rows of [`narrow_tail_2t`] by **ChainNn**.
+///
+/// Panics unless the lengths agree.
+pub fn grad_weight_2t(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    s: &mut MatmulScratch,
+) {
+    grad_weight(a, b, c, m, k, n, s);
+    if let Some(r1) = narrow_tail_2t(m, k, n) {
+        chain_nn_rows(|i, t| a[t * m + i], b, c, r1..m, k, n);
+    }
+}
+
+/// **ChainNn** for the output rows `rows` of `c` (m×n): [`p8`] before C's row reaches a 16-byte
+/// boundary ([`chain_nn_peel`], of the absolute row), the rounded chain after; `a(i, t)` is row
+/// i's term t, `b` is `k×n` row-major.
+fn chain_nn_rows(
+    a: impl Fn(usize, usize) -> f32,
+    b: &[f32],
+    c: &mut [f32],
+    rows: std::ops::Range<usize>,
+    k: usize,
+    n: usize,
+) {
+    for i in rows {
+        let p = chain_nn_peel(i, n);
+        for j in 0..n {
+            let (fa, fb) = (|t: usize| a(i, t), |t: usize| b[t * n + j]);
+            c[i * n + j] = if j < p {
+                p8(fa, fb, k)
+            } else {
+                chain(fa, fb, k)
+            };
+        }
+    }
+}
+
+/// `role`'s product under `model` by the fast entry points ([`forward`], [`grad_input`],
+/// [`grad_weight`] and their two-thread forms), the operands and `(m, k, n)` as those take them
+/// (`k` without the bias; `bias` is `ForwardBias`'s).
+#[allow(clippy::too_many_arguments)]
+pub fn product(
+    model: OrderModel,
+    role: Role,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    s: &mut MatmulScratch,
+) {
+    match (model, role) {
+        (OrderModel::MklSgemm1t, Role::Forward | Role::ForwardBias) => {
+            forward(a, b, bias, c, m, k, n, s)
+        }
+        (OrderModel::MklSgemm2t, Role::Forward | Role::ForwardBias) => {
+            forward_2t(a, b, bias, c, m, k, n, s)
+        }
+        (OrderModel::MklSgemm1t, Role::GradInput) => grad_input(a, b, c, m, k, n, s),
+        (OrderModel::MklSgemm2t, Role::GradInput) => grad_input_2t(a, b, c, m, k, n, s),
+        (OrderModel::MklSgemm1t, Role::GradWeight) => grad_weight(a, b, c, m, k, n, s),
+        (OrderModel::MklSgemm2t, Role::GradWeight) => grad_weight_2t(a, b, c, m, k, n, s),
+    }
+}
+
 /// Rewrites **ChainNn**'s peeled elements of `c` (m×n) by [`p8`]; `a(i, t)` is row i's term t,
 /// `b` is `k×n` row-major.
 fn chain_nn_fixups(
@@ -622,7 +859,13 @@ fn chain_nn_fixups(
 /// (`ForwardBias`: the bias is term `red − 1`), in the program syntax of
 /// [`super::revealed`], written the way `scripts/reveal_order.py` writes what it measures
 /// (so that the two compare as text).
-pub fn element_program(
+pub fn element_program(role: Role, dims: (usize, usize, usize), i: usize, j: usize) -> String {
+    element_program_of(OrderModel::MklSgemm1t, role, dims, i, j)
+}
+
+/// [`element_program`] under `model` ([`element_kernel`]'s kernel).
+pub fn element_program_of(
+    model: OrderModel,
     role: Role,
     (rows, red, cols): (usize, usize, usize),
     i: usize,
@@ -634,7 +877,7 @@ pub fn element_program(
         red
     };
     let mut fused = vec![false; red];
-    let mut tree = match (kernel(role, rows, cols), role) {
+    let mut tree = match (element_kernel(model, role, (rows, red, cols), i), role) {
         (MklKernel::Main, _) => {
             let mut blocks = Vec::new();
             KSplit::Mkl.for_each_block(k, |r| blocks.push(r));
@@ -851,6 +1094,7 @@ mod tests {
     /// The operands of `role` for (rows, red, cols) as the fast entry points take them, and
     /// the fast result.
     fn fast(
+        model: OrderModel,
         role: Role,
         (rows, red, cols): (usize, usize, usize),
         seed: u64,
@@ -858,33 +1102,37 @@ mod tests {
     ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>, Vec<f32>) {
         let mut s = MatmulScratch::with_isa(isa);
         let mut c = vec![f32::NAN; rows * cols];
-        match role {
-            Role::Forward | Role::ForwardBias => {
-                let k = if role == Role::ForwardBias {
-                    red - 1
-                } else {
-                    red
-                };
-                let (x, w) = (values(seed, rows * k), values(seed + 1, cols * k));
-                let bias = (role == Role::ForwardBias).then(|| values(seed + 2, cols));
-                forward(&x, &w, bias.as_deref(), &mut c, rows, k, cols, &mut s);
-                (x, w, bias, c)
-            }
-            Role::GradInput => {
-                let (a, b) = (values(seed, rows * red), values(seed + 1, red * cols));
-                grad_input(&a, &b, &mut c, rows, red, cols, &mut s);
-                (a, b, None, c)
-            }
-            Role::GradWeight => {
-                let (a, b) = (values(seed, red * rows), values(seed + 1, red * cols));
-                grad_weight(&a, &b, &mut c, rows, red, cols, &mut s);
-                (a, b, None, c)
-            }
-        }
+        let k = if role == Role::ForwardBias {
+            red - 1
+        } else {
+            red
+        };
+        let (a, b, bias) = match role {
+            Role::Forward | Role::ForwardBias => (
+                values(seed, rows * k),
+                values(seed + 1, cols * k),
+                (role == Role::ForwardBias).then(|| values(seed + 2, cols)),
+            ),
+            Role::GradInput => (values(seed, rows * red), values(seed + 1, red * cols), None),
+            Role::GradWeight => (values(seed, red * rows), values(seed + 1, red * cols), None),
+        };
+        product(
+            model,
+            role,
+            &a,
+            &b,
+            bias.as_deref(),
+            &mut c,
+            (rows, k, cols),
+            &mut s,
+        );
+        (a, b, bias, c)
     }
 
     /// Element (i, j) by its program text, run by the revealed-order executor.
+    #[allow(clippy::too_many_arguments)]
     fn by_program(
+        model: OrderModel,
         role: Role,
         dims: (usize, usize, usize),
         a: &[f32],
@@ -894,7 +1142,7 @@ mod tests {
         j: usize,
     ) -> f32 {
         let (rows, red, cols) = dims;
-        let p = Program::parse(&element_program(role, dims, i, j), red).unwrap();
+        let p = Program::parse(&element_program_of(model, role, dims, i, j), red).unwrap();
         let k = if role == Role::ForwardBias {
             red - 1
         } else {
@@ -926,11 +1174,18 @@ mod tests {
     ];
 
     /// The fast entry points, the scalar definition and the program text executed by
-    /// [`super::super::revealed`] agree bit for bit on every element of every kernel's shapes:
-    /// all of rows 1..=6 × cols 1..=14 at reductions around the vector steps, and shapes with
-    /// several K blocks, long reductions and wide outputs.
+    /// [`super::super::revealed`] agree bit for bit on every element of every kernel's shapes,
+    /// under both models: all of rows 1..=6 × cols 1..=14 at reductions around the vector
+    /// steps, shapes with several K blocks, long reductions and wide outputs, and the two-thread
+    /// model's narrow rows (5-7 and 9-11 rows).
     #[test]
     fn fast_scalar_and_program_agree() {
+        for model in OrderModel::ALL {
+            fast_scalar_and_program_agree_under(model);
+        }
+    }
+
+    fn fast_scalar_and_program_agree_under(model: OrderModel) {
         let mut dims = Vec::new();
         for rows in 1..=6 {
             for cols in 1..=14 {
@@ -950,28 +1205,38 @@ mod tests {
             (9, 64, 129),
             (20, 200, 13),
             (40, 400, 30),
+            (5, 17, 12),
+            (7, 35, 67),
+            (9, 6, 17),
+            (10, 250, 33),
+            (11, 21, 13),
+            (6, 400, 20),
         ]);
-        let mut n = 0;
+        let (mut n, mut narrow_tail) = (0, 0);
         for &d in &dims {
             for role in ROLES {
                 if role == Role::ForwardBias && d.1 < 2 {
                     continue;
                 }
                 let (a, b, bias, c) = fast(
+                    model,
                     role,
                     d,
                     (d.0 * 1000 + d.1 * 10 + d.2) as u64,
                     Isa::detected(),
                 );
                 for i in 0..d.0 {
+                    narrow_tail += d.2
+                        * usize::from(element_kernel(model, role, d, i) != kernel(role, d.0, d.2));
                     for j in 0..d.2 {
-                        let e = element(role, &a, &b, bias.as_deref(), d, i, j);
-                        let p = by_program(role, d, &a, &b, bias.as_deref(), i, j);
+                        let e = element_of(model, role, &a, &b, bias.as_deref(), d, i, j);
+                        let p = by_program(model, role, d, &a, &b, bias.as_deref(), i, j);
                         let f = c[i * d.2 + j];
                         assert!(
                             f.to_bits() == e.to_bits() && e.to_bits() == p.to_bits(),
-                            "{role:?} {d:?} ({i}, {j}): fast {f:e}, scalar {e:e}, program {p:e} ({})",
-                            element_program(role, d, i, j)
+                            "{model:?} {role:?} {d:?} ({i}, {j}): fast {f:e}, scalar {e:e}, \
+                             program {p:e} ({})",
+                            element_program_of(model, role, d, i, j)
                         );
                         n += 1;
                     }
@@ -979,12 +1244,20 @@ mod tests {
             }
         }
         assert!(n > 100_000, "{n} elements");
+        // The two-thread model's own rows are among them (and only its).
+        assert_eq!(
+            narrow_tail > 1000,
+            model == OrderModel::MklSgemm2t,
+            "{narrow_tail}"
+        );
     }
 
     /// Every compilation of the vector kernels the fast entry points use (forced per level the
     /// CPU has) gives the scalar definition's bits, on a shape of every kernel, with the bias
     /// joining after the first of several K blocks both where the few-rows kernel reads the
     /// weight in place (16 rows or fewer, AVX-512) and where the blocks are copied.
+    /// Under both models; the two-thread one also on shapes with its narrow rows (one, two and
+    /// three of them, with the bias after the first of several K blocks in the others).
     #[test]
     fn every_isa_level_gives_the_same_bits() {
         let mut levels = 0;
@@ -993,31 +1266,82 @@ mod tests {
                 continue;
             };
             levels += 1;
-            for d in [
-                (1, 37, 9),
-                (3, 21, 40),
-                (7, 13, 5),
-                (2, 9, 6),
-                (13, 385, 20),
-                (20, 200, 13),
-                (6, 40, 30),
-            ] {
-                for role in ROLES {
-                    let (a, b, bias, c) = fast(role, d, 7, isa);
-                    for i in 0..d.0 {
-                        for j in 0..d.2 {
-                            let e = element(role, &a, &b, bias.as_deref(), d, i, j);
-                            assert_eq!(
-                                c[i * d.2 + j].to_bits(),
-                                e.to_bits(),
-                                "{level:?} {role:?} {d:?} ({i}, {j})"
-                            );
+            for model in OrderModel::ALL {
+                for d in [
+                    (1, 37, 9),
+                    (3, 21, 40),
+                    (7, 13, 5),
+                    (2, 9, 6),
+                    (13, 385, 20),
+                    (20, 200, 13),
+                    (6, 40, 30),
+                    (5, 300, 17),
+                    (11, 23, 41),
+                    (9, 8, 19),
+                ] {
+                    for role in ROLES {
+                        let (a, b, bias, c) = fast(model, role, d, 7, isa);
+                        for i in 0..d.0 {
+                            for j in 0..d.2 {
+                                let e = element_of(model, role, &a, &b, bias.as_deref(), d, i, j);
+                                assert_eq!(
+                                    c[i * d.2 + j].to_bits(),
+                                    e.to_bits(),
+                                    "{level:?} {model:?} {role:?} {d:?} ({i}, {j})"
+                                );
+                            }
                         }
                     }
                 }
             }
         }
         assert!(levels >= 1);
+    }
+
+    /// The two-thread split of the module doc: which shapes have narrow rows, and their orders
+    /// on small cases worked by hand.
+    #[test]
+    fn two_thread_narrow_rows_and_orders() {
+        // Rows 5-7 and 9-11 have a second part of 1-3 rows; 8, 12 and 13 do not.
+        let tails: Vec<_> = (1..=16).map(|rows| narrow_tail_2t(rows, 40, 40)).collect();
+        let want = [0, 0, 0, 0, 4, 4, 4, 0, 8, 8, 8, 0, 0, 0, 0, 0];
+        assert_eq!(
+            tails,
+            want.map(|r| (r > 0).then_some(r)).to_vec(),
+            "split rows"
+        );
+        // Not threaded: k <= 4, or k <= 16 and cols <= 16; narrow anyway below 12 columns.
+        assert_eq!(narrow_tail_2t(6, 4, 100), None);
+        assert_eq!(narrow_tail_2t(6, 5, 17), Some(4));
+        assert_eq!(narrow_tail_2t(6, 16, 16), None);
+        assert_eq!(narrow_tail_2t(6, 17, 12), Some(4));
+        assert_eq!(narrow_tail_2t(6, 17, 11), None);
+        let m2 = OrderModel::MklSgemm2t;
+        let f = |role, d, i, j| element_program_of(m2, role, d, i, j);
+        // 5 × 8 × 17: row 4 is a one-row part, by the narrow forward kernel (not the gemv).
+        assert_eq!(
+            f(Role::Forward, (5, 8, 17), 4, 0),
+            "(((0r 4r) (2r 6r)) ((1r 5r) (3r 7r)))"
+        );
+        assert_eq!(f(Role::Forward, (5, 8, 17), 3, 0), "[0..8]f");
+        // The bias is added last there, whatever the K blocks.
+        assert_eq!(
+            element_kernel(m2, Role::ForwardBias, (5, 201, 17), 4),
+            MklKernel::DotTn
+        );
+        assert!(f(Role::ForwardBias, (5, 201, 17), 4, 0).ends_with(" 200r)"));
+        // C's row 9 of 17 floats starts 153 floats in: three elements before its boundary.
+        assert_eq!(
+            f(Role::GradInput, (10, 9, 17), 9, 2),
+            "(([0..4]r [4..8]r) 8r)"
+        );
+        assert_eq!(f(Role::GradInput, (10, 9, 17), 9, 3), "[0..9]r");
+        assert_eq!(f(Role::GradWeight, (10, 9, 17), 7, 3), "[0..9]f");
+        // The one-thread model is unchanged on those shapes.
+        assert_eq!(
+            element_program(Role::Forward, (5, 8, 17), 4, 0),
+            element_program(Role::Forward, (5, 8, 17), 3, 0)
+        );
     }
 
     /// The kernels of the module doc, by shape, and the program texts of their orders on

@@ -509,20 +509,15 @@ impl<'a> F32Backend<'a> {
         k: usize,
         n: usize,
     ) -> bool {
-        let Some(OrderModel::MklSgemm1t) = self.order_model else {
+        let Some(model) = self.order_model else {
             return false;
         };
         if self.kernels == Kernels::ScalarReference {
             let red = if role == Role::ForwardBias { k + 1 } else { k };
-            mkl_sgemm::product_scalar(role, a, b, bias, (m, red, n), c);
+            mkl_sgemm::product_scalar_of(model, role, a, b, bias, (m, red, n), c);
             return true;
         }
-        let s = &mut *self.scratch;
-        match role {
-            Role::Forward | Role::ForwardBias => mkl_sgemm::forward(a, b, bias, c, m, k, n, s),
-            Role::GradInput => mkl_sgemm::grad_input(a, b, c, m, k, n, s),
-            Role::GradWeight => mkl_sgemm::grad_weight(a, b, c, m, k, n, s),
-        }
+        mkl_sgemm::product(model, role, a, b, bias, c, (m, k, n), self.scratch);
         true
     }
 

@@ -40,10 +40,10 @@ pub struct Profile {
     /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
     /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
     pub xla: Option<XlaMode>,
-    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 2 threads): every
+    /// Revealed per-element matmul orders (`matmul_orders`, e.g. MKL at 4 threads): every
     /// matmul whose role and shape they reveal runs by them; other shapes use `matmul`.
     pub orders: Option<Arc<RevealedOrders>>,
-    /// A generative order model (`order_model`, e.g. MKL `sgemm` at one thread,
+    /// A generative order model (`order_model`, MKL `sgemm` at one or two threads,
     /// [`crate::kernels::mkl_sgemm`]): every matmul of the four roles that `orders` does not
     /// reveal runs by it instead of `matmul`.
     pub order_model: Option<OrderModel>,
@@ -104,8 +104,8 @@ pub struct ProfileToml {
     /// `none` or a built-in revealed-order file (`mkl-threads-1`, `mkl-threads-2`,
     /// `mkl-threads-4`, `mkl-threads-8`): per-element matmul orders measured by `scripts/reveal_order.py`.
     pub matmul_orders: Option<String>,
-    /// `none` or `mkl-sgemm-1t` (torch's f32 matmuls as MKL `sgemm` orders them at one thread,
-    /// for every shape: [`crate::kernels::mkl_sgemm`]).
+    /// `none`, `mkl-sgemm-1t` or `mkl-sgemm-2t` (torch's f32 matmuls as MKL `sgemm` orders
+    /// them at one or two threads, for every shape: [`crate::kernels::mkl_sgemm`]).
     pub order_model: Option<String>,
 }
 
@@ -303,7 +303,10 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
                 InputError::config(
                     file,
                     format!("{prefix}.order_model"),
-                    format!("`{s}` is not an order model; allowed: none, mkl-sgemm-1t"),
+                    format!(
+                        "`{s}` is not an order model; allowed: none, {}",
+                        OrderModel::ALL.map(OrderModel::name).join(", ")
+                    ),
                 )
             })?),
         };
@@ -677,36 +680,44 @@ mod tests {
             "{e}"
         );
         let p = r
-            .resolve("f32+mkl-threads-1+mkl-threads-2", "--profile")
+            .resolve("f32+mkl-threads-1+mkl-threads-4", "--profile")
             .unwrap();
         assert_eq!(
             (p.orders.as_ref().map(|o| o.meta.threads), p.order_model),
-            (Some(2), None),
+            (Some(4), None),
             "later modifiers win"
         );
-        let p = r
-            .resolve("f32+mkl-threads-2+mkl-threads-1", "--profile")
-            .unwrap();
-        assert_eq!(
-            (p.orders.is_none(), p.order_model),
-            (true, Some(OrderModel::MklSgemm1t)),
-            "later modifiers win"
-        );
-        // The built-in one-thread file still loads (the tests check the model against it).
-        let p = r
-            .add_toml(
-                "my.toml",
-                "[modifiers.m1]\nmatmul_orders = 'mkl-threads-1'\n",
-            )
-            .and_then(|_| r.resolve("f32+m1", "--profile"))
-            .unwrap();
-        assert_eq!(p.orders.as_ref().map(|o| o.meta.threads), Some(1));
+        for (mods, model) in [
+            ("mkl-threads-1+mkl-threads-2", OrderModel::MklSgemm2t),
+            ("mkl-threads-2+mkl-threads-1", OrderModel::MklSgemm1t),
+            ("mkl-threads-4+mkl-threads-2", OrderModel::MklSgemm2t),
+        ] {
+            let p = r.resolve(&format!("f32+{mods}"), "--profile").unwrap();
+            assert_eq!(
+                (p.orders.is_none(), p.order_model),
+                (true, Some(model)),
+                "later modifiers win: {mods}"
+            );
+        }
+        // The built-in one- and two-thread files still load (the tests check the models
+        // against them).
+        for t in [1, 2] {
+            let p = r
+                .add_toml(
+                    "my.toml",
+                    &format!("[modifiers.m{t}]\nmatmul_orders = 'mkl-threads-{t}'\n"),
+                )
+                .and_then(|_| r.resolve(&format!("f32+m{t}"), "--profile"))
+                .unwrap();
+            assert_eq!(p.orders.as_ref().map(|o| o.meta.threads), Some(t));
+        }
         let e = r
-            .add_toml("my.toml", "[modifiers.m2]\norder_model = 'mkl-sgemm-2t'\n")
+            .add_toml("my.toml", "[modifiers.m4]\norder_model = 'mkl-sgemm-4t'\n")
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("modifiers.m2.order_model") && e.contains("none, mkl-sgemm-1t"),
+            e.contains("modifiers.m4.order_model")
+                && e.contains("none, mkl-sgemm-1t, mkl-sgemm-2t"),
             "{e}"
         );
         // A revealed file needs a name and a base to be a profile.

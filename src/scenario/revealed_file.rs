@@ -12,10 +12,11 @@
 //! torch 2.15 (MKL) at `torch.set_num_threads(N)` on the shapes of the built-in T1/T2 scenarios
 //! (`docs/numerics-mkl-threads.md`); `mkl-threads-1` also on the shapes of the newer built-ins
 //! (MKL's single-row and narrow-output kernels, which `cpu-fma`'s FMA-chain model does not
-//! describe). The `mkl-threads-1` modifier no longer carries its file: it runs the order model
-//! of every shape ([`crate::kernels::mkl_sgemm`]), which reproduces every program of the file
-//! (`tests/suite/mkl_order_model.rs`); the file stays loadable (`matmul_orders =
-//! "mkl-threads-1"`) as that test's data.
+//! describe). The `mkl-threads-1` and `mkl-threads-2` modifiers no longer carry their files:
+//! they run the order models of every shape at one and two threads
+//! ([`crate::kernels::mkl_sgemm`]), which reproduce every program of the files
+//! (`tests/suite/mkl_order_model.rs`); the files stay loadable (`matmul_orders =
+//! "mkl-threads-1"`, `"mkl-threads-2"`) as that test's data.
 
 use std::collections::BTreeMap;
 

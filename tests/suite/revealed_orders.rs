@@ -245,16 +245,23 @@ fn the_mkl_thread_modifiers_carry_the_revealed_files() {
         },
         "cpu-fma is one thread, without the order model of MKL's small kernels"
     );
+    // Two threads: the two-thread order model, not the per-shape file (which the model
+    // reproduces, tests/suite/mkl_order_model.rs).
+    let two = r.resolve("cpu-fma+mkl-threads-2", "--profile").unwrap();
+    assert_eq!(
+        (two.orders.is_none(), two.order_model),
+        (true, Some(OrderModel::MklSgemm2t))
+    );
     // A later thread count replaces the model (and the model a file).
-    let two = r
-        .resolve("cpu-fma+mkl-threads-1+mkl-threads-2", "--profile")
+    let four = r
+        .resolve("cpu-fma+mkl-threads-1+mkl-threads-4", "--profile")
         .unwrap();
-    assert!(two.order_model.is_none() && two.orders.is_some());
+    assert!(four.order_model.is_none() && four.orders.is_some());
     let back = r
-        .resolve("cpu-fma+mkl-threads-2+mkl-threads-1", "--profile")
+        .resolve("cpu-fma+mkl-threads-4+mkl-threads-1", "--profile")
         .unwrap();
     assert!(back.order_model.is_some() && back.orders.is_none());
-    for t in [2u32, 4, 8] {
+    for t in [4u32, 8] {
         let p = r
             .resolve(&format!("cpu-fma+mkl-threads-{t}"), "--profile")
             .unwrap();
@@ -272,7 +279,8 @@ fn the_mkl_thread_modifiers_carry_the_revealed_files() {
 #[test]
 fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     // The built-in files cover every (role, shape) T1 and T2 call at their default configs, so
-    // no matmul of cpu-fma+mkl-threads-N falls back to the one-thread model. The counter is
+    // no matmul of cpu-fma+mkl-threads-4/8 falls back to the one-thread model (2 threads run
+    // the order model, which covers every shape). The counter is
     // process-wide: the test runs alone in its own process, where no other test's matmuls
     // can move it.
     if !crate::common::alone::in_own_process(
@@ -285,7 +293,7 @@ fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     use seedsweep::ops::backend::UNREVEALED_MATMULS;
     use std::sync::atomic::Ordering;
     let c = Catalog::load(&[] as &[&str], None).unwrap();
-    for t in [2, 4, 8] {
+    for t in [4, 8] {
         let groups = c
             .select(&Selection {
                 scenarios: Some(vec![
@@ -312,7 +320,7 @@ fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     let g = &c
         .select(&Selection {
             scenarios: Some(vec!["maxtext-diloco".into()]),
-            profiles: Some(vec!["cpu-fma+mkl-threads-2".into()]),
+            profiles: Some(vec!["cpu-fma+mkl-threads-4".into()]),
             ..Default::default()
         })
         .unwrap()[0];
@@ -321,6 +329,8 @@ fn every_matmul_of_the_builtin_torch_scenarios_is_revealed() {
     assert!(UNREVEALED_MATMULS.load(Ordering::Relaxed) > before);
 }
 
+/// The two-thread file passed with `--config` and the `mkl-threads-2` modifier (now the
+/// two-thread order model, which writes every program of the file) sweep T1/T2 identically.
 #[test]
 fn a_revealed_file_loaded_with_config_sweeps_as_the_modifier_does() {
     let dir = tempfile::tempdir().unwrap();
