@@ -44,11 +44,10 @@ pub fn claims_torch(profile: &Profile) -> bool {
 /// The thread count a torch-claiming profile models: its order model's, else its revealed
 /// orders', else 1.
 fn threads(profile: &Profile) -> usize {
-    match (profile.order_model, &profile.orders) {
-        (Some(m), _) => m.threads(),
-        (None, Some(o)) => o.meta.threads as usize,
-        (None, None) => 1,
-    }
+    crate::kernels::mkl_sgemm::torch_threads(
+        profile.order_model,
+        profile.orders.as_ref().map(|o| o.meta.threads),
+    )
 }
 
 /// The ops of `g` whose kernels are not bit-exact with torch 2.15 under `profile` (empty

@@ -149,6 +149,18 @@ impl OrderModel {
     }
 }
 
+/// The torch thread count a profile mirrors, from what computes its matmuls: the order
+/// model's, else the revealed orders' (`revealed_threads`), else 1. ATen's threaded kernels
+/// (LayerNorm's weight and bias gradients) split their work by it, and the exactness report
+/// names it.
+pub fn torch_threads(model: Option<OrderModel>, revealed_threads: Option<u32>) -> usize {
+    match (model, revealed_threads) {
+        (Some(m), _) => m.threads(),
+        (None, Some(t)) => t as usize,
+        (None, None) => 1,
+    }
+}
+
 /// MKL's main kernel: FMA chains over [`KSplit::Mkl`] blocks (`cpu-fma`'s matmul model).
 pub const MAIN: MatmulModel = MatmulModel {
     split: KSplit::Mkl,

@@ -728,10 +728,14 @@ impl Backend for F32Backend<'_> {
     fn onednn_isa(&self) -> OneDnnIsa {
         self.onednn_isa
     }
-    /// The thread count of the profile's revealed orders (`cpu-fma+mkl-threads-N`: N), else 1
-    /// (the one-thread order model, and the profiles that mirror no torch build).
+    /// The torch thread count the profile's matmuls mirror (`cpu-fma+mkl-threads-N`: N, from
+    /// its order model or revealed orders), else 1 (the profiles that mirror no torch build):
+    /// [`crate::kernels::mkl_sgemm::torch_threads`].
     fn aten_threads(&self) -> usize {
-        self.orders.as_ref().map_or(1, |o| o.meta.threads as usize)
+        crate::kernels::mkl_sgemm::torch_threads(
+            self.order_model,
+            self.orders.as_ref().map(|o| o.meta.threads),
+        )
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {
