@@ -267,6 +267,26 @@ class ScatterLast(torch.autograd.Function):
 # a value flowing through the graph: whole, or sharded on its last dim or its rows
 # ---------------------------------------------------------------------------------------
 
+class GatherLast(torch.autograd.Function):
+    """Megatron's gather_from_tensor_model_parallel_region: forward all-gathers the ranks'
+    last-dim shards (a copy); backward hands each rank its own slice of the gradient as a
+    contiguous tensor (`_split_along_last_dim`: `.contiguous()`), not a strided view of the
+    whole (torch.cat's backward), which ATen's reductions would sum in another order."""
+
+    @staticmethod
+    def forward(ctx, *parts):
+        ctx.widths = [p.shape[-1] for p in parts]
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        out, lo = [], 0
+        for w in ctx.widths:
+            out.append(g[..., lo:lo + w].contiguous())
+            lo += w
+        return tuple(out)
+
+
 class Sharded:
     """Per-rank tensors of one activation, split on `dim` (-1: features, 0: token rows) by
     `ranges`."""
@@ -276,7 +296,7 @@ class Sharded:
 
     def whole(self):
         if self.dim == -1:
-            return torch.cat(self.parts, dim=-1)
+            return GatherLast.apply(*self.parts)
         shape = self.parts[0].shape
         return torch.cat([p.reshape(-1, shape[-1]) for p in self.parts], 0)
 
@@ -607,7 +627,7 @@ class Run:
                     y = AllReduce.apply(*parts)
                 elif tp > 1 and par == "column-gather":
                     parts = [F.embedding(ids, self.weight_for(name, r), padding_idx=pad) for r in range(tp)]
-                    y = torch.cat(parts, -1)
+                    y = GatherLast.apply(*parts)
                 else:
                     y = F.embedding(ids, self.weight_for(name), padding_idx=pad)
             elif op == "linear":
