@@ -52,6 +52,7 @@ mod f64_truth;
 mod glibc_float;
 mod loss_fixture;
 mod mkl_order_model;
+mod mkl_sqrt;
 mod mkl_tanh;
 mod norm_fixture;
 mod optim_fixture;
