@@ -84,10 +84,6 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                      scalar tail; not modelled",
                 )
             }
-            Op::Embedding { .. } => add(
-                format!("`{}`: embedding backward", layer.name),
-                "weight gradient 99.99 % of elements identical",
-            ),
             Op::Norm {
                 kind: NormKind::RmsNorm,
                 ..
