@@ -19,6 +19,7 @@
 //! numerics models, not mirrors of one framework build, and claim nothing here.
 
 use crate::exec::scenario::{Scenario, Workspace};
+use crate::kernels::mkl_sqrt::SqrtKernel;
 use crate::scenario::ir::{Activation, LossKind, Op, Optimizer, ResolvedGraph};
 use crate::scenario::profile::Profile;
 
@@ -84,12 +85,9 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                      scalar tail; not modelled",
                 )
             }
-            Op::Embedding { .. } => add(
-                format!("`{}`: embedding backward", layer.name),
-                "weight gradient 99.99 % of elements identical",
-            ),
             // LayerNorm and RMSNorm have no gap: bit-exact at 1, 2, 4 and 8 threads
-            // (src/ops/norm.rs, tests/suite/norm_fixture.rs).
+            // (src/ops/norm.rs, tests/suite/norm_fixture.rs); nor has the embedding's backward
+            // (exact in the conformance probes).
             _ => {}
         }
     }
@@ -107,12 +105,16 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
             "torch.exp and torch.log are MKL's vmsExp/vmsLn, modelled by correctly rounded ones",
         );
     }
+    // Adam's `exp_avg_sq.sqrt()` is MKL's vsSqrt: exact under `sqrt = "mkl"`
+    // (`sqrt_mkl_f32`, measured on all 2^32 inputs), a correctly rounded model otherwise.
     if let Optimizer::Adam { decoupled, .. } = g.train.optimizer {
-        add(
-            if decoupled { "AdamW" } else { "Adam" }.into(),
-            "torch's exp_avg_sq.sqrt() is MKL's vsSqrt, not correctly rounded and not \
-             modelled (99.7 % of updated elements identical in the conformance probes)",
-        );
+        if profile.sqrt != SqrtKernel::Mkl {
+            add(
+                if decoupled { "AdamW" } else { "Adam" }.into(),
+                "torch's exp_avg_sq.sqrt() is MKL's vsSqrt, not correctly rounded; the \
+                 profile's sqrt is the correctly rounded one (add `+sqrt-mkl`)",
+            );
+        }
     }
     gaps
 }
@@ -235,5 +237,45 @@ mod tests {
             let p = r.resolve(name, "--profile").unwrap();
             assert_eq!((claims_torch(&p), threads(&p)), (claims, t), "{name}");
         }
+    }
+
+    /// A one-layer file trained with `optimizer`.
+    fn graph(optimizer: &str) -> ResolvedGraph {
+        let text = format!(
+            r#"
+name = "gap"
+dims = {{ rows = 4, width = 3 }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "width"] }},
+  {{ name = "t", draw = "randn", shape = ["rows", "width"] }},
+]
+layers = [{{ name = "fc", op = "linear", input = "x", out = "width" }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "{optimizer}", lr = 0.01 }}
+checks = [{{ name = "w", tensor = "fc.weight" }}]
+"#
+        );
+        let mut f = crate::scenario::load("gap.toml", &text).unwrap();
+        f.lowered.remove(0)
+    }
+
+    fn whats(g: &ResolvedGraph, profile: &str) -> Vec<String> {
+        let p = ProfileRegistry::builtin()
+            .unwrap()
+            .resolve(profile, "--profile")
+            .unwrap();
+        op_gaps(g, &p).into_iter().map(|x| x.what).collect()
+    }
+
+    #[test]
+    fn adam_is_a_gap_only_with_the_correctly_rounded_sqrt() {
+        for (opt, name) in [("adam", "Adam"), ("adamw", "AdamW")] {
+            let g = graph(opt);
+            assert!(whats(&g, "cpu-fma+mkl-threads-1").is_empty(), "{opt}");
+            assert_eq!(whats(&g, "cpu-fma+mkl-threads-1+sqrt-cr"), [name]);
+            // A profile that claims nothing has no gaps.
+            assert!(whats(&g, "cpu-fma+sqrt-cr").is_empty(), "{opt}");
+        }
+        assert!(whats(&graph("sgd"), "cpu-fma+mkl-threads-1+sqrt-cr").is_empty());
     }
 }

@@ -635,12 +635,20 @@ impl Plan {
                     &bf.acc[i],
                     &mut bf.opt[i],
                     &mut bf.opt_scratch,
+                    be.adam_sqrt(),
                 ),
             }
         }
         if drift {
             let [w, _, g2] = &mut bf.drift;
-            step(opt, w, g2, &mut bf.drift_opt, &mut bf.opt_scratch);
+            step(
+                opt,
+                w,
+                g2,
+                &mut bf.drift_opt,
+                &mut bf.opt_scratch,
+                be.adam_sqrt(),
+            );
         }
         self.record_step_checks(s, m, lr, bf, trace);
         if m == 0 {

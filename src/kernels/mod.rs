@@ -20,6 +20,7 @@
 //! - [`revealed`]: per-element summation trees revealed from a framework (FPRev), executed.
 //! - [`mkl_sgemm`]: torch's f32 matmuls as MKL orders them at one thread, for every shape (a
 //!   generative model of the orders [`revealed`] measures per shape).
+//! - [`mkl_sqrt`]: torch's f32 `sqrt` (MKL's `vsSqrt` on the measured CPU), bit for bit.
 //!
 //! This module uses only `std`, `half` and `libm`; it depends on no other part of
 //! the crate.
@@ -32,6 +33,7 @@ pub mod exp_slice;
 pub mod isa;
 pub mod matmul;
 pub mod mkl_sgemm;
+pub mod mkl_sqrt;
 pub mod revealed;
 pub mod round;
 pub mod tanh64_slice;

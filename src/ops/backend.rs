@@ -13,6 +13,7 @@ use crate::kernels::matmul::{
     matmul_tn_f64_rows, Accum, Mat, MatMut, MatmulModel, MatmulScratch, Passes,
 };
 use crate::kernels::mkl_sgemm::{self, OrderModel};
+use crate::kernels::mkl_sqrt::{sqrt_mkl_f32, SqrtKernel};
 use crate::kernels::revealed::Role;
 use crate::kernels::torch_ops::{
     log_softmax_cross_entropy_f32_isa, tanh_slice_with, OneDnnIsa, TanhKernel, TorchIsa,
@@ -282,6 +283,11 @@ pub trait Backend {
     fn aten_threads(&self) -> usize {
         1
     }
+    /// The square root of Adam's update (`exp_avg_sq.sqrt()`, [`crate::ops::optim::step`]):
+    /// the correctly rounded one by default.
+    fn adam_sqrt(&self) -> fn(Self::R) -> Self::R {
+        crate::ops::optim::sqrt::<Self::R>
+    }
 }
 
 /// Float64 ground truth: sequential `c = c + a·b` matmuls (see [`matmul_f64`]) and rank-order
@@ -404,6 +410,8 @@ pub struct F32Backend<'a> {
     pub onednn_isa: OneDnnIsa,
     /// The f32 tanh of the torch scenarios.
     pub tanh: TanhKernel,
+    /// The f32 square root of Adam's update.
+    pub sqrt: SqrtKernel,
     /// Revealed per-element orders; a matmul whose role and shape they hold runs by them.
     pub orders: Option<Arc<RevealedOrders>>,
     /// The generative order model: every matmul `orders` does not reveal runs by it.
@@ -425,6 +433,7 @@ impl<'a> F32Backend<'a> {
             torch_isa: profile.torch_isa,
             onednn_isa: profile.onednn_isa,
             tanh: profile.tanh,
+            sqrt: profile.sqrt,
             orders: profile.orders.clone(),
             order_model: profile.order_model,
             stack: Vec::new(),
@@ -736,6 +745,14 @@ impl Backend for F32Backend<'_> {
             self.order_model,
             self.orders.as_ref().map(|o| o.meta.threads),
         )
+    }
+    /// The profile's `sqrt`: MKL's `vsSqrt` bit for bit ([`sqrt_mkl_f32`]), or the correctly
+    /// rounded root.
+    fn adam_sqrt(&self) -> fn(f32) -> f32 {
+        match self.sqrt {
+            SqrtKernel::Mkl => sqrt_mkl_f32,
+            SqrtKernel::CorrectlyRounded => crate::ops::optim::sqrt::<f32>,
+        }
     }
     fn all_reduce(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         if n_ranks == 1 {

@@ -11,8 +11,10 @@
 //! contracts to the same value); `addcmul_(t1, t2, value=s)` is `a + (s·t1)·t2`, contracted
 //! into `fma(s·t1, t2, a)`; `addcdiv_(t1, t2, value=s)` is `a + (s·t1) / t2`
 //! (`PointwiseOpsKernel.cpp`: a quotient feeds the add, so nothing contracts: three
-//! roundings); `t.sqrt()` is the correctly rounded square root; `t / s` divides by the scalar
-//! (`div_true_kernel`), `t.add_(s)` adds it.
+//! roundings); `t.sqrt()` is MKL's `vsSqrt` (`vml::vsqrt`), modelled for f32 by
+//! [`crate::kernels::mkl_sqrt::sqrt_mkl_f32`] under a profile with `sqrt = "mkl"` and by the
+//! correctly rounded root otherwise; `t / s` divides by the scalar (`div_true_kernel`),
+//! `t.add_(s)` adds it.
 //!
 //! Python-float scalars (`lr`, `1 - beta`, the bias corrections, `1 - lr·wd`) are computed in
 //! f64 as CPython computes them and rounded to the tensor's type where the kernel reads them
@@ -23,10 +25,10 @@
 //! `scripts/optim_torch.py`: one thread, eager, `ATEN_CPU_CAPABILITY=avx2`, MKL 2024.2 on an
 //! AMD EPYC CPU; every optimizer and weight-decay setting of the scenario language, lr 1e-3
 //! and 0.1, 6 steps): SGD, weight decay, momentum, dampening and Nesterov are torch's bit for
-//! bit in float32 and in float64. Adam and AdamW agree on 92.6 % of f32 elements and 99.9 %
-//! of f64 elements, because torch's `sqrt` is MKL's (not correctly rounded) and seedsweep's is
-//! the correctly rounded one; with torch's own roots substituted, every element is torch's
-//! ([`adam_step`]).
+//! bit in float32 and in float64. Adam and AdamW with MKL's f32 root (`sqrt = "mkl"`,
+//! [`crate::kernels::mkl_sqrt::sqrt_mkl_f32`]) are torch's bit for bit in float32 too; with
+//! the correctly rounded root they agree on 92.6 % of f32 elements, and the f64 truth on
+//! 99.9 % of f64 elements (torch's float64 root is MKL's `vdSqrt`, not modelled).
 
 use crate::ops::layers::sgd;
 use crate::ops::real::Real;
@@ -35,7 +37,9 @@ use crate::scenario::ir::Optimizer;
 /// One optimizer step of `p` with gradient `g`, as the executor takes it: plain SGD (no
 /// momentum, no weight decay) through the fused update of [`sgd`] (torch's
 /// `p.add_(g, alpha=-lr)`), momentum or weight decay through [`sgd_step`], Adam and AdamW
-/// through [`adam_step`]. The hyperparameters arrive as the f64 values the file writes and
+/// through [`adam_step_with`] with the square root `root` (the backend's
+/// [`crate::ops::backend::Backend::adam_sqrt`]: [`sqrt`], or MKL's f32 root under a profile
+/// with `sqrt = "mkl"`). The hyperparameters arrive as the f64 values the file writes and
 /// are rounded to `R` once, where torch's kernels read them (exactly, for f64).
 pub fn step<R: Real>(
     opt: Optimizer,
@@ -43,6 +47,7 @@ pub fn step<R: Real>(
     g: &[R],
     st: &mut OptState<R>,
     scratch: &mut Vec<R>,
+    root: fn(R) -> R,
 ) {
     match opt {
         Optimizer::Sgd {
@@ -76,7 +81,18 @@ pub fn step<R: Real>(
             eps,
             weight_decay,
             decoupled,
-        } => adam_step(p, g, lr, beta1, beta2, eps, weight_decay, decoupled, st),
+        } => adam_step_with(
+            p,
+            g,
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+            st,
+            root,
+        ),
     }
 }
 
@@ -202,9 +218,11 @@ pub fn pow_int(b: f64, k: u64) -> f64 {
 /// The square root is the correctly rounded one. torch's `exp_avg_sq.sqrt()` is MKL's
 /// `vsSqrt` / `vdSqrt` (ATen's `vml::vsqrt`, `VML_HA`), which is not: it differs from the
 /// correctly rounded root on about 17 % of f32 inputs and 1.3 % of f64 inputs (measured with
-/// torch 2.15's MKL 2024.2 on an AMD EPYC CPU), so Adam and AdamW agree with torch on a
-/// measured share of elements only (`tests/suite/optim_fixture.rs`); given MKL's roots
-/// ([`adam_step_with`]) the rest of the update is torch's bit for bit.
+/// torch 2.15's MKL 2024.2 on an AMD EPYC CPU), so with this root Adam and AdamW agree with
+/// torch on a measured share of elements only (`tests/suite/optim_fixture.rs`).
+/// [`adam_step_with`] takes another root: with MKL's f32 root
+/// ([`crate::kernels::mkl_sqrt::sqrt_mkl_f32`], what [`step`] runs under a profile with
+/// `sqrt = "mkl"`) every f32 element is torch's.
 #[allow(clippy::too_many_arguments)]
 pub fn adam_step<R: Real>(
     p: &mut [R],

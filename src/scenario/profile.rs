@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::kernels::allreduce::{AllReduceAlgo, Wire};
 use crate::kernels::matmul::{Accum, KSplit, MatmulModel, Passes};
 use crate::kernels::mkl_sgemm::OrderModel;
+use crate::kernels::mkl_sqrt::SqrtKernel;
 use crate::kernels::round::Tf32Mode;
 use crate::kernels::torch_ops::{OneDnnIsa, TanhKernel, TorchIsa};
 use crate::scenario::revealed_file::RevealedOrders;
@@ -37,6 +38,8 @@ pub struct Profile {
     pub onednn_isa: OneDnnIsa,
     /// The f32 tanh of the torch scenarios (MKL's `vmsTanh` or correctly rounded).
     pub tanh: TanhKernel,
+    /// The f32 square root of Adam's update (MKL's `vsSqrt` or correctly rounded).
+    pub sqrt: SqrtKernel,
     /// How a JAX program's elementwise arithmetic rounds (eager or jitted); `None` leaves it to
     /// the scenario (`maxtext-diloco`: eager, as the test runs). Torch scenarios ignore it.
     pub xla: Option<XlaMode>,
@@ -99,6 +102,9 @@ pub struct ProfileToml {
     pub overrides: bool,
     /// `mkl` (torch's CPU `torch.tanh`, MKL `vmsTanh`) or `cr` (correctly rounded, default).
     pub tanh: Option<String>,
+    /// `mkl` (torch's CPU `torch.sqrt`, MKL `vsSqrt`, in Adam's update) or `cr` (correctly
+    /// rounded, default).
+    pub sqrt: Option<String>,
     /// `eager` or `jit`: how a JAX scenario's program executes (default: the scenario's).
     pub xla: Option<String>,
     /// `none` or a built-in revealed-order file (`mkl-threads-1`, `mkl-threads-2`,
@@ -274,6 +280,19 @@ fn apply(file: &str, prefix: &str, t: &ProfileToml, p: &mut Profile) -> Result<(
             }
         };
     }
+    if let Some(s) = &t.sqrt {
+        p.sqrt = match s.as_str() {
+            "mkl" => SqrtKernel::Mkl,
+            "cr" => SqrtKernel::CorrectlyRounded,
+            _ => {
+                return Err(InputError::config(
+                    file,
+                    format!("{prefix}.sqrt"),
+                    format!("`{s}` is not a sqrt kernel; allowed: mkl, cr"),
+                ))
+            }
+        };
+    }
     if let Some(s) = &t.matmul_orders {
         p.orders = match s.as_str() {
             "none" => None,
@@ -402,6 +421,7 @@ impl ProfileRegistry {
                 torch_isa: TorchIsa::Avx2,
                 onednn_isa: OneDnnIsa::Avx512,
                 tanh: TanhKernel::CorrectlyRounded,
+                sqrt: SqrtKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,
                 order_model: None,
@@ -426,6 +446,7 @@ impl ProfileRegistry {
                 torch_isa: TorchIsa::Avx2,
                 onednn_isa: OneDnnIsa::Avx512,
                 tanh: TanhKernel::CorrectlyRounded,
+                sqrt: SqrtKernel::CorrectlyRounded,
                 xla: None,
                 orders: None,
                 order_model: None,
@@ -618,6 +639,31 @@ mod tests {
             .to_string();
         assert!(
             e.contains("my.toml") && e.contains("modifiers.t.tanh") && e.contains("mkl, cr"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn torch_cpu_profiles_use_mkl_sqrt_and_sqrt_cr_overrides_it() {
+        let r = ProfileRegistry::builtin().unwrap();
+        for name in ["cpu-fma", "cpu-fma-avx512", "cpu-fma+mkl-threads-1"] {
+            assert_eq!(r.resolve(name, "--profile").unwrap().sqrt, SqrtKernel::Mkl);
+            let p = r.resolve(&format!("{name}+sqrt-cr"), "--profile").unwrap();
+            assert_eq!(p.sqrt, SqrtKernel::CorrectlyRounded);
+            assert_eq!(p.tanh, TanhKernel::Mkl, "only the sqrt changes");
+        }
+        for name in ["f32", "cpu-nofma", "tpu-bf16", "gpu-tf32"] {
+            let p = r.resolve(name, "--profile").unwrap();
+            assert_eq!(p.sqrt, SqrtKernel::CorrectlyRounded, "{name}");
+            let p = r.resolve(&format!("{name}+sqrt-mkl"), "--profile").unwrap();
+            assert_eq!(p.sqrt, SqrtKernel::Mkl, "{name}");
+        }
+        let e = ProfileRegistry::default()
+            .add_toml("my.toml", "[modifiers.t]\nsqrt='hw'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("my.toml") && e.contains("modifiers.t.sqrt") && e.contains("mkl, cr"),
             "{e}"
         );
     }

@@ -6,11 +6,10 @@
 //! Its fixture is `scripts/torch_mirror.py`'s run of the file in torch 2.15 (one thread,
 //! `ATEN_CPU_CAPABILITY=avx2`, eager) over seeds 1..=200 and the three parametrizations: every
 //! check's tensor as an FNV-1a digest, both computations. Every tensor is compared bit for bit
-//! (`torch_corpus::measure`, the corpus's comparison). When every tensor is identical, every
-//! (param, seed, check, policy) usage is too, and so are the failing seeds under each policy.
-//! Until then `agreement-torch1.tsv` records the measured agreement per check, and a change in
-//! either direction fails until it is regenerated (`SEEDSWEEP_BLESS_CORPUS=1`), so the diff of
-//! the table is the evidence.
+//! (`torch_corpus::measure`, the corpus's comparison). Every tensor is identical (57,600 of
+//! 57,600, asserted), so every (param, seed, check, policy) usage is too, and so are the
+//! failing seeds under each policy. `agreement-torch1.tsv` records the agreement per check
+//! (regenerated with `SEEDSWEEP_BLESS_CORPUS=1`).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -43,6 +42,11 @@ fn heldout_block_against_torch_at_one_thread() {
         std::fs::write(&table, &out).unwrap();
         return;
     }
+    assert_eq!(
+        c.tensors_same, c.tensors,
+        "the held-out block is no longer bit-exact with torch (first difference: {:?})",
+        c.first
+    );
     let recorded = std::fs::read_to_string(&table).unwrap_or_default();
     assert_eq!(
         recorded,

@@ -53,6 +53,7 @@ mod glibc_float;
 mod heldout;
 mod loss_fixture;
 mod mkl_order_model;
+mod mkl_sqrt;
 mod mkl_tanh;
 mod norm_fixture;
 mod optim_fixture;

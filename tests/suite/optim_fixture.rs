@@ -11,7 +11,8 @@
 //! float64 bit for bit (both read every hyperparameter from the same Python floats).
 
 use crate::common::splitmix::{draw, hex32, hex64};
-use seedsweep::ops::optim::{adam_scalars, adam_step_with, pow_int, step, OptState};
+use seedsweep::kernels::mkl_sqrt::sqrt_mkl_f32;
+use seedsweep::ops::optim::{adam_scalars, adam_step_with, pow_int, sqrt, step, OptState};
 use seedsweep::ops::real::Real;
 use seedsweep::scenario::ir::Optimizer;
 use serde_json::Value;
@@ -126,7 +127,7 @@ fn run<R: Real>(
                 &mut st,
                 root,
             ),
-            _ => step(opt, &mut p, &g, &mut st, &mut scratch),
+            _ => step(opt, &mut p, &g, &mut st, &mut scratch, sqrt::<R>),
         }
         if s == 0 {
             first = p.clone();
@@ -258,7 +259,34 @@ fn adam_with_torchs_square_roots_matches_torch_bit_for_bit() {
     assert!(off > 0);
 }
 
-/// Adam and AdamW as seedsweep runs them (the correctly rounded square root): the share of
+/// Adam and AdamW in f32 with seedsweep's model of MKL's square root ([`sqrt_mkl_f32`], what
+/// a profile with `sqrt = "mkl"` runs, e.g. `cpu-fma`): every parameter element of every
+/// case and size is torch's, after step 1 and after the last step; and every root the
+/// fixture recorded from torch is [`sqrt_mkl_f32`]'s.
+#[test]
+fn adam_with_the_mkl_sqrt_kernel_matches_torch_bit_for_bit() {
+    let doc = fixture();
+    let roots = mkl_roots(&doc);
+    for (&v, &r) in &roots {
+        assert_eq!(
+            sqrt_mkl_f32(f32::from_bits(v)).to_bits(),
+            r,
+            "torch's root of {:e}",
+            f32::from_bits(v)
+        );
+    }
+    let mkl = |v: f32| sqrt_mkl_f32(v);
+    let rows = tally::<f32>(&doc, "f32", is_adam, |v| v, Some(&mkl), usize::MAX);
+    let (s, t) = sums(&rows);
+    eprintln!("adam f32 with sqrt_mkl_f32: {s}/{t} identical");
+    for (l, s, t) in &rows {
+        assert_eq!(s, t, "{l}: {s}/{t} identical");
+    }
+    assert_eq!(rows.len(), 14);
+}
+
+/// Adam and AdamW with the correctly rounded square root (profiles without `sqrt = "mkl"`,
+/// and the f64 truth): the share of
 /// parameter elements identical to torch, measured: f32 6,673 of 7,210 (92.6 %; with torch's
 /// own roots the update is exact, the test above), f64 2,545 of 2,548 (99.9 %; torch's
 /// float64 root is MKL's vdSqrt). Asserted as floors (per mille, [`FLOOR32`], [`FLOOR64`]) so

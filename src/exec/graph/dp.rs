@@ -273,6 +273,7 @@ impl Plan {
                     old.copy_from_slice(params);
                 }
                 let opt = g.train.optimizer;
+                let root = be.adam_sqrt();
                 for i in (0..np).filter(|&i| self.storage[i] == i) {
                     step(
                         opt,
@@ -280,6 +281,7 @@ impl Plan {
                         &bf.acc[i],
                         &mut bf.opt[i],
                         &mut bf.opt_scratch,
+                        root,
                     );
                 }
                 for (r, rb) in d.ranks.iter_mut().enumerate() {
