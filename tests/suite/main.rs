@@ -50,6 +50,7 @@ mod builtin_fixtures;
 mod conformance;
 mod f64_truth;
 mod glibc_float;
+mod jax_corpus;
 mod loss_fixture;
 mod mkl_order_model;
 mod mkl_tanh;
