@@ -155,10 +155,10 @@ class Spec:
 def read_spec(path):
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    refuse_keys(doc, TOP, "")
     tr = doc.get("train", {})
     if "outer" not in tr:
         raise Unsupported("train.outer: not an outer-loop file (torch_mirror.py runs the others)")
+    refuse_keys(doc, TOP, "")
     par = doc.get("parallel", {})
     refuse_keys(par, {"dp", "tp"}, "parallel.")
     if par.get("tp", 1) != 1:
