@@ -8,6 +8,8 @@ to f32 unless an FMA is named):
 
 - dot x[in]·k[in, 1] under jax.vmap: `plain` sequential sum from 0; `fma` the chain
   s = fma(x_i, k_i, s) from s = 0;
+- the kernel and bias gradients of that layer under jax.grad of its MSE: the kernel's as a
+  plain or FMA chain over the examples, the bias's as a sequential sum;
 - mean of n squares: sequential from 0, plain or as an FMA chain, then / n;
 - tanh: correctly rounded (the f64 tanh rounded once);
 - jnp.sum over the replica axis: sequential ((x0 + x1) + x2) + ...;
@@ -71,6 +73,40 @@ def dots():
                     hits["plain"] += got[e] == seq_plain(x[e], k[:, 0])
                     hits["fma"] += got[e] == seq_fma(x[e], k[:, 0])
             print(f"  {mode:5s} in={n_in}: " + "  ".join(f"{k} {v / tot:.3f}" for k, v in hits.items()))
+
+
+def grads(trials=100):
+    """The gradients of a flax kernel [3, 1] and bias under jax.grad of the per-example
+    vmapped linear layer's MSE, against dy = (2/B)·(pred − y) (pred the FMA chain):
+    the kernel gradient as a plain or FMA chain over the B examples, the bias gradient as a
+    sequential sum."""
+    def apply(params, x):
+        one = lambda p, xe: jax.lax.dot_general(xe, p["k"], (((0,), (0,)), ((), ()))) + p["b"]
+        return jax.vmap(one, in_axes=(None, 0))(params, x)
+
+    def loss(params, x, y):
+        return jnp.mean(jnp.square(apply(params, x) - y))
+
+    print(f"kernel and bias gradients of a linear 3->1 layer ({trials} draws)")
+    for mode, g in modes(jax.grad(loss)):
+        for B in (2, 3, 4, 8):
+            hits = {"kernel plain": 0, "kernel fma": 0, "bias sequential": 0}
+            for _ in range(trials):
+                x = rng.standard_normal((B, 3)).astype(f)
+                k = rng.standard_normal((3, 1)).astype(f)
+                b = rng.standard_normal(1).astype(f)
+                y = rng.standard_normal((B, 1)).astype(f)
+                gr = g({"k": jnp.asarray(k), "b": jnp.asarray(b)}, x, y)
+                pred = np.array([seq_fma(x[e], k[:, 0]) for e in range(B)], f) + b[0]
+                dy = (f(2.0 / B) * (pred - y[:, 0]).astype(f)).astype(f)
+                gk, gb = np.asarray(gr["k"])[:, 0], np.asarray(gr["b"])[0]
+                hits["kernel plain"] += np.mean([gk[i] == seq_plain(x[:, i], dy) for i in range(3)])
+                hits["kernel fma"] += np.mean([gk[i] == seq_fma(x[:, i], dy) for i in range(3)])
+                s = f(0)
+                for d in dy:
+                    s = f(s + d)
+                hits["bias sequential"] += gb == s
+            print(f"  {mode:5s} B={B}: " + "  ".join(f"{k} {v / trials:.3f}" for k, v in hits.items()))
 
 
 def means(trials=300):
@@ -144,6 +180,7 @@ def main():
     print(f"jax {jax.__version__}, optax {optax.__version__}, backend {jax.default_backend()}, "
           f"x64 {jax.config.jax_enable_x64}")
     dots()
+    grads()
     means()
     tanh()
     replica_sums()
