@@ -51,6 +51,7 @@ mod conformance;
 mod f64_truth;
 mod glibc_float;
 mod heldout;
+mod jax_corpus;
 mod loss_fixture;
 mod mkl_order_model;
 mod mkl_sqrt;

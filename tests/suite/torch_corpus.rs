@@ -74,12 +74,10 @@ fn hex_words(h: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Runs every fixture seed of `toml` at `profile` and compares every fixture tensor.
+/// Runs every fixture seed of `toml` at `profile` and compares every fixture tensor of a
+/// torch fixture (torch 2.15, AVX2, the profile's thread count).
 pub(crate) fn measure(toml: &Path, fixture: &Path, profile: &str) -> Counts {
-    let text = std::fs::read_to_string(toml).unwrap();
     let name = toml.file_name().unwrap().to_string_lossy().to_string();
-    let sf = seedsweep::scenario::load(&name, &text).unwrap_or_else(|e| panic!("{e}"));
-    let s = seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let json: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap())
         .unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
     assert_eq!(json["conditions"]["cpu_capability"], "AVX2", "{name}");
@@ -93,6 +91,18 @@ pub(crate) fn measure(toml: &Path, fixture: &Path, profile: &str) -> Counts {
         threads,
         "{name}: thread count"
     );
+    compare(toml, &json, profile)
+}
+
+/// Runs every seed of fixture `json` (the format of `scripts/torch_mirror.py`, also written by
+/// `scripts/jax_mirror.py`) on `toml` at `profile` and compares every fixture tensor with the
+/// trace slot of the same check, step label and role. A fixture without a `sharded` table
+/// holds one computation, compared with both of seedsweep's.
+pub(crate) fn compare(toml: &Path, json: &Value, profile: &str) -> Counts {
+    let text = std::fs::read_to_string(toml).unwrap();
+    let name = toml.file_name().unwrap().to_string_lossy().to_string();
+    let sf = seedsweep::scenario::load(&name, &text).unwrap_or_else(|e| panic!("{e}"));
+    let s = seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let profile = ProfileRegistry::builtin()
         .unwrap()
         .resolve(profile, "test")
@@ -202,7 +212,7 @@ pub(crate) fn measure(toml: &Path, fixture: &Path, profile: &str) -> Counts {
                             .position(|(o, w)| o != w)
                             .unwrap_or(0);
                         c.first = Some(format!(
-                            "{pid} seed {seed} {comp} {key}[{i}]: ours {:e}, torch {:e}",
+                            "{pid} seed {seed} {comp} {key}[{i}]: ours {:e}, fixture {:e}",
                             f32::from_bits(ours[i]),
                             f32::from_bits(bits[i])
                         ));
@@ -231,8 +241,8 @@ fn corpus() -> Vec<PathBuf> {
 }
 
 /// The recorded agreement: file → the row `tensors_same tensors elements_same elements`.
-fn recorded(table: &str) -> BTreeMap<String, String> {
-    let path = format!("{DIR}{table}");
+fn recorded(dir: &str, table: &str) -> BTreeMap<String, String> {
+    let path = format!("{dir}{table}");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -246,24 +256,48 @@ fn recorded(table: &str) -> BTreeMap<String, String> {
 fn check_corpus(threads: u32, profile: &str) {
     let files = corpus();
     assert!(files.len() >= 200, "the corpus has {} files", files.len());
-    let table = format!("agreement-torch{threads}.tsv");
-    let want = recorded(&table);
-    let mut out = format!(
-        "# Measured agreement with torch at {threads} thread(s), profile {profile}, of the corpus \
-         files that are not bit-exact:\n# file\ttensors identical\ttensors\telements identical\telements\n"
+    let rows: Vec<(String, Counts)> = files
+        .iter()
+        .map(|toml| {
+            let stem = toml.file_stem().unwrap().to_string_lossy().to_string();
+            let fixture = toml.with_file_name(format!("{stem}.torch{threads}.json"));
+            assert!(fixture.exists(), "{}: no fixture", fixture.display());
+            (format!("{stem}.toml"), measure(toml, &fixture, profile))
+        })
+        .collect();
+    check_table(
+        DIR,
+        &format!("agreement-torch{threads}.tsv"),
+        &format!(
+            "Measured agreement with torch at {threads} thread(s), profile {profile}, of the corpus \
+             files that are not bit-exact"
+        ),
+        &format!("torch corpus at {threads} thread(s), {profile}"),
+        &rows,
     );
+}
+
+/// Checks measured rows `(file, counts)` against the agreement table `dir/table`: every file
+/// that is not bit-exact has its row `tensors_same tensors elements_same elements` recorded,
+/// a bit-exact file has none, and the last line is the summary. With `SEEDSWEEP_BLESS_CORPUS`
+/// set the table is rewritten instead (its diff is the evidence).
+pub(crate) fn check_table(
+    dir: &str,
+    table: &str,
+    title: &str,
+    what: &str,
+    rows: &[(String, Counts)],
+) {
+    let want = recorded(dir, table);
+    let mut out =
+        format!("# {title}:\n# file\ttensors identical\ttensors\telements identical\telements\n");
     let (mut exact, mut measured, mut problems) = (0, 0, Vec::new());
     let mut total = Counts::default();
-    for toml in &files {
-        let stem = toml.file_stem().unwrap().to_string_lossy().to_string();
-        let fixture = toml.with_file_name(format!("{stem}.torch{threads}.json"));
-        assert!(fixture.exists(), "{}: no fixture", fixture.display());
-        let c = measure(toml, &fixture, profile);
+    for (file, c) in rows {
         total.tensors += c.tensors;
         total.tensors_same += c.tensors_same;
         total.elements += c.elements;
         total.elements_same += c.elements_same;
-        let file = format!("{stem}.toml");
         if !c.unmatched.is_empty() {
             problems.push(format!(
                 "{file}: checks with no tensor in the fixture: {:?}",
@@ -273,7 +307,7 @@ fn check_corpus(threads: u32, profile: &str) {
         let row = c.row();
         if c.exact() {
             exact += 1;
-            if let Some(old) = want.get(&file) {
+            if let Some(old) = want.get(file) {
                 problems.push(format!(
                     "{file}: now bit-exact (was {old}): remove its line"
                 ));
@@ -281,7 +315,7 @@ fn check_corpus(threads: u32, profile: &str) {
         } else {
             measured += 1;
             writeln!(out, "{file}\t{row}").unwrap();
-            match want.get(&file) {
+            match want.get(file) {
                 Some(old) if *old == row => {}
                 Some(old) => problems.push(format!(
                     "{file}: measured {row}, recorded {old}; first difference {:?}",
@@ -294,17 +328,17 @@ fn check_corpus(threads: u32, profile: &str) {
             }
         }
     }
-    let summary = summary_line(exact, files.len(), &total);
-    eprintln!("torch corpus at {threads} thread(s), {profile}: {summary} ({measured} measured)");
+    let summary = summary_line(exact, rows.len(), &total);
+    eprintln!("{what}: {summary} ({measured} measured)");
     writeln!(out, "{summary}").unwrap();
-    match recorded_summary(&table) {
+    match recorded_summary(dir, table) {
         Some(old) if old == summary => {}
         old => problems.push(format!(
             "the summary is {summary:?}, recorded {old:?} (regenerate the table)"
         )),
     }
     if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(format!("{DIR}{table}"), &out).unwrap();
+        std::fs::write(format!("{dir}{table}"), &out).unwrap();
         return;
     }
     assert!(total.tensors > 0 && total.elements > 0, "nothing compared");
@@ -342,8 +376,8 @@ fn thousands(n: usize) -> String {
 }
 
 /// The summary line recorded in `table`, if any.
-fn recorded_summary(table: &str) -> Option<String> {
-    std::fs::read_to_string(format!("{DIR}{table}"))
+fn recorded_summary(dir: &str, table: &str) -> Option<String> {
+    std::fs::read_to_string(format!("{dir}{table}"))
         .ok()?
         .lines()
         .find(|l| l.starts_with("# summary: "))
@@ -361,7 +395,8 @@ fn readme_states_the_measured_corpus_agreement() {
         .find(|l| l.contains("(differential corpus)"))
         .expect("README.md has no differential-corpus row in its bit-exact table");
     let parse = |table: &str| -> Vec<String> {
-        let line = recorded_summary(table).unwrap_or_else(|| panic!("{table}: no summary line"));
+        let line =
+            recorded_summary(DIR, table).unwrap_or_else(|| panic!("{table}: no summary line"));
         let body = line.trim_start_matches("# summary: ");
         body.split("; ").map(str::to_string).collect()
     };
