@@ -168,6 +168,9 @@ pub struct Bufs<R> {
     opt_scratch: Vec<R>,
     /// One value per row: the rms norm backward's recomputed `rstd` ([`rms_norm_backward`]).
     norm_rstd: Vec<R>,
+    /// The sequence-parallel norm's per-rank weight and bias partials
+    /// ([`sequence_parallel_norm_backward`]).
+    sp_norm_partials: Vec<R>,
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
     /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
@@ -1194,6 +1197,7 @@ impl Plan {
                         db.as_deref_mut(),
                         accumulate,
                         &mut bf.norm_rstd,
+                        &mut bf.sp_norm_partials,
                     );
                 } else {
                     match kind {

@@ -518,7 +518,8 @@ pub fn rms_norm_backward<R: Real>(
 /// summed over ranks by the backend's all-reduce (Megatron all-reduces the sequence-parallel
 /// norm weights' gradients over tp). `accumulate` is [`rms_norm_backward`]'s (a layer norm's
 /// `dx` is always written whole); `scratch` is either kernel's (the rms row statistics, or
-/// the layer norm's per-thread partials).
+/// the layer norm's per-thread partials); `partials` holds the ranks' weight and bias
+/// partials before their all-reduce (reused: grown, never shrunk).
 #[allow(clippy::too_many_arguments)]
 pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
     be: &mut B,
@@ -534,6 +535,7 @@ pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
     dbias: Option<&mut [B::R]>,
     accumulate: bool,
     scratch: &mut Vec<B::R>,
+    partials: &mut Vec<B::R>,
 ) {
     use crate::scenario::ir::NormKind;
     let layer = kind == NormKind::LayerNorm;
@@ -549,8 +551,12 @@ pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
     let tp = shards.len();
     let want_w = dweight.is_some();
     let want_b = dbias.is_some() && layer;
-    let mut pw = vec![B::R::ZERO; tp * n];
-    let mut pb = vec![B::R::ZERO; tp * n];
+    if partials.len() < 2 * tp * n {
+        partials.resize(2 * tp * n, B::R::ZERO);
+    }
+    let (pw, pb) = partials[..2 * tp * n].split_at_mut(tp * n);
+    pw.fill(B::R::ZERO);
+    pb.fill(B::R::ZERO);
     for (r, rows) in shards.iter().enumerate() {
         let (xs, ds) = (
             &x[rows.start * n..rows.end * n],
@@ -568,10 +574,10 @@ pub fn sequence_parallel_norm_backward<B: crate::ops::backend::Backend>(
         }
     }
     if let Some(d) = dweight {
-        be.all_reduce(&pw, tp, d);
+        be.all_reduce(pw, tp, d);
     }
     if let (Some(d), true) = (dbias, want_b) {
-        be.all_reduce(&pb, tp, d);
+        be.all_reduce(pb, tp, d);
     }
 }
 

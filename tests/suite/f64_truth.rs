@@ -724,6 +724,7 @@ fn f64_sequence_parallel_norm_backward_is_rank_partials_in_rank_order() {
             Some(&mut db),
             false,
             &mut Vec::new(),
+            &mut Vec::new(),
         );
         let mut want_dx = vec![0.0; rows * n];
         let (mut pw, mut pb) = (Vec::new(), Vec::new());
