@@ -9,6 +9,7 @@
 //!   `cargo test --release --test suite -- glibc_float:: --ignored`.
 //! * `digest_file_is_complete` checks the file's shape (256 chunks, three digests each).
 
+use crate::common::splitmix::chunk_digest;
 use rayon::prelude::*;
 use seedsweep::kernels::torch_ops::{glibc_erff, glibc_expf, glibc_tanhf};
 
@@ -30,20 +31,6 @@ fn rows() -> Vec<(u64, [u64; 3])> {
         .collect()
 }
 
-/// Sum mod 2^64 over the `len` inputs from bit pattern `start` of
-/// splitmix64(out_bits | in_bits << 32) (the script's digest).
-fn digest(start: u64, len: u64, f: impl Fn(f32) -> f32) -> u64 {
-    let mut sum = 0u64;
-    for k in start..start + len {
-        let out = f(f32::from_bits(k as u32)).to_bits() as u64;
-        let mut z = (out | (k << 32)).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        sum = sum.wrapping_add(z ^ (z >> 31));
-    }
-    sum
-}
-
 #[test]
 fn digest_file_is_complete() {
     let r = rows();
@@ -61,9 +48,9 @@ fn glibc_digests_cover_every_input() {
         .flat_map_iter(|&(chunk, want)| {
             let start = chunk << 24;
             let got = [
-                digest(start, 1 << 24, glibc_erff),
-                digest(start, 1 << 24, glibc_expf),
-                digest(start, 1 << 24, glibc_tanhf),
+                chunk_digest(start, 1 << 24, glibc_erff),
+                chunk_digest(start, 1 << 24, glibc_expf),
+                chunk_digest(start, 1 << 24, glibc_tanhf),
             ];
             ["erff", "expf", "tanhf"]
                 .into_iter()

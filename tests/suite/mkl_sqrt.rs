@@ -16,6 +16,7 @@
 //!   [`sqrt_mkl_f32`] over all 2^32 inputs equal the digests the script computed from
 //!   torch's output (`tests/data/mkl_sqrt_digests.txt`).
 
+use crate::common::splitmix::chunk_digest;
 use rayon::prelude::*;
 use seedsweep::kernels::mkl_sqrt::{rsqrt12_zen, sqrt_mkl_f32};
 
@@ -134,20 +135,6 @@ fn rsqrt_table_matches_this_cpu() {
     );
 }
 
-/// The digest `scripts/mkl_sqrt_check.py` computes for one chunk: the wrapping sum over its
-/// inputs of splitmix64(out_bits | in_bits << 32).
-fn digest(start: u64, len: u64, f: impl Fn(f32) -> f32) -> u64 {
-    let mut sum = 0u64;
-    for k in start..start + len {
-        let out = f(f32::from_bits(k as u32)).to_bits() as u64;
-        let mut z = (out | (k << 32)).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        sum = sum.wrapping_add(z ^ (z >> 31));
-    }
-    sum
-}
-
 #[test]
 #[ignore = "2^32 evaluations; run with --ignored"]
 fn exhaustive_sqrt_digests() {
@@ -167,7 +154,7 @@ fn exhaustive_sqrt_digests() {
     let bad: Vec<String> = rows
         .par_iter()
         .filter_map(|&(c, want)| {
-            let got = digest(c << 24, 1 << 24, sqrt_mkl_f32);
+            let got = chunk_digest(c << 24, 1 << 24, sqrt_mkl_f32);
             (got != want).then(|| format!("chunk {c}: {got:016x} vs torch's {want:016x}"))
         })
         .collect();

@@ -13,6 +13,7 @@
 //!   torch's output and from the correctly rounded output (`tests/data/mkl_tanh_digests.txt`).
 //!   Run it with `cargo test --release --test suite -- mkl_tanh:: --ignored`.
 
+use crate::common::splitmix::chunk_digest;
 use rayon::prelude::*;
 use seedsweep::kernels::torch_ops::{mkl_tanh_table_len, tanh_cr_f32, tanh_mkl_f32};
 
@@ -90,20 +91,6 @@ fn table_is_sorted_and_every_entry_is_an_exception() {
     }
 }
 
-/// The digest `scripts/mkl_tanh_table.py` computes for one chunk: the wrapping sum over its
-/// inputs of splitmix64(out_bits | in_bits << 32).
-fn digest(start: u64, len: u64, f: impl Fn(f32) -> f32) -> u64 {
-    let mut sum = 0u64;
-    for k in start..start + len {
-        let out = f(f32::from_bits(k as u32)).to_bits() as u64;
-        let mut z = (out | (k << 32)).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        sum = sum.wrapping_add(z ^ (z >> 31));
-    }
-    sum
-}
-
 #[test]
 #[ignore = "2^32 evaluations of each kernel; run with --ignored"]
 fn exhaustive_tanh_digests() {
@@ -125,8 +112,8 @@ fn exhaustive_tanh_digests() {
         .par_iter()
         .filter_map(|&(c, mkl, cr)| {
             let start = c << 24;
-            let got_mkl = digest(start, 1 << 24, tanh_mkl_f32);
-            let got_cr = digest(start, 1 << 24, tanh_cr_f32);
+            let got_mkl = chunk_digest(start, 1 << 24, tanh_mkl_f32);
+            let got_cr = chunk_digest(start, 1 << 24, tanh_cr_f32);
             (got_mkl != mkl || got_cr != cr).then(|| {
                 format!(
                     "chunk {c}: mkl {got_mkl:016x} vs {mkl:016x}, cr {got_cr:016x} vs {cr:016x}"

@@ -11,6 +11,17 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The digest the exhaustive-kernel scripts (`scripts/mkl_tanh_table.py`,
+/// `scripts/mkl_sqrt_check.py`, `scripts/glibc_float_digests.py`) compute for one chunk of
+/// f32 inputs `start..start + len` (as bit patterns) through `f`: the wrapping sum of
+/// `splitmix64(out_bits | in_bits << 32)`.
+pub fn chunk_digest(start: u64, len: u64, f: impl Fn(f32) -> f32) -> u64 {
+    (start..start + len).fold(0u64, |sum, k| {
+        let out = f(f32::from_bits(k as u32)).to_bits() as u64;
+        sum.wrapping_add(splitmix64(out | (k << 32)))
+    })
+}
+
 /// The hash of element `i` of `stream`.
 pub fn hash(stream: u32, i: usize) -> u64 {
     splitmix64((u64::from(stream) << 32) | (i as u64 & 0xFFFF_FFFF))
