@@ -59,22 +59,29 @@ def run_test_recorded(nodeid, rootdir=None, extra_args=()):
     return rec, code, state
 
 
-def capture(nodeid, out_path, seed=None, keep_dump=None, quiet=False):
-    from .translate import CaptureError, Translator
-
+def capture(nodeid, out_path, keep_dump=None):
+    """Runs the test under the recorder, then `finish`."""
     res = CaptureResult()
     rec, code, state = run_test_recorded(nodeid)
     if not state["ran"]:
         res.status = 2
         res.errors = [(f"the test did not run (pytest exit code {int(code)}); check the node id", nodeid)]
         return res
-    res.test_ran = True
     if state["error"]:
-        res.test_error = state["error"]
         res.status = 2
         res.errors = [(f"the test raised {state['error']}", nodeid)]
         return res
     param = nodeid.split("[", 1)[1][:-1] if "[" in nodeid else None
+    return finish(rec, nodeid, param, out_path, keep_dump)
+
+
+def finish(rec, nodeid, param, out_path, keep_dump=None, prove=True):
+    """Translates a recording, writes the file and runs the mirror proof. With errors, nothing
+    is written (and a stale file at out_path is left alone)."""
+    from .translate import CaptureError, Translator
+
+    res = CaptureResult()
+    res.test_ran = True
     tr = Translator(rec, nodeid, param)
     res.translator = tr
     try:
@@ -83,14 +90,15 @@ def capture(nodeid, out_path, seed=None, keep_dump=None, quiet=False):
         res.status = 2
         res.errors = e.items
         return res
-    res.failed_asserts = [e for e in rec.failures]
+    res.failed_asserts = list(rec.failures)
     header = header_lines(nodeid, tr, res.failed_asserts)
-    verdict_placeholder = "# mirror: not yet checked"
-    write(out_path, header + [verdict_placeholder], text)
+    write(out_path, header + ["# mirror: not yet checked"], text)
+    res.text = text
+    if not prove:
+        return res
     verdict, exact = mirror_proof(out_path, tr, keep_dump)
     res.verdict = verdict
     write(out_path, header + ["# " + verdict], text)
-    res.text = text
     res.status = 0 if exact else 3
     return res
 
