@@ -52,6 +52,7 @@ def run_test_recorded(nodeid, rootdir=None, extra_args=()):
                 state["error"] = f"{exc[0].__name__}: {exc[1]}"
 
     args = [nodeid, "-q", "-p", "no:cacheprovider", "-p", "no:seedsweep", "--no-header", "-x",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning",
             "-o", "addopts=", *extra_args]
     if rootdir:
         args += ["--rootdir", rootdir]

@@ -574,6 +574,12 @@ class Translator:
         if s.op == "aten.cat" and side == "tp":
             return self.parse_gather(s)
         self.fail(f"{s.meta.get('overload', s.op)} is not in the language (or not in this form)", s.line)
+        # list what lies below it too, op by op (each path stops at its first op the language lacks)
+        for a in list(s.args) + list(s.meta.get("kwargs", {}).values()):
+            for x in (a if isinstance(a, tuple) else (a,)):
+                if isinstance(x, Sym) and x.op not in ("param", "copy", "draw", "slice", "grad") \
+                        and not x.op.startswith(("aten.t", "aten.transpose")):
+                    self.parse(x, side)
         return None
 
     def find_layer(self, spec, line):
@@ -827,7 +833,7 @@ class Translator:
             self.fail("a check of a parameter no layer uses", line)
             return None
         par = self.layers[li]["parallel"]
-        t = unwrap(tp_sym) if not grad else tp_sym
+        t = tp_sym
         leaves = []
         if isinstance(t, Sym) and t.op == "aten.cat":
             dim = t.args[1] if len(t.args) > 1 else t.meta["kwargs"].get("dim", 0)
@@ -984,7 +990,10 @@ class Translator:
         self.profile = profile
         L = []
         L.append(f"name = {toml_str(self.name)}")
-        L.append(f"description = {toml_str('captured from ' + self.test_id)}")
+        # the file's base name: a capture must not depend on the directory pytest ran from
+        where = self.test_id.split("::", 1)
+        where = "::".join([where[0].replace("\\", "/").rsplit("/", 1)[-1]] + where[1:])
+        L.append(f"description = {toml_str('captured from ' + where)}")
         L.append(f"first_seed = {self.init_seed}")
         L.append('rng = "torch"')
         L.append(f"default_profiles = [{toml_str(profile)}]   # torch on the CPU at one thread, AVX2 ATen kernels")
