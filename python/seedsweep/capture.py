@@ -51,7 +51,7 @@ def run_test_recorded(nodeid, rootdir=None, extra_args=()):
             if exc is not None:
                 state["error"] = f"{exc[0].__name__}: {exc[1]}"
 
-    args = [nodeid, "-q", "-p", "no:cacheprovider", "-p", "no:seedsweep", "--no-header", "-x",
+    args = [nodeid, "-p", "no:cacheprovider", "-p", "no:seedsweep", "-p", "no:terminal", "-x",
             "-W", "ignore::pytest.PytestAssertRewriteWarning",
             "-o", "addopts=", *extra_args]
     if rootdir:
@@ -65,10 +65,13 @@ def capture(nodeid, out_path, keep_dump=None):
     res = CaptureResult()
     rec, code, state = run_test_recorded(nodeid)
     if not state["ran"]:
+        res.test_ran = False
         res.status = 2
-        res.errors = [(f"the test did not run (pytest exit code {int(code)}); check the node id", nodeid)]
+        res.errors = [(f"the test did not run (pytest exit code {int(code)}: not collected, skipped or its "
+                       "setup failed); check the node id, relative to the current directory", nodeid)]
         return res
     if state["error"]:
+        res.test_ran = False
         res.status = 2
         res.errors = [(f"the test raised {state['error']}", nodeid)]
         return res
@@ -189,8 +192,8 @@ def main(argv):
         os.remove(a.out + ".tmp")
     res = capture(a.nodeid, a.out, keep_dump=a.dump)
     if res.errors:
-        print(f"seedsweep capture: {a.nodeid} is not expressible in the scenario language; no file written:",
-              file=sys.stderr)
+        what = "is not expressible in the scenario language" if res.test_ran else "was not captured"
+        print(f"seedsweep capture: {a.nodeid} {what}; no file written:", file=sys.stderr)
         for what, line in res.errors:
             print(f"  {line}: {what}", file=sys.stderr)
         return res.status or 2

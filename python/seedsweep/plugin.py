@@ -9,9 +9,15 @@ seeds from the test's own. The terminal summary reports per test: the mirror ver
 check the worst usage with its seed and step, the failing seeds, the tail estimate (predicted
 flake rate at the test's tolerance), and the tolerance `seedsweep size` recommends.
 
-`--seedsweep-max-flake P`: a test some check of which has a predicted flake rate above P
-(the tail fit's, or where there is none the observed share of failing seeds) fails, with the
-repro command and torch's message from `seedsweep repro` at the worst seed.
+A swept test fails when some seed of the sweep fails one of its checks; with
+`--seedsweep-max-flake P`, instead, when some check's predicted flake rate exceeds P (the tail
+fit's, or where there is none the observed share of failing seeds). The failure carries the
+repro command and torch's message from `seedsweep repro` at the worst seed. A test that fails
+at its own seed fails as it would without the plugin.
+
+Under `--seedsweep` or `--seedsweep-drift` the plugin sets `ATEN_CPU_CAPABILITY=avx2` when the
+environment does not set it and torch is not yet imported (the profile models torch's AVX2
+kernels); capture refuses another capability, naming it.
 
 `--seedsweep-drift`: a test with a committed scenario file (`--seedsweep-dir`, default
 `captures/` beside the test file, named `<file stem>.<test>[.<param>].toml`) fails when a fresh
@@ -21,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -37,6 +44,13 @@ def pytest_addoption(parser):
                 help="fail a test whose committed scenario file differs from a fresh capture")
     g.addoption("--seedsweep-dir", metavar="DIR", default=None,
                 help="where committed scenario files are (default: captures/ beside each test file)")
+
+
+def pytest_configure(config):
+    # The mirror models torch's AVX2 ATen kernels; under --seedsweep the run takes them unless
+    # the environment chose (capture then refuses another capability, naming it).
+    if _active(config) and "torch" not in sys.modules:
+        os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
 
 def _active(config):
@@ -205,6 +219,26 @@ def sweep(report, n):
             for row in csv.DictReader(f):
                 if row["shape"] == "atol-at-torch-rtol" and row["atol"]:
                     recs.setdefault(row["check"], (row["atol"], row["rtol"], row["tail_method"]))
+    # size's recommendation re-swept over the same seeds: does it hold on the evidence it came from?
+    rec_fail = {}
+    if recs:
+        rtoml = os.path.join(out, "recommended.toml")
+        with open(report["toml"]) as f:
+            text = f.read()
+        per = "".join(f"checks.{k} = {{ atol = {v[0]}, rtol = {v[1]} }}\n" for k, v in recs.items() if k != "all")
+        with open(rtoml, "w") as f:
+            f.write(text + "\n[policies.size-recommended]\ndescription = \"seedsweep size: atol at rtol 1.3e-6 per "
+                    "check\"\ndefault = { atol = 1e-5, rtol = 1.3e-6 }\n" + per)
+        rj = os.path.join(out, "recommended.json")
+        r = run_binary(["sweep", "--config", rtoml, "--scenario", report["name"], "--param", report["param"],
+                        "--profile", report["profile"], "--policy", "size-recommended", "--seeds", n,
+                        "--first-seed", report["seed"], "--out", os.path.join(out, "recommended"), "--json", rj,
+                        "--quiet"], capture_output=True, text=True)
+        if r.returncode == 0:
+            with open(rj) as f:
+                for c in json.load(f)["cases"]:
+                    if c.get("asserted") and c.get("policy") == "size-recommended":
+                        rec_fail[c["check"]] = c["failing_seed_list"]
     checks = []
     for c in verdict["cases"]:
         if not c.get("asserted") or c.get("policy") != "test":
@@ -218,7 +252,8 @@ def sweep(report, n):
                        "step": c["worst_step"], "micro": c.get("worst_micro_step"),
                        "failing": c["failing_seeds"], "failing_list": c["failing_seed_list"],
                        "flake": flake, "flake_method": method, "atol": c["atol"], "rtol": c["rtol"],
-                       "recommended": recs.get(c["check"]), "repro": repro, "raw_repro": c["repro"]})
+                       "recommended": recs.get(c["check"]), "recommended_failing": rec_fail.get(c["check"]),
+                       "repro": repro, "raw_repro": c["repro"]})
     report["checks"] = checks
     report["seeds"] = n
     report["recommended_all"] = recs.get("all")
@@ -276,6 +311,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             fl = f"{c['flake']:.2g}" + (" obs" if c["flake_method"] == "observed" else "")
             rec = c["recommended"]
             rec_s = f"atol={rec[0]} ({rec[2]})" if rec else "-"
+            rf = c.get("recommended_failing")
+            if rec and rf:
+                rec_s += f"; re-swept: seeds {', '.join(map(str, rf))} still fail under it"
             tr.write_line(f"    {c['check']:<14} {c['atol']:>8.2g} {c['rtol']:>8.2g} {c['worst']:>7.3g}% {at:>13} "
                           f"{c['failing']:>4}/{rep['seeds']:<4} {fl:>11}  {rec_s}")
         fails = sorted({s for c in rep["checks"] for s in c["failing_list"]})
