@@ -339,6 +339,23 @@ class Recorder(TorchDispatchMode):
         patch(torch, "allclose", allclose_wrap)
         patch(torch.Tensor, "allclose", allclose_wrap)
 
+        # `from torch.testing import assert_close` (and the like) bound the originals in the
+        # test's modules before the patches: rebind those names too, for the run
+        wrapped = {id(orig): getattr(owner, attr) for owner, attr, orig in self._saved}
+        torch_dir = os.path.dirname(torch.__file__)
+        for mod in list(sys.modules.values()):
+            f = getattr(mod, "__file__", None) or ""
+            if mod is None or f.startswith(torch_dir) or f.startswith(_HERE):
+                continue
+            try:
+                items = list(vars(mod).items())
+            except TypeError:
+                continue
+            for name, val in items:
+                if callable(val) and id(val) in wrapped and not isinstance(val, type):
+                    self._saved.append((mod, name, val))
+                    setattr(mod, name, wrapped[id(val)])
+
     def uninstall(self):
         for h in getattr(self, "_hooks", []):
             h.remove()
@@ -387,6 +404,11 @@ class Recorder(TorchDispatchMode):
                     return None
             out = orig(actual, expected, *a, **kw)
             ev["passed"] = bool(out)
+            if not out and self.capture_mode:
+                # recorded; the run goes on to the test's later checks (as for assert_close)
+                self.failures.append(ev)
+                ev["message"] = f"torch.allclose(..., rtol={ev['rtol']}, atol={ev['atol']}) is False"
+                return True
             return out
         finally:
             self.quiet -= 1

@@ -114,3 +114,16 @@ def test_python_m_seedsweep_passes_through_to_the_binary():
     r = run(["-m", "seedsweep", "--version"])
     assert r.returncode == 0
     assert re.fullmatch(r"seedsweep \d+\.\d+\.\d+\n", r.stdout)
+
+
+def test_imported_assert_close_and_allclose_are_recorded(tmp_path):
+    # tests/data/test_aliases.py is the MLP example with `from torch.testing import assert_close`
+    # (bound before capture patches torch) and `assert torch.allclose(...)` for the loss: the
+    # capture must be the example's, but for the description naming the file.
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_aliases.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "mirror exact on 36 of 36 checked tensors"
+    body = lambda t: [l.split("   # ")[0] for l in t.splitlines() if not l.startswith(("#", "description"))]
+    with open(os.path.join(PKG, "examples", "captures", "test_tp_mlp.test_tp_mlp_adamw.tight.toml")) as f:
+        assert body(out.read_text()) == body(f.read())
