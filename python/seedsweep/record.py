@@ -196,6 +196,22 @@ class Recorder(TorchDispatchMode):
             self.bind(out, s)
             return out
         line = user_line(3)
+        if name.endswith("_") or name in ("aten.copy_", "aten._foreach_mul_", "aten._foreach_div_"):
+            # an in-place op on a gradient or a parameter outside backward and the optimizer's
+            # step (clipping, scaling, zero_grad(set_to_none=False), a hand-made update):
+            # numerics the language does not have, and that may act at other seeds only
+            flat = []
+            for a in args:
+                flat.extend(a if isinstance(a, (list, tuple)) else [a])
+            for a in flat:
+                if isinstance(a, torch.Tensor):
+                    sa = self.node.get(id(a))
+                    if sa is not None and sa.op in ("grad", "param") or (
+                            sa is not None and sa.op == "copy" and a.is_leaf and a.requires_grad):
+                        self.events.append({"ev": "unsupported", "line": line,
+                                            "what": f"{name} on a {'gradient' if sa.op == 'grad' else 'parameter'} "
+                                                    "outside backward and optimizer.step()"})
+                        break
         s = Sym(name, tuple(self.arg(a) for a in args), line,
                 {"kwargs": {k: self.arg(v) for k, v in kwargs.items()},
                  "shape": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
@@ -287,6 +303,31 @@ class Recorder(TorchDispatchMode):
             return grad
 
         patch(torch.autograd, "grad", grad_wrap)
+
+        fn_cls = torch.autograd.Function
+        orig_apply = fn_cls.__dict__["apply"]
+        self._saved.append((fn_cls, "apply", orig_apply))
+
+        def apply(cls, *a, **kw):
+            if not rec.quiet:
+                rec.events.append({"ev": "unsupported", "line": user_line(2),
+                                   "what": f"custom autograd Function {cls.__name__} (its backward is its own code, "
+                                           "not recorded)"})
+            return orig_apply.__func__(cls, *a, **kw)
+
+        fn_cls.apply = classmethod(apply)
+
+        def hook_wrap(orig):
+            @functools.wraps(orig)
+            def register(*a, **kw):
+                rec.events.append({"ev": "unsupported", "line": user_line(2),
+                                   "what": f"{orig.__name__}: a hook changes gradients the language does not see"})
+                return orig(*a, **kw)
+            return register
+
+        patch(torch.Tensor, "register_hook", hook_wrap)
+        for attr in ("register_full_backward_hook", "register_backward_hook", "register_full_backward_pre_hook"):
+            patch(nn.Module, attr, hook_wrap)
 
         def opt_init_wrap(orig):
             @functools.wraps(orig)

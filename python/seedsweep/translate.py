@@ -904,8 +904,8 @@ class Translator:
                 self.fail(e["unsupported"], e["line"])
                 continue
             extra = e.get("extra", {})
-            if extra.get("equal_nan") or extra.get("msg") is not None and False:
-                self.fail("assert_close(equal_nan=True)", e["line"])
+            if extra.get("equal_nan"):
+                self.fail(f"{e['kind']}(equal_nan=True)", e["line"])
             a, x = e["actual"], e["expected"]
             sa, sx = self.which(a), self.which(x)
             if sa == "ref" and sx == "tp":

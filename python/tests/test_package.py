@@ -127,3 +127,14 @@ def test_imported_assert_close_and_allclose_are_recorded(tmp_path):
     body = lambda t: [l.split("   # ")[0] for l in t.splitlines() if not l.startswith(("#", "description"))]
     with open(os.path.join(PKG, "examples", "captures", "test_tp_mlp.test_tp_mlp_adamw.tight.toml")) as f:
         assert body(out.read_text()) == body(f.read())
+
+
+def test_gradient_clipping_is_refused(tmp_path):
+    src = os.path.join(PKG, "tests", "data", "test_clip.py")
+    with open(src) as f:
+        line = 1 + next(i for i, l in enumerate(f.read().splitlines()) if "clip_grad_norm_" in l)
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_clip.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
+    assert r.returncode == 2
+    assert not out.exists()
+    assert f"tests/data/test_clip.py:{line}: aten._foreach_mul_ on a gradient outside backward" in r.stderr
