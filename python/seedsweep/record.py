@@ -175,8 +175,11 @@ class Recorder(TorchDispatchMode):
             # a copy: the same values, but its own tensor (a leaf of the sharded copy, a rank's input)
             self.bind(out, Sym("copy", (self.sym(args[0]),), user_line(3)))
             return out
+        if isinstance(out, torch.Tensor) and out.device.type != "cpu":
+            self.events.append({"ev": "unsupported", "line": user_line(3),
+                                "what": f"{name} on {out.device}: capture mirrors torch on the CPU"})
         if name == "aten._to_copy" and args and isinstance(args[0], torch.Tensor):
-            if isinstance(out, torch.Tensor) and out.dtype == args[0].dtype:
+            if isinstance(out, torch.Tensor) and out.dtype == args[0].dtype and out.device == args[0].device:
                 self.bind(out, self.sym(args[0]))
                 return out
         if name == "aten.slice" and args and isinstance(args[0], torch.Tensor):

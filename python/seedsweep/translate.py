@@ -564,6 +564,17 @@ class Translator:
             if mw is None or mw[1] is not None or x is None or x[0] != "input":
                 self.fail("embedding that is not an nn.Embedding's lookup of drawn ids", s.line)
                 return None
+            pad = self.module(mw[0])["cfg"].get("padding_idx")
+            num = self.module(mw[0])["cfg"]["num_embeddings"]
+            want = -1 if pad is None else pad % num
+            got = s.args[2] if len(s.args) > 2 else s.meta["kwargs"].get("padding_idx", -1)
+            got = got % num if got is not None and got >= 0 else (got + num if got is not None and got < -1 else got)
+            scale = s.args[3] if len(s.args) > 3 else s.meta["kwargs"].get("scale_grad_by_freq", False)
+            sparse = s.args[4] if len(s.args) > 4 else s.meta["kwargs"].get("sparse", False)
+            if got != want or scale or sparse:
+                self.fail(f"embedding lookup with padding_idx {got} (the module's is {pad}) or scale_grad_by_freq / "
+                          "sparse", s.line)
+                return None
             spec = ("embedding", mw[0], x)
             if side == "ref":
                 return ("layer", self.layer(spec, s.line))
