@@ -299,6 +299,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             tr.write_line(f"  sweep failed: {rep['sweep_error']}")
             continue
         if "checks" not in rep:
+            if rep.get("status") == 3:
+                tr.write_line("  not swept: the file does not compute what the test computes (see the line above)")
             continue
         s0 = rep["seed"]
         tr.write_line(f"  seeds {s0}..{s0 + rep['seeds'] - 1} ({rep['seeds']}), profile {rep['profile']}, "
