@@ -1,5 +1,6 @@
-"""Where the seedsweep binary is: `SEEDSWEEP_BIN`, else the one shipped in this package, else
-`seedsweep` on PATH."""
+"""Where the seedsweep binary is: `SEEDSWEEP_BIN`, else the one shipped in this package (or in
+the installed distribution, when a source checkout of the package shadows it, as when running
+from `python/`), else `seedsweep` on PATH."""
 import os
 import shutil
 import subprocess
@@ -13,6 +14,14 @@ def binary():
     here = Path(__file__).resolve().parent / "bin" / ("seedsweep.exe" if os.name == "nt" else "seedsweep")
     if here.is_file():
         return str(here)
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        name = "seedsweep/bin/" + ("seedsweep.exe" if os.name == "nt" else "seedsweep")
+        installed = Path(distribution("seedsweep").locate_file(name))
+        if installed.is_file():
+            return str(installed)
+    except (ImportError, PackageNotFoundError):
+        pass
     found = shutil.which("seedsweep")
     if found:
         return found
