@@ -10,9 +10,11 @@ status=0
 for node in \
   "examples/test_tp_mlp.py::test_tp_mlp_adamw[torch-default]" \
   "examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]" \
-  "examples/test_tp_classifier.py::test_tp_classifier_sgd[default]"; do
-  file=${node%%::*}; rest=${node#*::}; name=${rest%%[*}; param=${rest#*[}; param=${param%]}
-  out="examples/captures/$(basename "$file" .py).$name.$param.toml"
+  "examples/test_tp_classifier.py::test_tp_classifier_sgd[default]" \
+  "examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam"; do
+  file=${node%%::*}; rest=${node#*::}; name=${rest%%[*}
+  param=""; case $rest in *"["*) param=${rest#*[}; param=".${param%]}";; esac
+  out="examples/captures/$(basename "$file" .py).$name$param.toml"
   echo "== $node -> $out"
   "$PY" -m seedsweep capture "$node" -o "$out" | tail -n 1 | tee /tmp/recapture.$$ || status=1
   grep -q "^mirror exact on" /tmp/recapture.$$ || status=1

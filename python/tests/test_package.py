@@ -9,7 +9,7 @@ verdict lines); the only fixed expectations are the committed captures of the ex
 a fresh capture must reproduce byte for byte, and the counts of checked tensors, which follow
 from the example tests' loops (4 checks, 2 tensors each: 2 at each of 6 micro-steps plus 2 at
 each of 3 steps = 18 calls, 36 tensors; the classifier: 5 checks at each of 2 steps = 10
-calls, 20 tensors).
+calls, 20 tensors; the pre-norm block: 4 checks at each of 2 steps, 16 tensors).
 """
 import os
 import re
@@ -31,6 +31,7 @@ def run(args, cwd=PKG, **kw):
     ("examples/test_tp_mlp.py::test_tp_mlp_adamw[torch-default]", 36),
     ("examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]", 36),
     ("examples/test_tp_classifier.py::test_tp_classifier_sgd[default]", 20),
+    ("examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam", 16),
 ])
 def test_capture_reproduces_committed_file_and_mirror_is_exact(node, tensors, tmp_path):
     out = tmp_path / "out.toml"
@@ -41,9 +42,9 @@ def test_capture_reproduces_committed_file_and_mirror_is_exact(node, tensors, tm
     text = out.read_text()
     assert f"# {line}\n" in text
     file, rest = node.split("::")
-    name, param = rest[:-1].split("[")
-    committed = os.path.join(PKG, "examples", "captures",
-                             f"{os.path.splitext(os.path.basename(file))[0]}.{name}.{param}.toml")
+    name, _, param = rest.rstrip("]").partition("[")
+    committed = os.path.join(PKG, "examples", "captures", f"{os.path.splitext(os.path.basename(file))[0]}.{name}"
+                             + (f".{param}" if param else "") + ".toml")
     with open(committed) as f:
         assert text == f.read()
 
