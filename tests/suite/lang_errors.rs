@@ -90,6 +90,12 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "configs/examples/tp2_prenorm_block.toml",
         "configs/examples/production_head_v32000_h512.toml",
         "configs/examples/t1_h8192.toml",
+        // captured from the Python examples by `python -m seedsweep capture` (README section
+        // "From your pytest test"): still valid files of the language
+        "python/examples/captures/test_tp_mlp.test_tp_mlp_adamw.torch-default.toml",
+        "python/examples/captures/test_tp_mlp.test_tp_mlp_adamw.tight.toml",
+        "python/examples/captures/test_tp_classifier.test_tp_classifier_sgd.default.toml",
+        "python/examples/captures/test_tp_prenorm_block.test_tp_prenorm_block_adam.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));

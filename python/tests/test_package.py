@@ -1,0 +1,141 @@
+"""Tests of the seedsweep Python package: capture, the mirror proof, the pytest plugin and the
+pass-through. Run by hand (not in CI, which needs no Python), from anywhere, with the package
+installed (`pip install ./python`) in an environment with torch 2.15:
+
+    python -m pytest python/tests -q
+
+Every expectation here is computed by the run under test (exit codes, the files written, the
+verdict lines); the only fixed expectations are the committed captures of the examples, which
+a fresh capture must reproduce byte for byte, and the counts of checked tensors, which follow
+from the example tests' loops (4 checks, 2 tensors each: 2 at each of 6 micro-steps plus 2 at
+each of 3 steps = 18 calls, 36 tensors; the classifier: 5 checks at each of 2 steps = 10
+calls, 20 tensors; the pre-norm block: 4 checks at each of 2 steps, 16 tensors).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # python/
+ENV = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+
+
+def run(args, cwd=PKG, **kw):
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True, **kw)
+
+
+@pytest.mark.parametrize("node,tensors", [
+    ("examples/test_tp_mlp.py::test_tp_mlp_adamw[torch-default]", 36),
+    ("examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]", 36),
+    ("examples/test_tp_classifier.py::test_tp_classifier_sgd[default]", 20),
+    ("examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam", 16),
+])
+def test_capture_reproduces_committed_file_and_mirror_is_exact(node, tensors, tmp_path):
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", node, "-o", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = f"mirror exact on {tensors} of {tensors} checked tensors"
+    assert r.stdout.strip().splitlines()[-1] == line
+    text = out.read_text()
+    assert f"# {line}\n" in text
+    file, rest = node.split("::")
+    name, _, param = rest.rstrip("]").partition("[")
+    committed = os.path.join(PKG, "examples", "captures", f"{os.path.splitext(os.path.basename(file))[0]}.{name}"
+                             + (f".{param}" if param else "") + ".toml")
+    with open(committed) as f:
+        assert text == f.read()
+
+
+def test_unsupported_op_is_listed_with_its_line_and_nothing_is_written(tmp_path):
+    src = os.path.join(PKG, "tests", "data", "test_unsupported_op.py")
+    with open(src) as f:
+        lines = f.read().splitlines()
+    ref_line = 1 + next(i for i, l in enumerate(lines) if "ref_out = fc2(a * torch.sigmoid(a))" in l)
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_unsupported_op.py::test_tp_mlp_adamw[tight]",
+             "-o", str(out)])
+    assert r.returncode == 2
+    assert not out.exists() and not os.path.exists(str(out) + ".tmp")
+    assert "not expressible in the scenario language; no file written" in r.stderr
+    assert f"tests/data/test_unsupported_op.py:{ref_line}: aten.mul.Tensor is not in the language" in r.stderr
+    assert f"tests/data/test_unsupported_op.py:{ref_line}: aten.sigmoid.default is not in the language" in r.stderr
+
+
+def test_mirror_proof_catches_a_test_the_file_does_not_compute(tmp_path):
+    # The sharded optimizer's gradients are never zeroed, so they accumulate across steps; the
+    # language zeroes them every step. The translation cannot see it; the proof must.
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_no_zero_grad.py::test_tp_mlp_adamw[tight]",
+             "-o", str(out)])
+    assert r.returncode == 3, r.stdout + r.stderr
+    verdict = r.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"mirror NOT exact: (\d+) of 36 checked tensors equal; first difference: sharded "
+                     r"fc1_weight at step 1 \(tests/data/test_no_zero_grad.py:\d+\) differs .*", verdict)
+    assert m, verdict
+    assert int(m.group(1)) < 36
+    assert f"# {verdict}\n" in out.read_text()
+
+
+def test_plugin_reports_and_fails_the_too_tight_parametrization(tmp_path):
+    r = run(["-m", "pytest", "examples/test_tp_mlp.py", "--seedsweep=200", "-p", "no:cacheprovider",
+             "-o", "addopts="])
+    out = r.stdout
+    assert r.returncode == 1, out
+    assert "1 failed, 1 passed" in out
+    assert "FAILED examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]" in out
+    assert "repro: python -m seedsweep repro --config " in out
+    assert "Tensor-likes are not close!" in out
+    assert out.count("mirror exact on 36 of 36 checked tensors") == 2
+    # the report's failing seeds are those the sweep's own verdict lists
+    assert re.search(r"failing seeds: \d+", out)
+
+
+def test_drift_fails_when_the_test_changes(tmp_path):
+    work = tmp_path / "w"
+    (work / "captures").mkdir(parents=True)
+    shutil.copy(os.path.join(PKG, "examples", "test_tp_mlp.py"), work / "test_tp_mlp.py")
+    shutil.copy(os.path.join(PKG, "examples", "captures", "test_tp_mlp.test_tp_mlp_adamw.tight.toml"),
+                work / "captures")
+    args = ["-m", "pytest", "test_tp_mlp.py", "-k", "tight", "--seedsweep-drift", "-p", "no:cacheprovider"]
+    same = run(args, cwd=work)
+    assert same.returncode == 0, same.stdout
+    assert "matches the fresh capture" in same.stdout
+    src = (work / "test_tp_mlp.py").read_text().replace("lr=1e-3", "lr=2e-3")
+    (work / "test_tp_mlp.py").write_text(src)
+    changed = run(args, cwd=work)
+    assert changed.returncode == 1, changed.stdout
+    assert "seedsweep drift:" in changed.stdout
+    assert "-lr = 0.001" in changed.stdout and "+lr = 0.002" in changed.stdout
+
+
+def test_python_m_seedsweep_passes_through_to_the_binary():
+    r = run(["-m", "seedsweep", "--version"])
+    assert r.returncode == 0
+    assert re.fullmatch(r"seedsweep \d+\.\d+\.\d+\n", r.stdout)
+
+
+def test_imported_assert_close_and_allclose_are_recorded(tmp_path):
+    # tests/data/test_aliases.py is the MLP example with `from torch.testing import assert_close`
+    # (bound before capture patches torch) and `assert torch.allclose(...)` for the loss: the
+    # capture must be the example's, but for the description naming the file.
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_aliases.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "mirror exact on 36 of 36 checked tensors"
+    body = lambda t: [l.split("   # ")[0] for l in t.splitlines() if not l.startswith(("#", "description"))]
+    with open(os.path.join(PKG, "examples", "captures", "test_tp_mlp.test_tp_mlp_adamw.tight.toml")) as f:
+        assert body(out.read_text()) == body(f.read())
+
+
+def test_gradient_clipping_is_refused(tmp_path):
+    src = os.path.join(PKG, "tests", "data", "test_clip.py")
+    with open(src) as f:
+        line = 1 + next(i for i, l in enumerate(f.read().splitlines()) if "clip_grad_norm_" in l)
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_clip.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
+    assert r.returncode == 2
+    assert not out.exists()
+    assert f"tests/data/test_clip.py:{line}: aten._foreach_mul_ on a gradient outside backward" in r.stderr
