@@ -39,7 +39,7 @@ pub mod text;
 
 pub use crate::engine::aggregate::Frontiers;
 pub use recommend::{
-    caught, round_up_2, size_shape, usages, usages_over, Rec, Shape, MAX_MEANINGFUL_RTOL,
+    caught, round_up_2, size_all, size_shape, usages, usages_over, Rec, Shape, MAX_MEANINGFUL_RTOL,
     TORCH_PAIR, TORCH_RTOL,
 };
 
@@ -301,16 +301,24 @@ fn size_key(
     let recs: Vec<Vec<Vec<Rec>>> = clean
         .par_iter()
         .map(|d| {
-            let mut sets: Vec<Vec<usize>> = (0..n_checks).map(|c| vec![c]).collect();
-            sets.push(all_checks.clone());
-            sets.iter()
-                .map(|set| {
+            let mut per: Vec<Vec<Rec>> = (0..n_checks)
+                .map(|c| {
                     Shape::ALL
                         .iter()
-                        .map(|&sh| size_shape(&d.fr, set, sh, flake, target))
+                        .map(|&sh| size_shape(&d.fr, &[c], sh, flake, target))
                         .collect()
                 })
-                .collect()
+                .collect();
+            let all = Shape::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, &sh)| {
+                    let singles: Vec<Rec> = per.iter().map(|r| r[i].clone()).collect();
+                    size_all(&d.fr, &all_checks, sh, flake, target, &singles)
+                })
+                .collect();
+            per.push(all);
+            per
         })
         .collect();
     // Across profiles: the largest λ binds (ties: the first profile).

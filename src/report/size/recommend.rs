@@ -239,17 +239,32 @@ pub fn size_shape(fr: &Frontiers, checks: &[usize], shape: Shape, p: f64, target
         };
         return empty(f64::INFINITY, b.method, note);
     }
+    rec_at(fr, checks, shape, lambda, p)
+}
+
+/// The recommendation of `shape` at the finite parameter `lambda` over `checks`: its pair,
+/// the sizing bound under it, or an empty pair with the reason (an rtol at atol 0 of
+/// [`MAX_MEANINGFUL_RTOL`] or more).
+fn rec_at(fr: &Frontiers, checks: &[usize], shape: Shape, lambda: f64, p: f64) -> Rec {
     let tol = shape.at(lambda);
     if shape == Shape::RtolAtZeroAtol && tol.rtol >= MAX_MEANINGFUL_RTOL {
         let b = bound(fr, checks, tol, p);
-        return empty(
+        return Rec {
+            shape,
+            tol: Tolerance {
+                atol: f64::NAN,
+                rtol: f64::NAN,
+            },
             lambda,
-            b.method,
+            predicted: f64::NAN,
+            upper: f64::NAN,
+            method: b.method,
+            note:
             format!(
                 "rtol would be {}: the binding elements have |expected| near zero, where only an atol helps; use atol-at-torch-rtol or balanced",
                 py_repr(tol.rtol)
             ),
-        );
+        };
     }
     let b = bound(fr, checks, tol, p);
     Rec {
@@ -260,6 +275,32 @@ pub fn size_shape(fr: &Frontiers, checks: &[usize], shape: Shape, p: f64, target
         upper: b.hi,
         method: b.method,
         note: String::new(),
+    }
+}
+
+/// Sizes one shape over all of a test's `checks` given each check's own recommendation of
+/// that shape (`singles`): [`size_shape`] over the set, raised to the largest single λ. One
+/// pair asserted on every check must meet each check's own target, so its λ can be no
+/// smaller than any check's; the tail fits of the per-seed maxima and of one check's usages
+/// are separate estimates and need not keep that order by themselves.
+pub fn size_all(
+    fr: &Frontiers,
+    checks: &[usize],
+    shape: Shape,
+    p: f64,
+    target: f64,
+    singles: &[Rec],
+) -> Rec {
+    let all = size_shape(fr, checks, shape, p, target);
+    let need = singles
+        .iter()
+        .map(|r| r.lambda)
+        .filter(|l| l.is_finite())
+        .fold(0.0, f64::max);
+    if all.lambda.is_finite() && need > all.lambda {
+        rec_at(fr, checks, shape, need, p)
+    } else {
+        all
     }
 }
 
@@ -369,6 +410,33 @@ mod tests {
         let exact: Frontiers = vec![vec![vec![]; 50]];
         let e = size_shape(&exact, &[0], Shape::Balanced, 1e-4, 50.0);
         assert_eq!((e.tol.atol, e.tol.rtol), (0.0, 0.0));
+    }
+
+    /// The all-checks pair is never below one check's own: a single check that needs a larger
+    /// λ than the fit over the per-seed maxima gives its λ to the set (re-evaluated over the
+    /// set), and smaller singles change nothing.
+    #[test]
+    fn one_pair_for_all_checks_covers_each_checks_own_need() {
+        let fr: Frontiers = vec![
+            (1..=400).map(|i| vec![(i as f64 * 1e-8, 1.0)]).collect(),
+            (1..=400).map(|i| vec![(i as f64 * 2e-8, 1.0)]).collect(),
+        ];
+        for shape in [Shape::AtolAtTorchRtol, Shape::Balanced] {
+            let plain = size_shape(&fr, &[0, 1], shape, 1e-2, 50.0);
+            let singles: Vec<Rec> = (0..2)
+                .map(|c| size_shape(&fr, &[c], shape, 1e-2, 50.0))
+                .collect();
+            assert!(singles.iter().all(|r| r.lambda <= plain.lambda));
+            assert_eq!(size_all(&fr, &[0, 1], shape, 1e-2, 50.0, &singles), plain);
+            let mut big = singles[1].clone();
+            big.lambda = plain.lambda * 3.0;
+            let raised = size_all(&fr, &[0, 1], shape, 1e-2, 50.0, &[singles[0].clone(), big]);
+            assert_eq!(raised.lambda, plain.lambda * 3.0);
+            assert!(
+                raised.upper < plain.upper && raised.upper <= 50.0,
+                "{raised:?}"
+            );
+        }
     }
 
     /// Too few seeds: the fallback is conservative, and `size` says so.
