@@ -321,27 +321,7 @@ pub struct SizingBound {
 /// ([`profile::fit_fixed_shape`]) — q = p·n/k, value u + isf(q) and hi the upper end of its
 /// 95 % likelihood interval. Valid as an upper bound when the true tail is no heavier than
 /// that shape. All-zero samples give 0 (nothing to size).
-///
-/// A fitted bound (GPD or conservative, so p < 1/n) is never below the largest usage already
-/// observed, point and upper end alike: the (1 − p)-quantile exceeds the sample maximum with
-/// probability (1 − p)^n, 98 % at p = 1e-4 and n = 200, so a seed observed above it refutes
-/// the fit (a lone outlier the tail fit discounts: 300 % observed under a bound of 9.6 %), and
-/// a tolerance sized on it would fail a seed the sweep already ran.
 pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
-    let b = fitted_sizing_bound(samples, p);
-    if b.method == SizingMethod::Empirical || b.method == SizingMethod::NotEstimable {
-        return b;
-    }
-    let max = samples.iter().copied().fold(0.0, f64::max);
-    SizingBound {
-        value: b.value.max(max),
-        hi: b.hi.max(max),
-        method: b.method,
-    }
-}
-
-/// [`sizing_bound`] before its floor at the observed maximum.
-fn fitted_sizing_bound(samples: &[f64], p: f64) -> SizingBound {
     let n = samples.len();
     let not = SizingBound {
         value: f64::NAN,
@@ -651,31 +631,6 @@ mod tests {
             SizingMethod::NotEstimable
         );
         assert_eq!(sizing_bound(&[0.0; 5], 1e-4).hi, 0.0);
-    }
-
-    /// A lone outlier: 199 usages from an exponential tail around 0.7 % and one of 300 %. A
-    /// fitted bound at p = 1e-4 (200 seeds, so not empirical) must not sit below the 300 %
-    /// the sweep already saw, whatever the fit makes of the outlier; without the outlier the
-    /// bound is the fit's own (the floor changes nothing there).
-    #[test]
-    fn a_fitted_bound_is_never_below_an_observed_usage() {
-        let g = Gpd {
-            shape: 0.0,
-            scale: 0.1,
-        };
-        let mut x: Vec<f64> = draws(&g, 199, 42).iter().map(|v| 0.7 + v).collect();
-        let plain = sizing_bound(&x, 1e-4);
-        assert_ne!(plain.method, SizingMethod::Empirical);
-        assert_eq!(plain, fitted_sizing_bound(&x, 1e-4));
-        x.push(300.0);
-        // The case the floor is for: the fit alone puts the bound below the outlier.
-        assert!(fitted_sizing_bound(&x, 1e-4).hi < 300.0);
-        let b = sizing_bound(&x, 1e-4);
-        assert!(matches!(
-            b.method,
-            SizingMethod::Gpd | SizingMethod::Conservative
-        ));
-        assert!(b.hi >= 300.0 && b.value >= 300.0, "{b:?}");
     }
 
     /// A fit the AD test rejects at every threshold (two tight clusters in the tail) falls
