@@ -12,6 +12,7 @@ pub mod loss;
 pub mod norm;
 pub mod optim;
 pub mod real;
+pub mod softmax;
 pub mod tp;
 pub mod vocab_parallel;
 pub mod xla;
