@@ -187,6 +187,10 @@ def main():
                         label=f"layernorm width {width}")
         elementwise(p, "layernorm", extra=", affine = false", suffix="-noaffine", width=width,
                     rows=rows, steps=2, params=False, label=f"layernorm width {width}, no affine")
+    # softmax over the last dim: below one 8-lane vector (5), whole vectors (16), a ragged
+    # tail after several vectors (37, 100)
+    for width in (5, 16, 37, 100):
+        elementwise(p, "softmax", width=width, label=f"softmax width {width}")
     for rows, classes in [(16, 37), (6, 8)]:
         cross_entropy(p, rows, classes)
     optimizer(p, "sgd", '{ steps = 3, optimizer = "sgd", lr = 0.1 }')

@@ -12,8 +12,13 @@ Written to tests/data/torch_softmax_<capability>.json as bit patterns (8 hex dig
 16 per f64):
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/softmax_torch.py
+    ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/softmax_torch.py --threads 2
     /work/venv/bin/python scripts/softmax_torch.py        # on an AVX512 machine
+
+At two threads ATen runs the backward's row loop inside its OpenMP region (another compiled
+copy of it, see src/ops/softmax.rs); the file is then torch_softmax_<capability>_t2.json.
 """
+import argparse
 import json
 import os
 import struct
@@ -44,7 +49,10 @@ def run(x, dy):
 
 
 def main():
-    torch.set_num_threads(1)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    threads = ap.parse_args().threads
+    torch.set_num_threads(threads)
     cap = torch.backends.cpu.get_cpu_capability()
     gen = torch.Generator().manual_seed(35)
     cases = []
@@ -64,7 +72,7 @@ def main():
         "cases": cases,
     }
     out = os.path.join(os.path.dirname(__file__), "..", "tests", "data",
-                       f"torch_softmax_{cap.lower()}.json")
+                       f"torch_softmax_{cap.lower()}{'' if threads == 1 else f'_t{threads}'}.json")
     with open(out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
     print(f"wrote {out}: {len(cases)} cases, capability {cap}")

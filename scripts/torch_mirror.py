@@ -642,6 +642,10 @@ class Run:
                     y = fn(x)
             elif op in ("layernorm", "rmsnorm"):
                 y = self.norm(l, name, op, par, x)
+            elif op == "softmax":
+                if isinstance(x, Sharded):
+                    raise Unsupported(f"layers.{name}: a softmax on a sharded input")
+                y = F.softmax(x, -1)
             elif op == "residual-add":
                 a, b = (env[t] for t in l["inputs"])
                 if isinstance(a, Sharded) or isinstance(b, Sharded):

@@ -29,6 +29,7 @@ use crate::ops::norm::{
 };
 use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
+use crate::ops::softmax::SoftmaxReal;
 use crate::ops::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
@@ -887,6 +888,13 @@ impl Plan {
                 residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y);
                 bf.acts[out.0] = y;
             }
+            Op::Softmax { x, out } => {
+                // Row by row, so a rank's rows give the same bits as the whole tensor's: the
+                // sharded computation needs no split of its own.
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                B::R::softmax_rows(&bf.acts[x.0], g.width(x), &mut y, be.elementwise_block() / 2);
+                bf.acts[out.0] = y;
+            }
         }
     }
 
@@ -1251,6 +1259,21 @@ impl Plan {
                     }
                 }
                 bf.dacts[out.0] = dy;
+            }
+            Op::Softmax { x, .. } => {
+                if !self.needs_grad[x.0] {
+                    return;
+                }
+                let mut dx = self.act_grad_target(bf, x.0);
+                B::R::softmax_backward_rows(
+                    &bf.dacts[out.0],
+                    &bf.acts[out.0],
+                    g.width(x),
+                    &mut dx,
+                    be.elementwise_block() / 2,
+                    be.aten_threads(),
+                );
+                self.act_grad_done(bf, x.0, dx);
             }
         }
     }

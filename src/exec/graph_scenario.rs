@@ -345,7 +345,7 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. } | Op::ResidualAdd { .. } => {}
+            Op::Activation { .. } | Op::ResidualAdd { .. } | Op::Softmax { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -499,7 +499,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             Op::Norm {
                 weight: Some(_), ..
             } => needs_grad[out.0] = true,
-            Op::Activation { x, .. } | Op::Norm { x, .. } => {
+            Op::Activation { x, .. } | Op::Norm { x, .. } | Op::Softmax { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }
             Op::ResidualAdd { a, b, .. } => {
@@ -553,7 +553,8 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                         && match o.op {
                             Op::Linear { x: r, .. }
                             | Op::Activation { x: r, .. }
-                            | Op::Norm { x: r, .. } => r == x,
+                            | Op::Norm { x: r, .. }
+                            | Op::Softmax { x: r, .. } => r == x,
                             Op::ResidualAdd { a, b, .. } => a == x || b == x,
                             Op::Embedding { .. } => false,
                         }

@@ -26,17 +26,24 @@
 //! `softmax_backward_lastdim_kernel` → `_vec_host_softmax_backward_lastdim<float, false>`
 //! (not `_vec_softmax_backward`, which is the kernel for an inner dimension):
 //!
-//! 1. `dot = vec::map2_reduce_all(dy · y, +)`: the lane order of step 3 above, where GCC
-//!    (`-ffp-contract=fast` on the vector intrinsics) contracts every accumulation
-//!    `acc + dy·y` after a lane's first product into `fma(dy, y, acc)`; a lane's first term
-//!    is the rounded product; for `n < L` the products are rounded, then summed left to
-//!    right; the butterfly adds are plain additions;
+//! 1. `dot = vec::map2_reduce_all(dy · y, +)`: the lane order of step 3 above on the
+//!    rounded products `dy·y`, except, in one of the two compiled copies of the row loop,
+//!    the ragged tail (the last `n mod L` elements, when `n ≥ L`), whose accumulation
+//!    `Vec::set(acc, acc + dy·y, n − d)` GCC (`-ffp-contract=fast`) contracts there into
+//!    `fma(dy, y, acc)`. ATen's `parallel_for(0, rows, 0, ..)` calls the row loop inline
+//!    (the copy with the fused tail) when it runs on one thread or there is one row, and
+//!    inside its OpenMP region (the copy with no contraction at all) with two or more rows
+//!    at two or more threads ([`crate::ops::backend::Backend::aten_threads`]). The full
+//!    vectors' `acc + dy·y` are not contracted in either copy, nor is the left-to-right sum
+//!    of the rounded products when `n < L` (measured: every other combination of fused and
+//!    unfused steps mismatches torch; the butterfly adds are plain additions);
 //! 2. `dx = (dy − dot) · y`, one subtraction and one multiplication per element.
 //!
 //! Measured against torch 2.15 (CPU, one thread, eager; `scripts/softmax_torch.py`, fixtures
 //! `tests/data/torch_softmax_{avx2,avx512}.json`, test `tests/suite/softmax_fixture.rs`):
 //! forward and backward identical on all 5,355 elements of each build (`ATEN_CPU_CAPABILITY=avx2`
-//! with 8 lanes; the AVX512 build of an AMD EPYC with 16), rows of 1 to 257 elements.
+//! with 8 lanes; the AVX512 build of an AMD EPYC with 16), rows of 1 to 257 elements, and at
+//! two threads on the AVX2 build (`torch_softmax_avx2_t2.json`).
 //!
 //! # float64: the truth
 //!
@@ -53,8 +60,16 @@ pub trait SoftmaxReal: Real {
     /// is the width of torch's `Vectorized<float>` (8 or 16; f64 ignores it).
     fn softmax_rows(x: &[Self], n: usize, y: &mut [Self], lanes: usize);
     /// The backward of [`SoftmaxReal::softmax_rows`]: `dx` from the output gradient `dy`
-    /// and the forward's output `y`, row by row.
-    fn softmax_backward_rows(dy: &[Self], y: &[Self], n: usize, dx: &mut [Self], lanes: usize);
+    /// and the forward's output `y`, row by row; `threads` is ATen's intra-op thread count
+    /// (which compiled copy of torch's row loop runs; f64 ignores it and `lanes`).
+    fn softmax_backward_rows(
+        dy: &[Self],
+        y: &[Self],
+        n: usize,
+        dx: &mut [Self],
+        lanes: usize,
+        threads: usize,
+    );
 }
 
 /// ATen's `reduce_all(+)` / `map_reduce_all(.., +)` over the `n` terms `term(i)`: for
@@ -135,18 +150,30 @@ impl SoftmaxReal for f32 {
         }
     }
 
-    fn softmax_backward_rows(dy: &[f32], y: &[f32], n: usize, dx: &mut [f32], lanes: usize) {
+    fn softmax_backward_rows(
+        dy: &[f32],
+        y: &[f32],
+        n: usize,
+        dx: &mut [f32],
+        lanes: usize,
+        threads: usize,
+    ) {
         assert_eq!(dy.len(), y.len(), "softmax backward: lengths");
         assert_eq!(dy.len(), dx.len(), "softmax backward: lengths");
         if n == 0 {
             return;
         }
+        let fused_tail = dy.len() / n < 2 || threads < 2;
         for ((gr, yr), dr) in dy
             .chunks_exact(n)
             .zip(y.chunks_exact(n))
             .zip(dx.chunks_exact_mut(n))
         {
-            let dot = lane_sum(n, lanes, |i| gr[i] * yr[i], |a, i| gr[i].mul_add(yr[i], a));
+            let dot = if fused_tail {
+                lane_sum(n, lanes, |i| gr[i] * yr[i], |a, i| gr[i].mul_add(yr[i], a))
+            } else {
+                lane_sum(n, lanes, |i| gr[i] * yr[i], |a, i| a + gr[i] * yr[i])
+            };
             for ((d, &g), &o) in dr.iter_mut().zip(gr).zip(yr) {
                 *d = (g - dot) * o;
             }
@@ -175,7 +202,14 @@ impl SoftmaxReal for f64 {
         }
     }
 
-    fn softmax_backward_rows(dy: &[f64], y: &[f64], n: usize, dx: &mut [f64], _: usize) {
+    fn softmax_backward_rows(
+        dy: &[f64],
+        y: &[f64],
+        n: usize,
+        dx: &mut [f64],
+        _: usize,
+        _: usize,
+    ) {
         assert_eq!(dy.len(), y.len(), "softmax backward: lengths");
         assert_eq!(dy.len(), dx.len(), "softmax backward: lengths");
         if n == 0 {
@@ -215,7 +249,7 @@ mod tests {
         // dot = c·Σy, dx = y(c − dot) is c·y·(1 − Σy), at most a few ulps of c.
         let dy = vec![0.5; 21];
         let mut dx = vec![1.0; 21];
-        f64::softmax_backward_rows(&dy, &y, 7, &mut dx, 8);
+        f64::softmax_backward_rows(&dy, &y, 7, &mut dx, 8, 1);
         assert!(dx.iter().all(|d| d.abs() < 1e-15), "{dx:?}");
     }
 

@@ -90,6 +90,7 @@ fn describe_layer(l: &super::spec::Layer) -> String {
         Op::LayerNorm { eps, affine } => format!("layernorm(eps={eps}, affine={affine})"),
         Op::RmsNorm { eps, affine } => format!("rmsnorm(eps={eps}, affine={affine})"),
         Op::ResidualAdd { other } => format!("residual-add(+ {other})"),
+        Op::Softmax => "softmax(dim=-1)".to_string(),
     }
 }
 

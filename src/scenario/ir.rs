@@ -382,6 +382,13 @@ pub enum Op {
         /// Output.
         out: TensorId,
     },
+    /// `out = F.softmax(x, -1)` over the last dimension ([`crate::ops::softmax`]).
+    Softmax {
+        /// Input.
+        x: TensorId,
+        /// Output (same shape).
+        out: TensorId,
+    },
 }
 
 /// Elementwise activations.
@@ -824,7 +831,8 @@ impl Op {
             | Op::Linear { out, .. }
             | Op::Activation { out, .. }
             | Op::Norm { out, .. }
-            | Op::ResidualAdd { out, .. } => out,
+            | Op::ResidualAdd { out, .. }
+            | Op::Softmax { out, .. } => out,
         }
     }
 }

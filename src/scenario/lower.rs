@@ -330,6 +330,10 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 b: tid(other),
                 out,
             },
+            Op::Softmax => ir::Op::Softmax {
+                x: tid(&l.input),
+                out,
+            },
         };
         layers.push(ir::Layer {
             name: l.name.clone(),

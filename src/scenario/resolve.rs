@@ -828,6 +828,11 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 (x.shape.clone(), out_split)
             }
+            Op::Softmax => {
+                needs_f32(&x)?;
+                whole(&x, "a softmax over the last dim")?;
+                (x.shape.clone(), x.split.clone())
+            }
             Op::ResidualAdd { other } => {
                 needs_f32(&x)?;
                 let y = b.lookup(&format!("{lp}.inputs[1]"), other, li)?;

@@ -150,6 +150,8 @@ pub enum Op {
         /// The second input (the first is the layer's `input`).
         other: String,
     },
+    /// `F.softmax(x, -1)`.
+    Softmax,
 }
 
 impl Op {
@@ -162,6 +164,7 @@ impl Op {
             Self::LayerNorm { .. } => "layernorm",
             Self::RmsNorm { .. } => "rmsnorm",
             Self::ResidualAdd { .. } => "residual-add",
+            Self::Softmax => "softmax",
         }
     }
 }
@@ -455,6 +458,7 @@ const OPS: &[&str] = &[
     "layernorm",
     "rmsnorm",
     "residual-add",
+    "softmax",
 ];
 
 /// Keys each op allows besides the common ones.
@@ -837,6 +841,7 @@ fn parse_layers(
                     other: ins[1].to_string(),
                 }
             }
+            "softmax" => Op::Softmax,
             "tanh" => Op::Act(Act::Tanh),
             "gelu" => Op::Act(Act::Gelu),
             "gelu-tanh" => Op::Act(Act::GeluTanh),

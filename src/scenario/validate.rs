@@ -334,6 +334,12 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ));
                 }
             }
+            Op::Softmax { x, .. } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+            }
             Op::ResidualAdd { a, b, .. } => {
                 read(a)?;
                 read(b)?;
