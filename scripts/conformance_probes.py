@@ -154,6 +154,26 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
       ("x_grad", "x.grad", f"column-parallel input-gradient all-reduce tp {tp}", "backward (input)")])
 
 
+def tp_softmax(p, tp, rule, hidden, ffn):
+    """softmax between a gathered column-parallel layer and a row-parallel one."""
+    p.add(f"tp{tp}-softmax-{rule}-{hidden}x{ffn}", f'''
+dims = {{ tokens = 6, hidden = {hidden}, ffn = {ffn} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["tokens", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["tokens", "hidden"] }},
+]
+layers = [
+  {{ name = "fc1", op = "linear", input = "x", out = "ffn", parallel = "column-gather" }},
+  {{ name = "sm", op = "softmax" }},
+  {{ name = "fc2", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
+''', [("sm_out", "sm.out", f"softmax between column-gather and row tp {tp}", "forward"),
+      ("sm_grad", "fc1.out.grad", f"softmax between column-gather and row tp {tp}", "backward (input)")])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -203,6 +223,8 @@ def main():
     optimizer(p, "adamw", '{ steps = 3, optimizer = "adamw", lr = 0.01 }')
     for tp, rule, h, f in [(2, "megatron", 8, 16), (4, "megatron", 8, 16), (3, "deepspeed", 10, 17)]:
         tp_mlp(p, tp, rule, h, f)
+    for tp, rule, h, f in [(2, "megatron", 8, 20), (3, "deepspeed", 10, 17)]:
+        tp_softmax(p, tp, rule, h, f)
     for name, text in p.files.items():
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)

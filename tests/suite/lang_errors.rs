@@ -577,3 +577,30 @@ fn a_graph_too_large_to_hold_is_refused_before_anything_is_allocated() {
     let msg = err(&replace("ffn = 64", "ffn = 1048576").replace("hidden = 16", "hidden = 2048"));
     assert_names(&msg, "dims", &["at most 1073741824", "smaller dims"]);
 }
+
+#[test]
+fn a_softmax_needs_the_whole_last_dim() {
+    // gelu -> softmax on fc1's column-parallel output, which stays split on its last dim.
+    let msg = err(&replace("op = \"gelu\"", "op = \"softmax\""));
+    assert_names(
+        &msg,
+        "layers[1].input",
+        &[
+            "a softmax over the last dim needs the whole tensor",
+            "split on axis 1 by column-parallel `fc1`",
+            "column-gather",
+        ],
+    );
+    // Gathered, it is accepted, and ids are refused.
+    parse_file(
+        FILE,
+        &replace("op = \"gelu\"", "op = \"softmax\"").replacen(
+            "parallel = \"column\"",
+            "parallel = \"column-gather\"",
+            1,
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let msg = err(&TIED.replacen("[loss]", "[[layers]]\nname = \"sm\"\nop = \"softmax\"\ninput = \"ids\"\n[loss]", 1));
+    assert_names(&msg, "layers[2].input", &["int64", "op `softmax` needs float32"]);
+}
