@@ -174,6 +174,55 @@ train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
       ("sm_grad", "fc1.out.grad", f"softmax between column-gather and row tp {tp}", "backward (input)")])
 
 
+def sdpa(p, batch, seq, heads, width, causal, scale=None):
+    """Scaled-dot-product attention alone (torch's math path) on drawn q, k, v."""
+    extra = (", causal = true" if causal else "") + (f", scale = {scale}" if scale else "")
+    label = f"sdpa {batch}x{seq}x{heads}x{width // heads}" + (" causal" if causal else "") + (
+        f" scale {scale}" if scale else "")
+    p.add(f"op-sdpa-{batch}x{seq}x{heads}x{width // heads}{'-causal' if causal else ''}{'-scale' if scale else ''}", f'''
+dims = {{ batch = {batch}, seq = {seq}, width = {width} }}
+inputs = [
+  {{ name = "q", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "k", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "v", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "width"] }},
+]
+layers = [{{ name = "a", op = "sdpa", inputs = ["q", "k", "v"], heads = {heads}{extra} }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("out", "a.out", label, "forward"),
+      ("q_grad", "q.grad", label, "backward (q)"),
+      ("k_grad", "k.grad", label, "backward (k)"),
+      ("v_grad", "v.grad", label, "backward (v)")])
+
+
+def tp_attention(p, tp, rule, heads, hidden):
+    """Megatron's attention: column-parallel q, k, v holding whole heads, causal sdpa per
+    rank, a row-parallel output projection."""
+    label = f"head-sharded causal sdpa tp {tp} ({heads} heads)"
+    p.add(f"tp{tp}-attention-{rule}-{heads}x{hidden}", f'''
+dims = {{ batch = 2, seq = 5, hidden = {hidden}, heads = {heads} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["batch", "seq", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "hidden"] }},
+]
+layers = [
+  {{ name = "q", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "k", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "v", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "attn", op = "sdpa", inputs = ["q", "k", "v"], heads = "heads", causal = true }},
+  {{ name = "o", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
+''', [("attn_out", "attn.out", label, "forward"),
+      ("o_out", "o.out", label, "forward (row-parallel output)"),
+      ("q_grad", "q.out.grad", label, "backward (q)"),
+      ("x_grad", "x.grad", label, "backward (input, three column layers)"),
+      ("q_w", "q.weight", label, "step (q weight)")])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -225,6 +274,13 @@ def main():
         tp_mlp(p, tp, rule, h, f)
     for tp, rule, h, f in [(2, "megatron", 8, 20), (3, "deepspeed", 10, 17)]:
         tp_softmax(p, tp, rule, h, f)
+    # attention below ATen's naive-bmm size (seq * seq * head_dim < 400)
+    sdpa(p, 2, 5, 2, 8, False)
+    sdpa(p, 2, 5, 2, 8, True)
+    sdpa(p, 1, 6, 3, 24, True, scale=0.3)
+    sdpa(p, 3, 3, 1, 7, False)
+    for tp, rule, heads, hidden in [(2, "megatron", 4, 16), (4, "megatron", 4, 16), (2, "megatron", 2, 12)]:
+        tp_attention(p, tp, rule, heads, hidden)
     for name, text in p.files.items():
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)

@@ -85,6 +85,25 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                      scalar tail; not modelled",
                 )
             }
+            Op::Sdpa { q, heads, .. } => {
+                let s = &g.tensors[q.0].shape;
+                let sh = crate::ops::attention::AttnShape {
+                    batch: s[0],
+                    seq: s[1],
+                    heads: *heads,
+                    head_dim: s[2] / heads,
+                };
+                if !crate::ops::attention::naive_bmm(sh) {
+                    add(
+                        format!(
+                            "`{}`: attention's bmm at seq {} x seq {} x head_dim {}",
+                            layer.name, sh.seq, sh.seq, sh.head_dim
+                        ),
+                        "seq * seq * head_dim >= 400: ATen's bmm goes to MKL's batched sgemm, \
+                         whose orders are not modelled (modelled: the naive kernel below 400)",
+                    );
+                }
+            }
             // LayerNorm and RMSNorm have no gap: bit-exact at 1, 2, 4 and 8 threads
             // (src/ops/norm.rs, tests/suite/norm_fixture.rs); nor has the embedding's backward
             // (exact in the conformance probes).

@@ -6,6 +6,7 @@
 //! [`Real`]: crate::ops::real::Real
 
 pub mod activations;
+pub mod attention;
 pub mod backend;
 pub mod layers;
 pub mod loss;

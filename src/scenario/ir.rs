@@ -389,6 +389,24 @@ pub enum Op {
         /// Output (same shape).
         out: TensorId,
     },
+    /// Scaled-dot-product attention in torch's math path ([`crate::ops::attention`]) on
+    /// `[batch, seq, heads·head_dim]` tensors.
+    Sdpa {
+        /// Queries.
+        q: TensorId,
+        /// Keys.
+        k: TensorId,
+        /// Values.
+        v: TensorId,
+        /// Output (q's shape).
+        out: TensorId,
+        /// Heads.
+        heads: usize,
+        /// A causal mask.
+        causal: bool,
+        /// The scale as the test passes it (torch's default `1/sqrt(head_dim)` resolved).
+        scale: f64,
+    },
 }
 
 /// Elementwise activations.
@@ -832,7 +850,8 @@ impl Op {
             | Op::Activation { out, .. }
             | Op::Norm { out, .. }
             | Op::ResidualAdd { out, .. }
-            | Op::Softmax { out, .. } => out,
+            | Op::Softmax { out, .. }
+            | Op::Sdpa { out, .. } => out,
         }
     }
 }
