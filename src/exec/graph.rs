@@ -16,6 +16,7 @@ use crate::ops::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
     ActReal, TorchLoop, TorchParts, WHOLE,
 };
+use crate::ops::attention::{sdpa_backward, sdpa_forward, AttnBufs, AttnShape};
 use crate::ops::backend::Backend;
 use crate::ops::layers::{
     accumulate, add_row_bias, column_sums, column_sums_generic, embedding_backward,
@@ -28,7 +29,6 @@ use crate::ops::norm::{
     sequence_parallel_norm_backward,
 };
 use crate::ops::optim::{step, OptState};
-use crate::ops::attention::{sdpa_backward, sdpa_forward, AttnBufs, AttnShape};
 use crate::ops::real::Real;
 use crate::ops::softmax::SoftmaxReal;
 use crate::ops::tp::{
@@ -928,7 +928,12 @@ impl Plan {
                 // Row by row, so a rank's rows give the same bits as the whole tensor's: the
                 // sharded computation needs no split of its own.
                 let mut y = std::mem::take(&mut bf.acts[out.0]);
-                B::R::softmax_rows(&bf.acts[x.0], g.width(x), &mut y, be.elementwise_block() / 2);
+                B::R::softmax_rows(
+                    &bf.acts[x.0],
+                    g.width(x),
+                    &mut y,
+                    be.elementwise_block() / 2,
+                );
                 bf.acts[out.0] = y;
             }
         }
@@ -1297,7 +1302,12 @@ impl Plan {
                 bf.dacts[out.0] = dy;
             }
             Op::Sdpa {
-                q, k, v, heads, scale, ..
+                q,
+                k,
+                v,
+                heads,
+                scale,
+                ..
             } => {
                 if ![q, k, v].iter().any(|t| self.needs_grad[t.0]) {
                     return;

@@ -225,7 +225,8 @@ pub fn sdpa_backward<R: SoftmaxReal>(
                 for j in 0..s {
                     let mut acc = R::ZERO;
                     for t in 0..d {
-                        acc = acc + dout[(b * s + i) * w + h * d + t] * v[(b * s + j) * w + h * d + t];
+                        acc = acc
+                            + dout[(b * s + i) * w + h * d + t] * v[(b * s + j) * w + h * d + t];
                     }
                     dp[i * s + j] = acc;
                 }
@@ -295,7 +296,18 @@ mod tests {
         assert!((out[1] - (p0 * 3.0 + (1.0 - p0) * 5.0)).abs() < 1e-15);
         // backward of out.sum(): dv = column sums of p; dq of row 0 is 0 (one key)
         let (mut dq, mut dk, mut dv) = ([9.0f64; 2], [9.0f64; 2], [9.0f64; 2]);
-        sdpa_backward(&[1.0, 1.0], &v, sh, 1.0, 8, 1, &mut dq, &mut dk, &mut dv, &mut bf);
+        sdpa_backward(
+            &[1.0, 1.0],
+            &v,
+            sh,
+            1.0,
+            8,
+            1,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+            &mut bf,
+        );
         assert_eq!(dq[0], 0.0);
         assert!((dv[0] - (1.0 + p0)).abs() < 1e-15 && (dv[1] - (1.0 - p0)).abs() < 1e-15);
         // d out1 / d q1 = p0 (1 − p0) (v0 − v1) (k0 − k1)

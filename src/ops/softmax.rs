@@ -202,14 +202,7 @@ impl SoftmaxReal for f64 {
         }
     }
 
-    fn softmax_backward_rows(
-        dy: &[f64],
-        y: &[f64],
-        n: usize,
-        dx: &mut [f64],
-        _: usize,
-        _: usize,
-    ) {
+    fn softmax_backward_rows(dy: &[f64], y: &[f64], n: usize, dx: &mut [f64], _: usize, _: usize) {
         assert_eq!(dy.len(), y.len(), "softmax backward: lengths");
         assert_eq!(dy.len(), dx.len(), "softmax backward: lengths");
         if n == 0 {
@@ -258,7 +251,10 @@ mod tests {
     /// (1,5), … then (0,2), (1,3), then (0,1).
     #[test]
     fn lane_sum_order() {
-        let t = [1e8f32, 1.0, -1e8, 1.0, 0.5, 0.25, 3.0, 7.0, 1e-3, 2.0, 5.0, 1.5, 9.0, 4.0, 6.0, 8.0, -2.0];
+        let t = [
+            1e8f32, 1.0, -1e8, 1.0, 0.5, 0.25, 3.0, 7.0, 1e-3, 2.0, 5.0, 1.5, 9.0, 4.0, 6.0, 8.0,
+            -2.0,
+        ];
         let got = lane_sum(17, 8, |i| t[i], |a, i| a + t[i]);
         let mut v = [0.0f32; 8];
         for l in 0..8 {

@@ -190,13 +190,11 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     // Tensors: inputs a layer reads, then every layer's output.
     let mut tensors: Vec<ir::TensorDecl> = Vec::new();
     let read = |name: &str| {
-        s.layers
-            .iter()
-            .any(|l| {
-                l.input == name
-                    || matches!(&l.op, Op::ResidualAdd { other } if other == name)
-                    || matches!(&l.op, Op::Sdpa { k, v, .. } if k == name || v == name)
-            })
+        s.layers.iter().any(|l| {
+            l.input == name
+                || matches!(&l.op, Op::ResidualAdd { other } if other == name)
+                || matches!(&l.op, Op::Sdpa { k, v, .. } if k == name || v == name)
+        })
     };
     for inp in &s.inputs {
         if read(&inp.name) && !matches!(inp.draw, spec::Draw::Randint { .. }) {

@@ -334,9 +334,7 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ));
                 }
             }
-            Op::Sdpa {
-                q, k, v, heads, ..
-            } => {
+            Op::Sdpa { q, k, v, heads, .. } => {
                 for t in [q, k, v] {
                     read(t)?;
                 }

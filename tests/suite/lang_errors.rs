@@ -601,8 +601,16 @@ fn a_softmax_needs_the_whole_last_dim() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let msg = err(&TIED.replacen("[loss]", "[[layers]]\nname = \"sm\"\nop = \"softmax\"\ninput = \"ids\"\n[loss]", 1));
-    assert_names(&msg, "layers[2].input", &["int64", "op `softmax` needs float32"]);
+    let msg = err(&TIED.replacen(
+        "[loss]",
+        "[[layers]]\nname = \"sm\"\nop = \"softmax\"\ninput = \"ids\"\n[loss]",
+        1,
+    ));
+    assert_names(
+        &msg,
+        "layers[2].input",
+        &["int64", "op `softmax` needs float32"],
+    );
 }
 
 /// A causal attention block at tp 2: column-parallel q, k, v, sdpa, row-parallel output.
@@ -641,16 +649,28 @@ fn sdpa_inputs_heads_and_shards_are_checked() {
     .unwrap_or_else(|e| panic!("{e}"));
     // heads that do not divide the width
     let msg = err(&attn("heads = 4 }", "heads = 5 }"));
-    assert_names(&msg, "layers[3].heads", &["5 heads do not divide the width 16"]);
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["5 heads do not divide the width 16"],
+    );
     // heads whose features the shard rule splits inside a head: 2 heads of 8 over tp 4
     let msg = err(&attn("heads = 4 }", "heads = 2 }").replace("tp = 2,", "tp = 4,"));
-    assert_names(&msg, "layers[3].heads", &["inside a head of 8 features", "tp = 4"]);
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["inside a head of 8 features", "tp = 4"],
+    );
     // q, k, v of different shapes
     let msg = err(&attn(
         "{ name = \"v\", op = \"linear\", input = \"x\", out = \"hidden\"",
         "{ name = \"v\", op = \"linear\", input = \"x\", out = 8",
     ));
-    assert_names(&msg, "layers[3].inputs", &["q, k and v of different shapes", "[2, 4, 8]"]);
+    assert_names(
+        &msg,
+        "layers[3].inputs",
+        &["q, k and v of different shapes", "[2, 4, 8]"],
+    );
     // split differently: v whole
     let msg = err(&attn(
         "out = \"hidden\", parallel = \"column\" },\n  { name = \"attn\"",
@@ -662,11 +682,21 @@ fn sdpa_inputs_heads_and_shards_are_checked() {
         "[\"batch\", \"seq\", \"hidden\"] },\n  { name = \"t\"",
         "[\"batch\", \"seq\", \"heads\", \"hidden\"] },\n  { name = \"t\"",
     ));
-    assert_names(&msg, "layers[3].inputs[0]", &["a 3-D tensor [batch, seq, heads·head_dim]"]);
+    assert_names(
+        &msg,
+        "layers[3].inputs[0]",
+        &["a 3-D tensor [batch, seq, heads·head_dim]"],
+    );
     // two, or a repeated, input; an `input` key; a missing `heads`
-    let msg = err(&attn("inputs = [\"q\", \"k\", \"v\"]", "inputs = [\"q\", \"k\"]"));
+    let msg = err(&attn(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"q\", \"k\"]",
+    ));
     assert_names(&msg, "layers[3].inputs", &["exactly three, [q, k, v]"]);
-    let msg = err(&attn("inputs = [\"q\", \"k\", \"v\"]", "inputs = [\"q\", \"k\", \"k\"]"));
+    let msg = err(&attn(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"q\", \"k\", \"k\"]",
+    ));
     assert_names(&msg, "layers[3].inputs", &["`k` is named twice"]);
     let msg = err(&attn("heads = \"heads\", ", ""));
     assert!(msg.contains("layers[3].heads"), "{msg}");

@@ -38,7 +38,10 @@ fn field32(c: &Value, k: &str) -> Vec<f32> {
 }
 
 fn identical(a: &[f32], b: &[f32]) -> usize {
-    a.iter().zip(b).filter(|(x, y)| x.to_bits() == y.to_bits()).count()
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() == y.to_bits())
+        .count()
 }
 
 fn check_f32(cap: &str, lanes: usize, threads: usize) {
@@ -55,7 +58,12 @@ fn check_f32(cap: &str, lanes: usize, threads: usize) {
         let (ty, tdx) = (field32(c, "y"), field32(c, "dx"));
         let (a, b) = (identical(&y, &ty), identical(&dx, &tdx));
         if a != y.len() || b != dx.len() {
-            bad.push(format!("n={n} scale={}: y {a}/{} dx {b}/{}", c["scale"], y.len(), dx.len()));
+            bad.push(format!(
+                "n={n} scale={}: y {a}/{} dx {b}/{}",
+                c["scale"],
+                y.len(),
+                dx.len()
+            ));
         }
         same_y += a;
         same_dx += b;
@@ -118,18 +126,35 @@ fn f64_truth_within_rounding_of_torch_f64() {
         f64::softmax_rows(&x, n, &mut y, 8);
         let mut dx = vec![0.0; x.len()];
         f64::softmax_backward_rows(&dy, &y, n, &mut dx, 8, 1);
-        let (ty, tdx) = (hex64(c["y64"].as_str().unwrap()), hex64(c["dx64"].as_str().unwrap()));
+        let (ty, tdx) = (
+            hex64(c["y64"].as_str().unwrap()),
+            hex64(c["dx64"].as_str().unwrap()),
+        );
         let eps = f64::EPSILON;
         for r in 0..x.len() / n {
             let rs = r * n..(r + 1) * n;
             let ymax = y[rs.clone()].iter().cloned().fold(0.0, f64::max);
             let gmax = dy[rs.clone()].iter().map(|v| v.abs()).fold(0.0, f64::max);
-            let dot: f64 = dy[rs.clone()].iter().zip(&y[rs.clone()]).map(|(a, b)| a * b).sum();
+            let dot: f64 = dy[rs.clone()]
+                .iter()
+                .zip(&y[rs.clone()])
+                .map(|(a, b)| a * b)
+                .sum();
             for i in rs {
                 let ey = 8.0 * eps * ymax;
-                assert!((y[i] - ty[i]).abs() <= ey, "n={n} y[{i}] {} vs {}", y[i], ty[i]);
+                assert!(
+                    (y[i] - ty[i]).abs() <= ey,
+                    "n={n} y[{i}] {} vs {}",
+                    y[i],
+                    ty[i]
+                );
                 let ed = 64.0 * eps * (gmax + dot.abs()) * ymax.max(y[i]);
-                assert!((dx[i] - tdx[i]).abs() <= ed, "n={n} dx[{i}] {} vs {}", dx[i], tdx[i]);
+                assert!(
+                    (dx[i] - tdx[i]).abs() <= ed,
+                    "n={n} dx[{i}] {} vs {}",
+                    dx[i],
+                    tdx[i]
+                );
             }
         }
     }
