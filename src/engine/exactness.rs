@@ -312,4 +312,45 @@ checks = [{{ name = "w", tensor = "fc.weight" }}]
         }
         assert!(whats(&graph("sgd"), "cpu-fma+mkl-threads-1+sqrt-cr").is_empty());
     }
+
+    fn attention(seq: usize, tp: usize, k_bias: bool) -> ResolvedGraph {
+        let text = format!(
+            r#"
+name = "attn"
+dims = {{ batch = 2, seq = {seq}, hidden = 16 }}
+parallel = {{ tp = {tp} }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["batch", "seq", "hidden"] }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "hidden"] }},
+]
+layers = [
+  {{ name = "q", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "k", op = "linear", input = "x", out = "hidden", parallel = "column", bias = {k_bias} }},
+  {{ name = "v", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "a", op = "sdpa", inputs = ["q", "k", "v"], heads = 4 }},
+  {{ name = "o", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.01 }}
+checks = [{{ name = "a", tensor = "a.out" }}]
+"#
+        );
+        let mut f = crate::scenario::load("attn.toml", &text).unwrap();
+        f.lowered.remove(0)
+    }
+
+    #[test]
+    fn attention_gaps_are_its_large_bmm_and_a_sharded_key_bias() {
+        let p = "cpu-fma+mkl-threads-1";
+        // seq² · head_dim = 6·6·4 = 144 < 400: the naive bmm, modelled.
+        assert!(whats(&attention(6, 2, false), p).is_empty());
+        assert!(whats(&attention(6, 1, true), p).is_empty());
+        assert_eq!(whats(&attention(6, 2, true), p).len(), 1);
+        // 10·10·4 = 400: MKL's batched sgemm.
+        let w = whats(&attention(10, 1, false), p);
+        assert!(
+            w.len() == 1 && w[0].contains("seq 10 x seq 10 x head_dim 4"),
+            "{w:?}"
+        );
+    }
 }

@@ -882,7 +882,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                     }
                 }
                 let width = x.shape[2];
-                if *heads == 0 || width % heads != 0 {
+                if *heads == 0 || !width.is_multiple_of(*heads) {
                     return Err(ctx.err(
                         &format!("{lp}.heads"),
                         format!(
@@ -903,10 +903,9 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             ),
                         ));
                     }
-                    if let Some(r) = ranges
-                        .iter()
-                        .find(|r| r.start % head_dim != 0 || r.end % head_dim != 0)
-                    {
+                    if let Some(r) = ranges.iter().find(|r| {
+                        !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim)
+                    }) {
                         return Err(ctx.err(
                             &format!("{lp}.heads"),
                             format!(

@@ -341,7 +341,7 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 let shape = &g.tensors[out.0].shape;
                 if shape.len() != 3
                     || heads == 0
-                    || shape[2] % heads != 0
+                    || !shape[2].is_multiple_of(heads)
                     || [q, k, v].iter().any(|t| &g.tensors[t.0].shape != shape)
                 {
                     return Err(err(
