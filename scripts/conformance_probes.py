@@ -154,6 +154,75 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
       ("x_grad", "x.grad", f"column-parallel input-gradient all-reduce tp {tp}", "backward (input)")])
 
 
+def tp_softmax(p, tp, rule, hidden, ffn):
+    """softmax between a gathered column-parallel layer and a row-parallel one."""
+    p.add(f"tp{tp}-softmax-{rule}-{hidden}x{ffn}", f'''
+dims = {{ tokens = 6, hidden = {hidden}, ffn = {ffn} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["tokens", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["tokens", "hidden"] }},
+]
+layers = [
+  {{ name = "fc1", op = "linear", input = "x", out = "ffn", parallel = "column-gather" }},
+  {{ name = "sm", op = "softmax" }},
+  {{ name = "fc2", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
+''', [("sm_out", "sm.out", f"softmax between column-gather and row tp {tp}", "forward"),
+      ("sm_grad", "fc1.out.grad", f"softmax between column-gather and row tp {tp}", "backward (input)")])
+
+
+def sdpa(p, batch, seq, heads, width, causal, scale=None):
+    """Scaled-dot-product attention alone (torch's math path) on drawn q, k, v."""
+    extra = (", causal = true" if causal else "") + (f", scale = {scale}" if scale else "")
+    label = f"sdpa {batch}x{seq}x{heads}x{width // heads}" + (" causal" if causal else "") + (
+        f" scale {scale}" if scale else "")
+    p.add(f"op-sdpa-{batch}x{seq}x{heads}x{width // heads}{'-causal' if causal else ''}{'-scale' if scale else ''}", f'''
+dims = {{ batch = {batch}, seq = {seq}, width = {width} }}
+inputs = [
+  {{ name = "q", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "k", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "v", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "width"] }},
+]
+layers = [{{ name = "a", op = "sdpa", inputs = ["q", "k", "v"], heads = {heads}{extra} }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("out", "a.out", label, "forward"),
+      ("q_grad", "q.grad", label, "backward (q)"),
+      ("k_grad", "k.grad", label, "backward (k)"),
+      ("v_grad", "v.grad", label, "backward (v)")])
+
+
+def tp_attention(p, tp, rule, heads, hidden):
+    """Megatron's attention: column-parallel q, k, v holding whole heads, causal sdpa per
+    rank, a row-parallel output projection."""
+    label = f"head-sharded causal sdpa tp {tp} ({heads} heads)"
+    p.add(f"tp{tp}-attention-{rule}-{heads}x{hidden}", f'''
+dims = {{ batch = 2, seq = 5, hidden = {hidden}, heads = {heads} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["batch", "seq", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "hidden"] }},
+]
+layers = [
+  {{ name = "q", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "k", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "v", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "attn", op = "sdpa", inputs = ["q", "k", "v"], heads = "heads", causal = true }},
+  {{ name = "o", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
+''', [("attn_out", "attn.out", label, "forward"),
+      ("o_out", "o.out", label, "forward (row-parallel output)"),
+      ("q_grad", "q.out.grad", label, "backward (q)"),
+      ("x_grad", "x.grad", label, "backward (input, three column layers)"),
+      ("q_w", "q.weight", label, "step (q weight)")])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -187,6 +256,10 @@ def main():
                         label=f"layernorm width {width}")
         elementwise(p, "layernorm", extra=", affine = false", suffix="-noaffine", width=width,
                     rows=rows, steps=2, params=False, label=f"layernorm width {width}, no affine")
+    # softmax over the last dim: below one 8-lane vector (5), whole vectors (16), a ragged
+    # tail after several vectors (37, 100)
+    for width in (5, 16, 37, 100):
+        elementwise(p, "softmax", width=width, label=f"softmax width {width}")
     for rows, classes in [(16, 37), (6, 8)]:
         cross_entropy(p, rows, classes)
     optimizer(p, "sgd", '{ steps = 3, optimizer = "sgd", lr = 0.1 }')
@@ -199,6 +272,15 @@ def main():
     optimizer(p, "adamw", '{ steps = 3, optimizer = "adamw", lr = 0.01 }')
     for tp, rule, h, f in [(2, "megatron", 8, 16), (4, "megatron", 8, 16), (3, "deepspeed", 10, 17)]:
         tp_mlp(p, tp, rule, h, f)
+    for tp, rule, h, f in [(2, "megatron", 8, 20), (3, "deepspeed", 10, 17)]:
+        tp_softmax(p, tp, rule, h, f)
+    # attention below ATen's naive-bmm size (seq * seq * head_dim < 400)
+    sdpa(p, 2, 5, 2, 8, False)
+    sdpa(p, 2, 5, 2, 8, True)
+    sdpa(p, 1, 6, 3, 24, True, scale=0.3)
+    sdpa(p, 3, 3, 1, 7, False)
+    for tp, rule, heads, hidden in [(2, "megatron", 4, 16), (4, "megatron", 4, 16), (2, "megatron", 2, 12)]:
+        tp_attention(p, tp, rule, heads, hidden)
     for name, text in p.files.items():
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)

@@ -8,7 +8,9 @@ What a file may draw (docs/scenario-language.md):
   and labels, `randn` targets; 2-D or 3-D (a list dim spliced into the shape);
 - layers: embedding (`none`, `vocab`, `column-gather`, `padding_idx`), linear (`none`,
   `column`, `column-gather`, `row`, with or without bias, tied to the embedding), tanh, gelu,
-  gelu-tanh, relu, silu, layernorm and rmsnorm (`affine`, `eps`, `sequence`), residual-add;
+  gelu-tanh, relu, silu, layernorm and rmsnorm (`affine`, `eps`, `sequence`), residual-add,
+  softmax (after the block, where the tensor is whole; added after the committed 200-file
+  corpus was drawn, so `--seed 1` now draws other files than tests/data/torch_corpus holds);
 - losses: cross-entropy (plain, and vocab-parallel behind a column head), mse, sum;
 - train: steps, micro-steps, sgd / momentum / nesterov / adam / adamw with their options;
 - parallel: tp 1-4 under both shard rules (uneven DeepSpeed shards, grains), or dp 2-4 with
@@ -163,7 +165,7 @@ class Gen:
             layers.append({"name": "res", "op": "residual-add", "inputs": [residual_src, "fc2"]})
             cur = "res"
         if r.chance(0.3):
-            layers.append({"name": "act2", "op": r.pick(ACTS)})
+            layers.append({"name": "act2", "op": r.pick(ACTS + ["softmax"])})
             cur = "act2"
         # the head and the loss
         loss_kind = r.pick(["cross-entropy", "cross-entropy", "mse", "sum"])

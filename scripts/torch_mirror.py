@@ -88,7 +88,7 @@ def enc(t, hex_limit):
 # ---------------------------------------------------------------------------------------
 
 LAYER_KEYS = {"name", "op", "input", "inputs", "parallel", "attr", "out", "bias", "tie", "num",
-              "dim", "padding_idx", "eps", "affine"}
+              "dim", "padding_idx", "eps", "affine", "heads", "causal", "scale"}
 TABLES = ("parallel", "train", "loss", "data", "init")
 
 
@@ -397,6 +397,8 @@ class Model:
             elif op == "residual-add":
                 a, b = l["inputs"]
                 widths[l["name"]] = widths[a]
+            elif op == "sdpa":
+                widths[l["name"]] = widths[l["inputs"][0]]
             else:
                 widths[l["name"]] = widths[src]
             prev = l["name"]
@@ -607,7 +609,7 @@ class Run:
             name, op = l["name"], l["op"]
             par = l.get("parallel", "none")
             src = l.get("input", prev)
-            x = env.get(src) if op != "residual-add" else None
+            x = env.get(src) if op not in ("residual-add", "sdpa") else None
             if op == "embedding":
                 ids = x
                 pad = self.mods[name].padding_idx
@@ -642,6 +644,12 @@ class Run:
                     y = fn(x)
             elif op in ("layernorm", "rmsnorm"):
                 y = self.norm(l, name, op, par, x)
+            elif op == "sdpa":
+                y = self.sdpa(l, name, [env[t] for t in l["inputs"]])
+            elif op == "softmax":
+                if isinstance(x, Sharded):
+                    raise Unsupported(f"layers.{name}: a softmax on a sharded input")
+                y = F.softmax(x, -1)
             elif op == "residual-add":
                 a, b = (env[t] for t in l["inputs"])
                 if isinstance(a, Sharded) or isinstance(b, Sharded):
@@ -699,6 +707,34 @@ class Run:
             return y
         x = view_whole(x)
         return F.linear(x, self.weight_for(name), self.bias_for(name))
+
+    def sdpa(self, l, name, qkv):
+        """F.scaled_dot_product_attention in torch's MATH backend (the default CPU backend is
+        the flash kernel, which seedsweep does not model) on [batch, seq, heads*head_dim]
+        tensors, with the head reshape/transpose a model writes around it; head-sharded when
+        q, k and v are column-parallel outputs (each rank attends with its own heads)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        heads = self.m.ival(l["heads"], "heads")
+        causal = l.get("causal", False)
+        scale = l.get("scale")
+        width = (qkv[0].parts[0] if isinstance(qkv[0], Sharded) else qkv[0]).shape[-1]
+        if isinstance(qkv[0], Sharded):
+            width = sum(hi - lo for lo, hi in qkv[0].ranges)
+        d = width // heads
+
+        def attend(q, k, v):
+            b, s, w = q.shape
+            h = w // d
+            q4, k4, v4 = (t.reshape(b, s, h, d).transpose(1, 2) for t in (q, k, v))
+            with sdpa_kernel(SDPBackend.MATH):
+                o = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, scale=scale)
+            return o.transpose(1, 2).reshape(b, s, w)
+
+        if any(isinstance(t, Sharded) for t in qkv):
+            if not all(isinstance(t, Sharded) and t.dim == -1 and t.ranges == qkv[0].ranges for t in qkv):
+                raise Unsupported(f"layers.{name}: q, k, v sharded differently")
+            return Sharded([attend(*ps) for ps in zip(*(t.parts for t in qkv))], qkv[0].ranges, -1)
+        return attend(*qkv)
 
     def next_consumer(self, li):
         name = self.m.layers[li]["name"]

@@ -16,6 +16,7 @@ use crate::ops::activations::{
     gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward, silu, silu_backward,
     ActReal, TorchLoop, TorchParts, WHOLE,
 };
+use crate::ops::attention::{sdpa_backward, sdpa_forward, AttnBufs, AttnShape};
 use crate::ops::backend::Backend;
 use crate::ops::layers::{
     accumulate, add_row_bias, column_sums, column_sums_generic, embedding_backward,
@@ -29,6 +30,7 @@ use crate::ops::norm::{
 };
 use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
+use crate::ops::softmax::SoftmaxReal;
 use crate::ops::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
     RowParallelBuffers,
@@ -171,6 +173,11 @@ pub struct Bufs<R> {
     /// The sequence-parallel norm's per-rank weight and bias partials
     /// ([`sequence_parallel_norm_backward`]).
     sp_norm_partials: Vec<R>,
+    /// Per layer: an attention layer's saved scaled q, kᵀ and probabilities and its scratch
+    /// ([`sdpa_forward`]); empty for other layers.
+    attn: Vec<AttnBufs<R>>,
+    /// An attention layer's q, k and v gradients before they are handed on.
+    attn_grads: [Vec<R>; 3],
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
     /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
@@ -887,6 +894,48 @@ impl Plan {
                 residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y);
                 bf.acts[out.0] = y;
             }
+            Op::Sdpa {
+                q,
+                k,
+                v,
+                out,
+                heads,
+                causal,
+                scale,
+            } => {
+                // Per (batch, head): the sharded computation's ranks, each on its heads (the
+                // column shards of q, k, v hold whole heads), give the same bits as the whole
+                // tensor's, so it needs no split of its own.
+                let sh = self.attn_shape(q, heads);
+                if bf.attn.len() <= li {
+                    bf.attn.resize_with(li + 1, AttnBufs::default);
+                }
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                sdpa_forward(
+                    &bf.acts[q.0],
+                    &bf.acts[k.0],
+                    &bf.acts[v.0],
+                    sh,
+                    causal,
+                    scale,
+                    be.elementwise_block() / 2,
+                    &mut y,
+                    &mut bf.attn[li],
+                );
+                bf.acts[out.0] = y;
+            }
+            Op::Softmax { x, out } => {
+                // Row by row, so a rank's rows give the same bits as the whole tensor's: the
+                // sharded computation needs no split of its own.
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                B::R::softmax_rows(
+                    &bf.acts[x.0],
+                    g.width(x),
+                    &mut y,
+                    be.elementwise_block() / 2,
+                );
+                bf.acts[out.0] = y;
+            }
         }
     }
 
@@ -1252,6 +1301,58 @@ impl Plan {
                 }
                 bf.dacts[out.0] = dy;
             }
+            Op::Sdpa {
+                q,
+                k,
+                v,
+                heads,
+                scale,
+                ..
+            } => {
+                if ![q, k, v].iter().any(|t| self.needs_grad[t.0]) {
+                    return;
+                }
+                let sh = self.attn_shape(q, heads);
+                let [mut gq, mut gk, mut gv] = std::mem::take(&mut bf.attn_grads);
+                for gbuf in [&mut gq, &mut gk, &mut gv] {
+                    sized(gbuf, sh.numel());
+                }
+                sdpa_backward(
+                    &bf.dacts[out.0],
+                    &bf.acts[v.0],
+                    sh,
+                    scale,
+                    be.elementwise_block() / 2,
+                    be.aten_threads(),
+                    &mut gq,
+                    &mut gk,
+                    &mut gv,
+                    &mut bf.attn[li],
+                );
+                for (t, gbuf) in [(q, &gq), (k, &gk), (v, &gv)] {
+                    if self.needs_grad[t.0] {
+                        let mut d = self.act_grad_target(bf, t.0);
+                        d.copy_from_slice(gbuf);
+                        self.act_grad_done(bf, t.0, d);
+                    }
+                }
+                bf.attn_grads = [gq, gk, gv];
+            }
+            Op::Softmax { x, .. } => {
+                if !self.needs_grad[x.0] {
+                    return;
+                }
+                let mut dx = self.act_grad_target(bf, x.0);
+                B::R::softmax_backward_rows(
+                    &bf.dacts[out.0],
+                    &bf.acts[out.0],
+                    g.width(x),
+                    &mut dx,
+                    be.elementwise_block() / 2,
+                    be.aten_threads(),
+                );
+                self.act_grad_done(bf, x.0, dx);
+            }
         }
     }
 
@@ -1297,6 +1398,18 @@ impl Plan {
                 &WHOLE
             },
             onednn: be.onednn_isa(),
+        }
+    }
+
+    /// The shape of an attention layer on `[batch, seq, heads·head_dim]` queries `q` (this
+    /// plan's, so a data-parallel rank's batch).
+    fn attn_shape(&self, q: TensorId, heads: usize) -> AttnShape {
+        let s = &self.graph.tensors[q.0].shape;
+        AttnShape {
+            batch: s[0],
+            seq: s[1],
+            heads,
+            head_dim: s[2] / heads,
         }
     }
 

@@ -345,7 +345,10 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. } | Op::ResidualAdd { .. } => {}
+            Op::Activation { .. }
+            | Op::ResidualAdd { .. }
+            | Op::Softmax { .. }
+            | Op::Sdpa { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -408,6 +411,8 @@ fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
             }
             Op::Activation { x, .. } => (held[x.0].clone(), held[x.0].clone()),
             Op::ResidualAdd { a, .. } => (TorchParts::Whole, held[a.0].clone()),
+            // Head-sharded: each rank's output holds its heads' columns, as q's.
+            Op::Sdpa { q, .. } => (TorchParts::Whole, held[q.0].clone()),
             _ => (TorchParts::Whole, TorchParts::Whole),
         };
         held[out.0] = out_parts;
@@ -499,11 +504,15 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             Op::Norm {
                 weight: Some(_), ..
             } => needs_grad[out.0] = true,
-            Op::Activation { x, .. } | Op::Norm { x, .. } => {
+            Op::Activation { x, .. } | Op::Norm { x, .. } | Op::Softmax { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }
             Op::ResidualAdd { a, b, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[a.0] || needs_grad[b.0]
+            }
+            Op::Sdpa { q, k, v, .. } => {
+                needs_grad[out.0] =
+                    needs_grad[out.0] || needs_grad[q.0] || needs_grad[k.0] || needs_grad[v.0]
             }
         }
         whole.push(one(0..g.width(out)));
@@ -553,8 +562,10 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                         && match o.op {
                             Op::Linear { x: r, .. }
                             | Op::Activation { x: r, .. }
-                            | Op::Norm { x: r, .. } => r == x,
+                            | Op::Norm { x: r, .. }
+                            | Op::Softmax { x: r, .. } => r == x,
                             Op::ResidualAdd { a, b, .. } => a == x || b == x,
+                            Op::Sdpa { q, k, v, .. } => q == x || k == x || v == x,
                             Op::Embedding { .. } => false,
                         }
                 });

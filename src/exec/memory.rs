@@ -11,6 +11,9 @@
 //!   buffers of gradients no check reads (`Bufs::swap_unrecorded_grads`);
 //! - its activations and their gradients, A, plus one more of the largest tensor (the scratch
 //!   of a second gradient contribution);
+//! - per attention layer (`[b, s, w]` queries, `h` heads): the scaled q and kᵀ (2·b·s·w), the
+//!   probabilities and two scratch buffers of the scores' shape (3·b·h·s², the O(seq²) part),
+//!   and the q, k, v gradients before they are handed on (3·b·s·w);
 //! - optimizer state (momentum P, Adam 2P) and the pre-step copies the SGD-update checks read;
 //! - matmul scratch: what the kernels take for the largest `x·Wᵀ` as they dispatch on this
 //!   CPU (`MatmulModel::nt_scratch_elems`, `nt_f64_scratch_elems`: a few-rows kernel's small
@@ -143,8 +146,23 @@ impl Plan {
             Passes::Bf16x1 | Passes::Tf32(_) => 1,
             Passes::Bf16x3 | Passes::Bf16x6 => 3,
         };
+        // Attention layers: the scaled q and kᵀ, the probabilities with two scores-sized
+        // scratch buffers (O(seq²) per head), and the three input gradients before they are
+        // handed on.
+        let attn: u128 = g
+            .layers
+            .iter()
+            .map(|l| match l.op {
+                Op::Sdpa { q, heads, .. } => {
+                    let s = &g.tensors[q.0].shape;
+                    let (b, n, w) = (s[0] as u128, s[1] as u128, s[2] as u128);
+                    2 * b * n * w + 3 * b * heads as u128 * n * n + 3 * b * n * w
+                }
+                _ => 0,
+            })
+            .sum();
         // One computation's parameters, activations, optimizer state and pre-step copies.
-        let own = p + a + opt + old;
+        let own = p + a + opt + old + attn;
         let f64_bytes = 8 * (own + grads + scratch_f64);
         // The fp32 reference and sharded computations, their gradients (unread ones shared
         // in a streamed run), one scratch (a thread's) with the input-precision pieces of a
@@ -172,7 +190,8 @@ impl Plan {
                 .sum();
             let ra: u128 = r.numel.iter().map(|&n| 2 * n as u128).sum();
             // A rank's parameters, gradients (accumulated too) and the collective's staging.
-            f32_bytes += 4 * (rp * (2 + acc) + ra);
+            // (and its attention buffers, at most the whole batch's)
+            f32_bytes += 4 * (rp * (2 + acc) + ra + attn);
         }
         if mutant == Some(Mutant::TiedWeightsDrift) {
             if let Some(t) = self.tied_table {

@@ -615,6 +615,20 @@ pub fn exp_f32(x: f32) -> f32 {
     )
 }
 
+/// `out[i] = exp(x[i] - shift)` with [`exp_f32`] on the rounded difference, for a whole slice
+/// in one dispatch (softmax's `vec::map((x - Vec(max)).exp())`, [`crate::ops::softmax`]).
+pub fn exp_shifted_f32(x: &[f32], shift: f32, out: &mut [f32]) {
+    assert_eq!(x.len(), out.len(), "exp_shifted_f32: lengths");
+    fma_dispatch!(
+        Isa::detected(),
+        fn run(x: &[f32], shift: f32, out: &mut [f32]) -> () {
+            for (o, &d) in out.iter_mut().zip(x) {
+                *o = exp_core(d - shift);
+            }
+        }
+    )
+}
+
 /// `Vectorized<float>::log` = `Sleef_logf16_u10` (SLEEF `xlogf_u1`, AVX512
 /// `vgetexp`/`vgetmant` path), the log of ATen's log-softmax (verified through
 /// the cross-entropy losses; `torch.log` itself is MKL `vmsLn`).

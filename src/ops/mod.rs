@@ -6,12 +6,14 @@
 //! [`Real`]: crate::ops::real::Real
 
 pub mod activations;
+pub mod attention;
 pub mod backend;
 pub mod layers;
 pub mod loss;
 pub mod norm;
 pub mod optim;
 pub mod real;
+pub mod softmax;
 pub mod tp;
 pub mod vocab_parallel;
 pub mod xla;

@@ -90,6 +90,17 @@ fn describe_layer(l: &super::spec::Layer) -> String {
         Op::LayerNorm { eps, affine } => format!("layernorm(eps={eps}, affine={affine})"),
         Op::RmsNorm { eps, affine } => format!("rmsnorm(eps={eps}, affine={affine})"),
         Op::ResidualAdd { other } => format!("residual-add(+ {other})"),
+        Op::Softmax => "softmax(dim=-1)".to_string(),
+        Op::Sdpa {
+            k,
+            v,
+            heads,
+            causal,
+            scale,
+        } => format!(
+            "sdpa(k={k}, v={v}, heads={heads}, causal={causal}, scale={}; math path: q,k,v viewed [b, s, heads, head_dim] and transposed to [b, heads, s, head_dim], scores [b, heads, s, s], softmax, output transposed back)",
+            scale.map_or("1/sqrt(head_dim)".to_string(), |s| s.to_string())
+        ),
     }
 }
 

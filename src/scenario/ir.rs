@@ -382,6 +382,31 @@ pub enum Op {
         /// Output.
         out: TensorId,
     },
+    /// `out = F.softmax(x, -1)` over the last dimension ([`crate::ops::softmax`]).
+    Softmax {
+        /// Input.
+        x: TensorId,
+        /// Output (same shape).
+        out: TensorId,
+    },
+    /// Scaled-dot-product attention in torch's math path ([`crate::ops::attention`]) on
+    /// `[batch, seq, heads·head_dim]` tensors.
+    Sdpa {
+        /// Queries.
+        q: TensorId,
+        /// Keys.
+        k: TensorId,
+        /// Values.
+        v: TensorId,
+        /// Output (q's shape).
+        out: TensorId,
+        /// Heads.
+        heads: usize,
+        /// A causal mask.
+        causal: bool,
+        /// The scale as the test passes it (torch's default `1/sqrt(head_dim)` resolved).
+        scale: f64,
+    },
 }
 
 /// Elementwise activations.
@@ -824,7 +849,9 @@ impl Op {
             | Op::Linear { out, .. }
             | Op::Activation { out, .. }
             | Op::Norm { out, .. }
-            | Op::ResidualAdd { out, .. } => out,
+            | Op::ResidualAdd { out, .. }
+            | Op::Softmax { out, .. }
+            | Op::Sdpa { out, .. } => out,
         }
     }
 }

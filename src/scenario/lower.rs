@@ -190,9 +190,11 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     // Tensors: inputs a layer reads, then every layer's output.
     let mut tensors: Vec<ir::TensorDecl> = Vec::new();
     let read = |name: &str| {
-        s.layers
-            .iter()
-            .any(|l| l.input == name || matches!(&l.op, Op::ResidualAdd { other } if other == name))
+        s.layers.iter().any(|l| {
+            l.input == name
+                || matches!(&l.op, Op::ResidualAdd { other } if other == name)
+                || matches!(&l.op, Op::Sdpa { k, v, .. } if k == name || v == name)
+        })
     };
     for inp in &s.inputs {
         if read(&inp.name) && !matches!(inp.draw, spec::Draw::Randint { .. }) {
@@ -330,6 +332,30 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 b: tid(other),
                 out,
             },
+            Op::Softmax => ir::Op::Softmax {
+                x: tid(&l.input),
+                out,
+            },
+            Op::Sdpa {
+                k,
+                v,
+                heads,
+                causal,
+                scale,
+            } => {
+                let q = tid(&l.input);
+                let head_dim = tensors[q.0].shape.last().copied().unwrap_or(1) / heads.max(&1);
+                ir::Op::Sdpa {
+                    q,
+                    k: tid(k),
+                    v: tid(v),
+                    out,
+                    heads: *heads,
+                    causal: *causal,
+                    // torch's `calculate_scale`: 1 / sqrt(head_dim) in double.
+                    scale: scale.unwrap_or(1.0 / (head_dim as f64).sqrt()),
+                }
+            }
         };
         layers.push(ir::Layer {
             name: l.name.clone(),

@@ -433,7 +433,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     // Layers.
     for (li, layer) in spec.layers.iter().enumerate() {
         let lp = format!("layers[{li}]");
-        let in_key = if matches!(layer.op, Op::ResidualAdd { .. }) {
+        let in_key = if matches!(layer.op, Op::ResidualAdd { .. } | Op::Sdpa { .. }) {
             "inputs[0]"
         } else {
             "input"
@@ -827,6 +827,103 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                     }
                 }
                 (x.shape.clone(), out_split)
+            }
+            Op::Sdpa { k, v, heads, .. } => {
+                needs_f32(&x)?;
+                let kt = b.lookup(&format!("{lp}.inputs[1]"), k, li)?;
+                let vt = b.lookup(&format!("{lp}.inputs[2]"), v, li)?;
+                needs_f32(&kt)?;
+                needs_f32(&vt)?;
+                if x.shape.len() != 3 {
+                    return Err(ctx.err(
+                        &format!("{lp}.inputs[0]"),
+                        format!(
+                            "`{}` has shape {:?}; allowed: a 3-D tensor [batch, seq, heads·head_dim] (sdpa views it [batch, seq, heads, head_dim] and transposes the heads forward)",
+                            x.name, x.shape
+                        ),
+                    ));
+                }
+                for t in [&kt, &vt] {
+                    if t.shape != x.shape {
+                        return Err(ctx.err(
+                            &format!("{lp}.inputs"),
+                            format!(
+                                "q, k and v of different shapes: `{}` is {:?} and `{}` is {:?}; allowed: three tensors of one shape [batch, seq, heads·head_dim]",
+                                x.name, x.shape, t.name, t.shape
+                            ),
+                        ));
+                    }
+                    let same = match (&t.split, &x.split) {
+                        (
+                            Split::Axis {
+                                axis: a1,
+                                ranges: r1,
+                                ..
+                            },
+                            Split::Axis {
+                                axis: a2,
+                                ranges: r2,
+                                ..
+                            },
+                        ) => a1 == a2 && r1 == r2,
+                        (a, b) => a == b,
+                    };
+                    if !same {
+                        return Err(ctx.err(
+                            &format!("{lp}.inputs"),
+                            format!(
+                                "q, k and v split differently: `{}` is {} and `{}` is {}; allowed: three tensors split the same way (column-parallel q, k and v layers, or all whole)",
+                                x.name,
+                                split_desc(&x.split),
+                                t.name,
+                                split_desc(&t.split)
+                            ),
+                        ));
+                    }
+                }
+                let width = x.shape[2];
+                if *heads == 0 || !width.is_multiple_of(*heads) {
+                    return Err(ctx.err(
+                        &format!("{lp}.heads"),
+                        format!(
+                            "{heads} heads do not divide the width {width} of `{}`; allowed: a number of heads that divides {width}",
+                            x.name
+                        ),
+                    ));
+                }
+                let head_dim = width / heads;
+                if let Split::Axis { axis, ranges, by } = &x.split {
+                    if *axis != 2 {
+                        return Err(ctx.err(
+                            &format!("{lp}.inputs[0]"),
+                            format!(
+                                "`{}` is {} ({by}); allowed: q, k and v whole or split on their last dim by column-parallel layers (head-sharded attention)",
+                                x.name,
+                                split_desc(&x.split)
+                            ),
+                        ));
+                    }
+                    if let Some(r) = ranges.iter().find(|r| {
+                        !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim)
+                    }) {
+                        return Err(ctx.err(
+                            &format!("{lp}.heads"),
+                            format!(
+                                "the shard rule splits `{}`'s {width} features at {}..{}, inside a head of {head_dim} features ({heads} heads over tp = {}); allowed: a number of heads whose features the shard rule splits on head boundaries (heads a multiple of tp, or a tp_grain of head_dim under deepspeed)",
+                                x.name,
+                                r.start,
+                                r.end,
+                                ranges.len()
+                            ),
+                        ));
+                    }
+                }
+                (x.shape.clone(), x.split.clone())
+            }
+            Op::Softmax => {
+                needs_f32(&x)?;
+                whole(&x, "a softmax over the last dim")?;
+                (x.shape.clone(), x.split.clone())
             }
             Op::ResidualAdd { other } => {
                 needs_f32(&x)?;

@@ -150,6 +150,22 @@ pub enum Op {
         /// The second input (the first is the layer's `input`).
         other: String,
     },
+    /// `F.softmax(x, -1)`.
+    Softmax,
+    /// `F.scaled_dot_product_attention(q, k, v, is_causal, scale)` (torch's math path) on
+    /// `[batch, seq, heads·head_dim]` tensors; `q` is the layer's `input`.
+    Sdpa {
+        /// The key tensor.
+        k: String,
+        /// The value tensor.
+        v: String,
+        /// Heads.
+        heads: usize,
+        /// `is_causal`.
+        causal: bool,
+        /// `scale` (`None`: torch's default `1/sqrt(head_dim)`).
+        scale: Option<f64>,
+    },
 }
 
 impl Op {
@@ -162,6 +178,8 @@ impl Op {
             Self::LayerNorm { .. } => "layernorm",
             Self::RmsNorm { .. } => "rmsnorm",
             Self::ResidualAdd { .. } => "residual-add",
+            Self::Softmax => "softmax",
+            Self::Sdpa { .. } => "sdpa",
         }
     }
 }
@@ -442,6 +460,9 @@ const LAYER_KEYS: &[&str] = &[
     "tie",
     "eps",
     "affine",
+    "heads",
+    "causal",
+    "scale",
 ];
 
 const OPS: &[&str] = &[
@@ -455,6 +476,8 @@ const OPS: &[&str] = &[
     "layernorm",
     "rmsnorm",
     "residual-add",
+    "softmax",
+    "sdpa",
 ];
 
 /// Keys each op allows besides the common ones.
@@ -464,6 +487,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "linear" => &["out", "bias", "tie"],
         "layernorm" | "rmsnorm" => &["eps", "affine"],
         "residual-add" => &["inputs"],
+        "sdpa" => &["inputs", "heads", "causal", "scale"],
         _ => &[],
     }
 }
@@ -837,6 +861,45 @@ fn parse_layers(
                     other: ins[1].to_string(),
                 }
             }
+            "softmax" => Op::Softmax,
+            "sdpa" => {
+                let Some(ins) = o.opt_strings("inputs")? else {
+                    return Err(o.err(
+                        "inputs",
+                        "`inputs` is required for sdpa; allowed: three tensor names, [q, k, v]",
+                    ));
+                };
+                if ins.len() != 3 {
+                    return Err(o.err(
+                        "inputs",
+                        format!(
+                            "{} tensors is not allowed; allowed: exactly three, [q, k, v]",
+                            ins.len()
+                        ),
+                    ));
+                }
+                if o.has("input") {
+                    return Err(o.err(
+                        "input",
+                        "sdpa reads `inputs` ([q, k, v]); allowed: leave `input` out",
+                    ));
+                }
+                for (i, a) in ins.iter().enumerate() {
+                    if ins[..i].contains(a) {
+                        return Err(o.err(
+                            "inputs",
+                            format!("`{a}` is named twice; allowed: three different tensors (project q, k and v with their own layers)"),
+                        ));
+                    }
+                }
+                Op::Sdpa {
+                    k: ins[1].to_string(),
+                    v: ins[2].to_string(),
+                    heads: o.size("heads", dims)?,
+                    causal: o.bool("causal", false)?,
+                    scale: o.opt_float("scale", |v| v > 0.0, "a number > 0")?,
+                }
+            }
             "tanh" => Op::Act(Act::Tanh),
             "gelu" => Op::Act(Act::Gelu),
             "gelu-tanh" => Op::Act(Act::GeluTanh),
@@ -844,7 +907,7 @@ fn parse_layers(
             _ => Op::Act(Act::Silu),
         };
         let input = match (&op, o.opt_str("input")?) {
-            (Op::ResidualAdd { .. }, _) => o
+            (Op::ResidualAdd { .. } | Op::Sdpa { .. }, _) => o
                 .opt_strings("inputs")?
                 .map(|v| v[0].to_string())
                 .unwrap_or_default(),

@@ -334,6 +334,29 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ));
                 }
             }
+            Op::Sdpa { q, k, v, heads, .. } => {
+                for t in [q, k, v] {
+                    read(t)?;
+                }
+                let shape = &g.tensors[out.0].shape;
+                if shape.len() != 3
+                    || heads == 0
+                    || !shape[2].is_multiple_of(heads)
+                    || [q, k, v].iter().any(|t| &g.tensors[t.0].shape != shape)
+                {
+                    return Err(err(
+                        file,
+                        key("inputs"),
+                        "q, k, v and the output must be one [batch, seq, heads·head_dim] shape",
+                    ));
+                }
+            }
+            Op::Softmax { x, .. } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+            }
             Op::ResidualAdd { a, b, .. } => {
                 read(a)?;
                 read(b)?;

@@ -583,3 +583,129 @@ fn a_graph_too_large_to_hold_is_refused_before_anything_is_allocated() {
     let msg = err(&replace("ffn = 64", "ffn = 1048576").replace("hidden = 16", "hidden = 2048"));
     assert_names(&msg, "dims", &["at most 1073741824", "smaller dims"]);
 }
+
+#[test]
+fn a_softmax_needs_the_whole_last_dim() {
+    // gelu -> softmax on fc1's column-parallel output, which stays split on its last dim.
+    let msg = err(&replace("op = \"gelu\"", "op = \"softmax\""));
+    assert_names(
+        &msg,
+        "layers[1].input",
+        &[
+            "a softmax over the last dim needs the whole tensor",
+            "split on axis 1 by column-parallel `fc1`",
+            "column-gather",
+        ],
+    );
+    // Gathered, it is accepted, and ids are refused.
+    parse_file(
+        FILE,
+        &replace("op = \"gelu\"", "op = \"softmax\"").replacen(
+            "parallel = \"column\"",
+            "parallel = \"column-gather\"",
+            1,
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let msg = err(&TIED.replacen(
+        "[loss]",
+        "[[layers]]\nname = \"sm\"\nop = \"softmax\"\ninput = \"ids\"\n[loss]",
+        1,
+    ));
+    assert_names(
+        &msg,
+        "layers[2].input",
+        &["int64", "op `softmax` needs float32"],
+    );
+}
+
+/// A causal attention block at tp 2: column-parallel q, k, v, sdpa, row-parallel output.
+const ATTN: &str = r#"
+name = "attn"
+dims = { batch = 2, seq = 4, hidden = 16, heads = 4 }
+parallel = { tp = 2, shard_rule = "megatron" }
+inputs = [
+  { name = "x", draw = "randn", shape = ["batch", "seq", "hidden"] },
+  { name = "t", draw = "randn", shape = ["batch", "seq", "hidden"] },
+]
+layers = [
+  { name = "q", op = "linear", input = "x", out = "hidden", parallel = "column" },
+  { name = "k", op = "linear", input = "x", out = "hidden", parallel = "column" },
+  { name = "v", op = "linear", input = "x", out = "hidden", parallel = "column" },
+  { name = "attn", op = "sdpa", inputs = ["q", "k", "v"], heads = "heads", causal = true },
+  { name = "o", op = "linear", out = "hidden", parallel = "row" },
+]
+loss = { op = "mse", target = "t" }
+train = { steps = 1, optimizer = "sgd", lr = 0.1 }
+checks = [{ name = "out", tensor = "attn.out" }]
+"#;
+
+fn attn(from: &str, to: &str) -> String {
+    assert!(ATTN.contains(from), "{from}");
+    ATTN.replacen(from, to, 1)
+}
+
+#[test]
+fn sdpa_inputs_heads_and_shards_are_checked() {
+    parse_file(FILE, ATTN).unwrap_or_else(|e| panic!("{e}"));
+    parse_file(
+        "configs/examples/attention_tp2.toml",
+        &std::fs::read_to_string("configs/examples/attention_tp2.toml").unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // heads that do not divide the width
+    let msg = err(&attn("heads = 4 }", "heads = 5 }"));
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["5 heads do not divide the width 16"],
+    );
+    // heads whose features the shard rule splits inside a head: 2 heads of 8 over tp 4
+    let msg = err(&attn("heads = 4 }", "heads = 2 }").replace("tp = 2,", "tp = 4,"));
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["inside a head of 8 features", "tp = 4"],
+    );
+    // q, k, v of different shapes
+    let msg = err(&attn(
+        "{ name = \"v\", op = \"linear\", input = \"x\", out = \"hidden\"",
+        "{ name = \"v\", op = \"linear\", input = \"x\", out = 8",
+    ));
+    assert_names(
+        &msg,
+        "layers[3].inputs",
+        &["q, k and v of different shapes", "[2, 4, 8]"],
+    );
+    // split differently: v whole
+    let msg = err(&attn(
+        "out = \"hidden\", parallel = \"column\" },\n  { name = \"attn\"",
+        "out = \"hidden\", parallel = \"column-gather\" },\n  { name = \"attn\"",
+    ));
+    assert_names(&msg, "layers[3].inputs", &["q, k and v split differently"]);
+    // not 3-D
+    let msg = err(&attn(
+        "[\"batch\", \"seq\", \"hidden\"] },\n  { name = \"t\"",
+        "[\"batch\", \"seq\", \"heads\", \"hidden\"] },\n  { name = \"t\"",
+    ));
+    assert_names(
+        &msg,
+        "layers[3].inputs[0]",
+        &["a 3-D tensor [batch, seq, heads·head_dim]"],
+    );
+    // two, or a repeated, input; an `input` key; a missing `heads`
+    let msg = err(&attn(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"q\", \"k\"]",
+    ));
+    assert_names(&msg, "layers[3].inputs", &["exactly three, [q, k, v]"]);
+    let msg = err(&attn(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"q\", \"k\", \"k\"]",
+    ));
+    assert_names(&msg, "layers[3].inputs", &["`k` is named twice"]);
+    let msg = err(&attn("heads = \"heads\", ", ""));
+    assert!(msg.contains("layers[3].heads"), "{msg}");
+    let msg = err(&attn("causal = true", "causal = true, scale = -1.0"));
+    assert_names(&msg, "layers[3].scale", &["a number > 0"]);
+}

@@ -61,6 +61,7 @@ mod optim_fixture;
 mod py_repr_fixture;
 mod revealed_orders;
 mod rng_torch_fixtures;
+mod softmax_fixture;
 mod torch_corpus;
 mod torch_fixtures;
 mod torch_ops_fixture;
