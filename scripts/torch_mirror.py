@@ -394,7 +394,7 @@ class Model:
                 eps = l.get("eps", 1e-5 if op == "layernorm" else 1e-6)
                 specs[l["name"]] = (op, k, eps, l.get("affine", True))
                 widths[l["name"]] = k
-            elif op == "residual-add":
+            elif op in ("residual-add", "add", "mul"):
                 a, b = l["inputs"]
                 widths[l["name"]] = widths[a]
             else:
@@ -607,7 +607,7 @@ class Run:
             name, op = l["name"], l["op"]
             par = l.get("parallel", "none")
             src = l.get("input", prev)
-            x = env.get(src) if op != "residual-add" else None
+            x = env.get(src) if op not in ("residual-add", "add", "mul") else None
             if op == "embedding":
                 ids = x
                 pad = self.mods[name].padding_idx
@@ -642,14 +642,17 @@ class Run:
                     y = fn(x)
             elif op in ("layernorm", "rmsnorm"):
                 y = self.norm(l, name, op, par, x)
-            elif op == "residual-add":
+            elif op in ("residual-add", "add", "mul"):
+                # `a + b` / `a * b` as the test writes it (SwiGLU: `F.silu(gate(x)) * up(x)`),
+                # rank by rank on sharded operands.
+                fn = (lambda p, q: p * q) if op == "mul" else (lambda p, q: p + q)
                 a, b = (env[t] for t in l["inputs"])
                 if isinstance(a, Sharded) or isinstance(b, Sharded):
                     if not (isinstance(a, Sharded) and isinstance(b, Sharded) and a.ranges == b.ranges and a.dim == b.dim):
-                        raise Unsupported(f"layers.{name}: residual-add of differently sharded tensors")
-                    y = Sharded([p + q for p, q in zip(a.parts, b.parts)], a.ranges, a.dim)
+                        raise Unsupported(f"layers.{name}: {op} of differently sharded tensors")
+                    y = Sharded([fn(p, q) for p, q in zip(a.parts, b.parts)], a.ranges, a.dim)
                 else:
-                    y = a + b
+                    y = fn(a, b)
             else:
                 raise Unsupported(f"layers.{name}.op = {op!r}")
             env[name] = y

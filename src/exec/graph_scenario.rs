@@ -345,7 +345,7 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. } | Op::ResidualAdd { .. } => {}
+            Op::Activation { .. } | Op::Binary { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -407,7 +407,7 @@ fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
                 )
             }
             Op::Activation { x, .. } => (held[x.0].clone(), held[x.0].clone()),
-            Op::ResidualAdd { a, .. } => (TorchParts::Whole, held[a.0].clone()),
+            Op::Binary { a, .. } => (TorchParts::Whole, held[a.0].clone()),
             _ => (TorchParts::Whole, TorchParts::Whole),
         };
         held[out.0] = out_parts;
@@ -502,7 +502,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             Op::Activation { x, .. } | Op::Norm { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }
-            Op::ResidualAdd { a, b, .. } => {
+            Op::Binary { a, b, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[a.0] || needs_grad[b.0]
             }
         }
@@ -554,7 +554,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                             Op::Linear { x: r, .. }
                             | Op::Activation { x: r, .. }
                             | Op::Norm { x: r, .. } => r == x,
-                            Op::ResidualAdd { a, b, .. } => a == x || b == x,
+                            Op::Binary { a, b, .. } => a == x || b == x,
                             Op::Embedding { .. } => false,
                         }
                 });

@@ -9,7 +9,7 @@ use crate::sys::error::InputError;
 
 use super::file::ScenarioFile;
 use super::resolve::{Dtype, Graph, Group, Role, Split};
-use super::spec::{Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
+use super::spec::{Binary, Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
 
 fn shape(s: &[usize]) -> String {
     let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
@@ -89,7 +89,10 @@ fn describe_layer(l: &super::spec::Layer) -> String {
         Op::Act(a) => a.name().to_string(),
         Op::LayerNorm { eps, affine } => format!("layernorm(eps={eps}, affine={affine})"),
         Op::RmsNorm { eps, affine } => format!("rmsnorm(eps={eps}, affine={affine})"),
-        Op::ResidualAdd { other } => format!("residual-add(+ {other})"),
+        Op::Binary { kind, other } => match kind {
+            Binary::Mul => format!("mul(* {other})"),
+            k => format!("{}(+ {other})", k.name()),
+        },
     }
 }
 

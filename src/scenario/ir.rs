@@ -373,8 +373,11 @@ pub enum Op {
         /// Sharding.
         parallel: NormParallel,
     },
-    /// `out = a + b` (residual).
-    ResidualAdd {
+    /// `out = a + b` or `out = a * b`, elementwise, one rounding per element (torch's
+    /// `add` / `mul` of two tensors of one shape).
+    Binary {
+        /// Which op.
+        kind: BinaryKind,
         /// Left operand.
         a: TensorId,
         /// Right operand.
@@ -382,6 +385,15 @@ pub enum Op {
         /// Output.
         out: TensorId,
     },
+}
+
+/// Elementwise ops of two tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryKind {
+    /// `a + b`; backward: the output gradient to both operands unchanged (`AddBackward0`).
+    Add,
+    /// `a * b`; backward: `grad_a = g·b`, `grad_b = g·a`, each one rounding (`MulBackward0`).
+    Mul,
 }
 
 /// Elementwise activations.
@@ -824,7 +836,7 @@ impl Op {
             | Op::Linear { out, .. }
             | Op::Activation { out, .. }
             | Op::Norm { out, .. }
-            | Op::ResidualAdd { out, .. } => out,
+            | Op::Binary { out, .. } => out,
         }
     }
 }

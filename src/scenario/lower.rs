@@ -192,7 +192,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     let read = |name: &str| {
         s.layers
             .iter()
-            .any(|l| l.input == name || matches!(&l.op, Op::ResidualAdd { other } if other == name))
+            .any(|l| l.input == name || matches!(&l.op, Op::Binary { other, .. } if other == name))
     };
     for inp in &s.inputs {
         if read(&inp.name) && !matches!(inp.draw, spec::Draw::Randint { .. }) {
@@ -325,7 +325,11 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                     },
                 }
             }
-            Op::ResidualAdd { other } => ir::Op::ResidualAdd {
+            Op::Binary { kind, other } => ir::Op::Binary {
+                kind: match kind {
+                    spec::Binary::Mul => ir::BinaryKind::Mul,
+                    spec::Binary::Add | spec::Binary::ResidualAdd => ir::BinaryKind::Add,
+                },
                 a: tid(&l.input),
                 b: tid(other),
                 out,

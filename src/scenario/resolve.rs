@@ -433,7 +433,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     // Layers.
     for (li, layer) in spec.layers.iter().enumerate() {
         let lp = format!("layers[{li}]");
-        let in_key = if matches!(layer.op, Op::ResidualAdd { .. }) {
+        let in_key = if matches!(layer.op, Op::Binary { .. }) {
             "inputs[0]"
         } else {
             "input"
@@ -828,24 +828,52 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 (x.shape.clone(), out_split)
             }
-            Op::ResidualAdd { other } => {
+            Op::Binary { kind, other } => {
                 needs_f32(&x)?;
                 let y = b.lookup(&format!("{lp}.inputs[1]"), other, li)?;
-                needs_f32(&y)?;
+                if y.dtype == Dtype::I64 {
+                    return Err(ctx.err(
+                        &format!("{lp}.inputs[1]"),
+                        format!(
+                            "`{}` holds int64 ids; op `{}` needs float32; allowed: a randn/values input or a layer's output",
+                            y.name,
+                            kind.name()
+                        ),
+                    ));
+                }
                 if x.shape != y.shape {
                     return Err(ctx.err(
                         &format!("{lp}.inputs"),
                         format!(
-                            "residual-add of different shapes: `{}` is {:?} and `{}` is {:?}; allowed: two tensors of one shape",
-                            x.name, x.shape, y.name, y.shape
+                            "{} of different shapes: `{}` is {:?} and `{}` is {:?}; allowed: two tensors of one shape",
+                            kind.name(), x.name, x.shape, y.name, y.shape
                         ),
                     ));
                 }
-                if x.split != y.split {
+                // The same shards on every rank (who split them does not matter: SwiGLU's
+                // gate and up are two column-parallel layers of one out size).
+                let same = match (&x.split, &y.split) {
+                    (Split::Replicated, Split::Replicated) => true,
+                    (
+                        Split::Axis {
+                            axis: a1,
+                            ranges: r1,
+                            ..
+                        },
+                        Split::Axis {
+                            axis: a2,
+                            ranges: r2,
+                            ..
+                        },
+                    ) => a1 == a2 && r1 == r2,
+                    _ => false,
+                };
+                if !same {
                     return Err(ctx.err(
                         &format!("{lp}.inputs"),
                         format!(
-                            "residual-add of differently split tensors: `{}` is {} and `{}` is {}; allowed: two tensors split the same way",
+                            "{} of differently split tensors: `{}` is {} and `{}` is {}; allowed: two tensors split the same way (e.g. both outputs of column-parallel layers of one out size, or both whole)",
+                            kind.name(),
                             x.name,
                             split_desc(&x.split),
                             y.name,

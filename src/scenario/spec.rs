@@ -145,11 +145,35 @@ pub enum Op {
         /// Weight.
         affine: bool,
     },
-    /// `a + b`.
-    ResidualAdd {
+    /// `a + b` or `a * b` of two tensors of one shape (`inputs = [a, b]`).
+    Binary {
+        /// Which op, as spelt.
+        kind: Binary,
         /// The second input (the first is the layer's `input`).
         other: String,
     },
+}
+
+/// An elementwise op of two tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// `residual-add`: `a + b` (the older spelling of `add`).
+    ResidualAdd,
+    /// `add`: `a + b`.
+    Add,
+    /// `mul`: `a * b`.
+    Mul,
+}
+
+impl Binary {
+    /// The op name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResidualAdd => "residual-add",
+            Self::Add => "add",
+            Self::Mul => "mul",
+        }
+    }
 }
 
 impl Op {
@@ -161,7 +185,7 @@ impl Op {
             Self::Act(a) => a.name(),
             Self::LayerNorm { .. } => "layernorm",
             Self::RmsNorm { .. } => "rmsnorm",
-            Self::ResidualAdd { .. } => "residual-add",
+            Self::Binary { kind, .. } => kind.name(),
         }
     }
 }
@@ -455,6 +479,8 @@ const OPS: &[&str] = &[
     "layernorm",
     "rmsnorm",
     "residual-add",
+    "add",
+    "mul",
 ];
 
 /// Keys each op allows besides the common ones.
@@ -463,7 +489,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "embedding" => &["num", "dim", "padding_idx"],
         "linear" => &["out", "bias", "tie"],
         "layernorm" | "rmsnorm" => &["eps", "affine"],
-        "residual-add" => &["inputs"],
+        "residual-add" | "add" | "mul" => &["inputs"],
         _ => &[],
     }
 }
@@ -814,11 +840,11 @@ fn parse_layers(
                     Op::RmsNorm { eps, affine }
                 }
             }
-            "residual-add" => {
+            "residual-add" | "add" | "mul" => {
                 let Some(ins) = o.opt_strings("inputs")? else {
                     return Err(o.err(
                         "inputs",
-                        "`inputs` is required for residual-add; allowed: two tensor names",
+                        format!("`inputs` is required for {op_name}; allowed: two tensor names"),
                     ));
                 };
                 if ins.len() != 2 {
@@ -830,10 +856,15 @@ fn parse_layers(
                 if o.has("input") {
                     return Err(o.err(
                         "input",
-                        "residual-add reads `inputs` (two tensors); allowed: leave `input` out",
+                        format!("{op_name} reads `inputs` (two tensors); allowed: leave `input` out"),
                     ));
                 }
-                Op::ResidualAdd {
+                Op::Binary {
+                    kind: match op_name {
+                        "add" => Binary::Add,
+                        "mul" => Binary::Mul,
+                        _ => Binary::ResidualAdd,
+                    },
                     other: ins[1].to_string(),
                 }
             }
@@ -844,7 +875,7 @@ fn parse_layers(
             _ => Op::Act(Act::Silu),
         };
         let input = match (&op, o.opt_str("input")?) {
-            (Op::ResidualAdd { .. }, _) => o
+            (Op::Binary { .. }, _) => o
                 .opt_strings("inputs")?
                 .map(|v| v[0].to_string())
                 .unwrap_or_default(),

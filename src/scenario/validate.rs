@@ -334,7 +334,7 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ));
                 }
             }
-            Op::ResidualAdd { a, b, .. } => {
+            Op::Binary { a, b, .. } => {
                 read(a)?;
                 read(b)?;
                 let shape = &g.tensors[out.0].shape;
