@@ -25,8 +25,7 @@ use crate::ops::layers::{
 use crate::ops::loss;
 use crate::ops::norm::{
     elementwise_mul, layer_norm, layer_norm_backward_threads, residual_add, rms_norm,
-    rms_norm_backward,
-    sequence_parallel_norm_backward,
+    rms_norm_backward, sequence_parallel_norm_backward,
 };
 use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
@@ -61,7 +60,7 @@ pub(crate) enum Phase {
 /// The phase of a check's tensor.
 pub(crate) fn phase(t: CheckTensor) -> Phase {
     match t {
-        CheckTensor::Activation(_) | CheckTensor::Loss => Phase::Forward,
+        CheckTensor::Activation(_) | CheckTensor::Loss | CheckTensor::LossTokens => Phase::Forward,
         CheckTensor::Grad(_) | CheckTensor::ParamGrad(_) => Phase::Backward,
         CheckTensor::Param(_) | CheckTensor::SgdUpdate(_) => Phase::Step,
     }
@@ -541,6 +540,8 @@ impl Plan {
             let label = self.label(c, s, m);
             match decl.tensor {
                 CheckTensor::Loss => trace.record(c, label, &[loss]),
+                // The vocab-parallel loss's per-token values, kept by its kernel.
+                CheckTensor::LossTokens => trace.record(c, label, bf.vp.token_losses()),
                 CheckTensor::Activation(t) => {
                     trace.record(c, label, &bf.acts[t.0]);
                     if condition && decl.reduction.is_some() {

@@ -242,6 +242,8 @@ fn rank_graph(g: &ResolvedGraph, rows: usize) -> ResolvedGraph {
     let mut r = g.clone();
     for d in &mut r.inputs.draws {
         d.shape[0] = rows;
+        // A fixed input's rank block is handed over with the drawn ones (`rank_inputs`).
+        d.values = None;
     }
     for t in &mut r.tensors {
         t.shape[0] = rows;

@@ -249,6 +249,31 @@ pub struct InputDraw {
     /// The activation this input feeds (`None` for labels and targets, which the loss reads
     /// by [`InputId`]). A float input with a tensor is a leaf: its gradient is `x.grad`.
     pub tensor: Option<TensorId>,
+    /// The values of a [`DrawKind::Fixed`] input (the same at every micro-step), else `None`.
+    pub values: Option<FixedValues>,
+}
+
+/// Values written in the file, row-major over the input's global shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FixedValues {
+    /// float32 (each number rounded once to nearest-even, as `torch.tensor` stores it).
+    F32(Vec<f32>),
+    /// int64.
+    I64(Vec<i64>),
+}
+
+impl FixedValues {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::I64(v) => v.len(),
+        }
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What an input draw produces.
@@ -265,6 +290,12 @@ pub enum DrawKind {
     /// drawn per seed); the replicas' batches, replica r taking block r of the leading axis.
     /// Nothing is drawn per micro-step.
     Given,
+    /// Written in the file ([`InputDraw::values`], `draw = "fixed"`): the same values at every
+    /// micro-step, nothing drawn (the generator is not advanced: `torch.tensor(...)`).
+    Fixed {
+        /// int64 values (labels, ids), else float32.
+        int64: bool,
+    },
 }
 
 /// A fix-up of a drawn integer input.
@@ -686,6 +717,9 @@ pub enum CheckTensor {
     Activation(TensorId),
     /// The loss (unscaled).
     Loss,
+    /// The per-token losses of a [`LossKind::VocabParallelCrossEntropy`] (`loss.tokens`),
+    /// one per label, before the mean.
+    LossTokens,
     /// The gradient of an activation or leaf input of this micro-step (`x.grad`).
     Grad(TensorId),
     /// A parameter's accumulated gradient (`head.weight.grad`); for a tied parameter the
