@@ -26,9 +26,14 @@ patterns of every tensor up to --hex-limit elements at the first seed's first st
 JSON fixture. A file without tp or dp has one computation: its fixture has no `sharded`
 table, and seedsweep's sharded computation is compared with `reference`.
 
+Fixed inputs are built as the test writes them (`torch.tensor(values)`, or
+`torch.range(...)` / `torch.arange(...)` with `.repeat(...)`, nothing drawn); an input sharded
+on its last dim is every rank's own slice; `mul` / `add` are `a * b` / `a + b` rank by rank; a
+vocab-parallel cross-entropy's per-token output is recorded as `loss.tokens`.
+
 Where an op or option has no faithful torch counterpart (a ChaCha generator, an outer loop,
-fixed or teacher draws, a float64 comparison), the script says so and stops: it never
-approximates silently.
+teacher draws, a float64 comparison), the script says so and stops: it never approximates
+silently.
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/torch_mirror.py FILE.toml \\
         --seeds 5 --threads 1 -o fixture.json
@@ -631,7 +636,7 @@ class Run:
         prev = None
         env = dict(vals)
         for i in m.inputs:
-            if i.get("parallel", "none") == "last-dim":
+            if i.get("parallel", "none") == "last-dim" and tp > 1:
                 # every rank's own tensor: its shard of the last dim, as the test builds it
                 x = vals[i["name"]]
                 rg = shard_ranges(x.shape[-1], tp, m.rule, m.grain)

@@ -13,7 +13,10 @@
 //! the recorded ones (regenerate with `SEEDSWEEP_BLESS_CORPUS=1`), so a regression and an
 //! improvement both fail it.
 //!
-//! `elem-NNN.toml` are `scripts/gen_corpus.py --count 12 --seed 35 --elementwise 0.6 --prefix
+//! `swiglu_tp2` (the example), `mul_shared_operands` (operands read by several layers, `x * x`,
+//! uneven shards at TP 3 and TP 2) and `sharded_input_row` (a fixed last-dim-sharded input
+//! times a column output into a row layer) run 20 seeds; the built-in 3 (its values do not
+//! depend on the seed). `elem-NNN.toml` are `scripts/gen_corpus.py --count 12 --seed 35 --elementwise 0.6 --prefix
 //! elem` (SwiGLU blocks, `add`, fixed inputs mixed into the corpus generator's files), 5 seeds
 //! each. Measured: every file bit-exact at 1 and 2 threads except `elem-001`, a vocab-parallel
 //! cross-entropy trained through 9 micro-steps, whose loss differs in 9 of 180 values (and what
