@@ -1444,7 +1444,7 @@ fn f64_mul_and_add_with_accumulation_are_exact() {
     let text = r#"
 name = "f64-mul-add"
 inputs = [
-  { name = "a", draw = "fixed", shape = [2, 3], grad = true, values = [0.1, -0.7, 1.3333, 2.71828, -0.45, 3.14159] },
+  { name = "a", draw = "fixed", shape = [2, 3], grad = true, values = [0.1, -0.7, 1.3333, 2.71821, -0.45, 3.14152] },
   { name = "b", draw = "fixed", shape = [2, 3], grad = true, values = [1.7, 0.333, -2.2, 0.9, 5.5, -0.123] },
   { name = "t", draw = "fixed", shape = [2, 3], values = [0.5, 0.25, -1.0, 2.0, 0.0, 1.5] },
 ]
@@ -1465,7 +1465,7 @@ checks = [
     let tr = f64_trace(text, 0, 0);
     let get = |c: &str| tr[&(c.to_string(), "0".to_string(), "value")].clone();
     let f = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| f64::from(x as f32)).collect() };
-    let a = f(&[0.1, -0.7, 1.3333, 2.71828, -0.45, 3.14159]);
+    let a = f(&[0.1, -0.7, 1.3333, 2.71821, -0.45, 3.14152]);
     let b = f(&[1.7, 0.333, -2.2, 0.9, 5.5, -0.123]);
     let p: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
     let s: Vec<f64> = p.iter().zip(&a).map(|(x, y)| x + y).collect();
