@@ -11,6 +11,10 @@ What a file may draw (docs/scenario-language.md):
   gelu-tanh, relu, silu, layernorm and rmsnorm (`affine`, `eps`, `sequence`), residual-add,
   softmax (after the block, where the tensor is whole; added after the committed 200-file
   corpus was drawn, so `--seed 1` now draws other files than tests/data/torch_corpus holds);
+  with `--elementwise P` (default 0: off) also, each with
+  probability P, a SwiGLU block (`silu`-or-other(gate) `mul` up, gate and up of one
+  parallelism, then the down projection), the residual spelt `add`, and fixed inputs
+  (`draw = "fixed"`: the model input or mse target as float `values`, the labels as int64);
 - losses: cross-entropy (plain, and vocab-parallel behind a column head), mse, sum;
 - train: steps, micro-steps, sgd / momentum / nesterov / adam / adamw with their options;
 - parallel: tp 1-4 under both shard rules (uneven DeepSpeed shards, grains), or dp 2-4 with
@@ -62,9 +66,19 @@ def array_table(name, kv):
 
 
 class Gen:
-    def __init__(self, rng, index):
+    def __init__(self, rng, index, elementwise=0.0, prefix="fuzz"):
         self.r = rng
         self.i = index
+        self.elem = elementwise
+        self.prefix = prefix
+
+    def elem_chance(self):
+        """A new feature's draw, only with --elementwise (no draw at all without it, so that
+        the corpus of earlier versions regenerates unchanged)."""
+        return self.elem > 0 and self.chance(self.elem)
+
+    def fixed_floats(self, n):
+        return [round(self.r.r.gauss(0.0, 1.0), 3) for _ in range(n)]
 
     def pick(self, xs):
         return self.r.pick(xs)
@@ -123,6 +137,12 @@ class Gen:
         else:
             grad = r.chance(0.5) and dp == 1
             x = {"name": "x", "draw": "randn", "shape": lead + ["hidden"]}
+            if r.elem_chance():
+                n = 1
+                for v in self.shape_len(dims, lead):
+                    n *= v
+                x["draw"] = "fixed"
+                x["values"] = r.fixed_floats(n * hidden)
             if grad:
                 x["grad"] = True
                 grads_in.append("x")
@@ -159,10 +179,22 @@ class Gen:
             fc1["parallel"] = "column-gather"
         if any(l.get("parallel") == "sequence" for l in layers) and "parallel" not in fc1:
             fc1["parallel"] = "column-gather"  # a sequence-parallel output is gathered by a column layer
-        layers += [fc1, {"name": "act", "op": act}, fc2]
+        if r.elem_chance():
+            # SwiGLU-style: act(gate) * up, gate and up split alike, then the down projection
+            up = {"name": "up", "op": "linear", "input": cur, "out": "ffn"}
+            if "parallel" in fc1:
+                up["parallel"] = fc1["parallel"]
+            if r.chance(0.25):
+                up["bias"] = False
+            fc2["input"] = "glu"
+            layers += [fc1, {"name": "act", "op": act, "input": "fc1"}, up,
+                       {"name": "glu", "op": "mul", "inputs": ["act", "up"]}, fc2]
+        else:
+            layers += [fc1, {"name": "act", "op": act}, fc2]
         cur = "fc2"
         if r.chance(0.4):
-            layers.append({"name": "res", "op": "residual-add", "inputs": [residual_src, "fc2"]})
+            spelling = "add" if r.elem_chance() else "residual-add"
+            layers.append({"name": "res", "op": spelling, "inputs": [residual_src, "fc2"]})
             cur = "res"
         if r.chance(0.3):
             layers.append({"name": "act2", "op": r.pick(ACTS + ["softmax"])})
@@ -186,13 +218,27 @@ class Gen:
             else:
                 classes_name = "classes"
             layers.append(head)
-            inputs.append({"name": "labels", "draw": "randint", "high": classes_name, "shape": lead})
+            lab = {"name": "labels", "draw": "randint", "high": classes_name, "shape": lead}
+            if r.elem_chance():
+                n = 1
+                for v in self.shape_len(dims, lead):
+                    n *= v
+                lab = {"name": "labels", "draw": "fixed", "shape": lead,
+                       "values": [r.r.randint(0, dims[classes_name] - 1) for _ in range(n)]}
+            inputs.append(lab)
             loss = {"op": "cross-entropy", "labels": "labels"}
             if head.get("parallel") == "column":
                 loss["parallel"] = "vocab"
             cur = "head"
         elif loss_kind == "mse":
-            inputs.append({"name": "target", "draw": "randn", "shape": lead + ["hidden"]})
+            tgt = {"name": "target", "draw": "randn", "shape": lead + ["hidden"]}
+            if r.elem_chance():
+                n = 1
+                for v in self.shape_len(dims, lead):
+                    n *= v
+                tgt["draw"] = "fixed"
+                tgt["values"] = r.fixed_floats(n * hidden)
+            inputs.append(tgt)
             loss = {"op": "mse", "target": "target"}
         else:
             loss = {"op": "sum"}
@@ -290,7 +336,7 @@ class Gen:
     def file(self):
         dims, parallel, inputs, layers, loss, train, grads_in, cur = self.scenario()
         checks = self.checks(layers, loss, train, parallel, grads_in)
-        name = f"fuzz-{self.i:03d}"
+        name = f"{self.prefix}-{self.i:03d}"
         parts = [f'name = "{name}"',
                  f'description = "generated by scripts/gen_corpus.py"',
                  'default_profiles = ["cpu-fma+mkl-threads-1"]',
@@ -333,6 +379,9 @@ def main():
     ap.add_argument("--start", type=int, default=0, help="index of the first file")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seedsweep", required=True, help="the seedsweep binary that checks every file")
+    ap.add_argument("--elementwise", type=float, default=0.0,
+                    help="probability of each of SwiGLU (mul), `add` and fixed inputs (default 0: off)")
+    ap.add_argument("--prefix", default="fuzz", help="file name prefix (default fuzz)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     made = 0
@@ -340,7 +389,7 @@ def main():
     while made < a.count:
         idx = a.start + made
         rng = R(a.seed * 1_000_003 + idx * 7919 + attempt)
-        g = Gen(rng, idx)
+        g = Gen(rng, idx, a.elementwise, a.prefix)
         g.r = rng
         name, text = g.file()
         path = os.path.join(a.out, f"{name}.toml")

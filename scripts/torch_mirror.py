@@ -26,9 +26,14 @@ patterns of every tensor up to --hex-limit elements at the first seed's first st
 JSON fixture. A file without tp or dp has one computation: its fixture has no `sharded`
 table, and seedsweep's sharded computation is compared with `reference`.
 
+Fixed inputs are built as the test writes them (`torch.tensor(values)`, or
+`torch.range(...)` / `torch.arange(...)` with `.repeat(...)`, nothing drawn); an input sharded
+on its last dim is every rank's own slice; `mul` / `add` are `a * b` / `a + b` rank by rank; a
+vocab-parallel cross-entropy's per-token output is recorded as `loss.tokens`.
+
 Where an op or option has no faithful torch counterpart (a ChaCha generator, an outer loop,
-fixed or teacher draws, a float64 comparison), the script says so and stops: it never
-approximates silently.
+teacher draws, a float64 comparison), the script says so and stops: it never approximates
+silently.
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/torch_mirror.py FILE.toml \\
         --seeds 5 --threads 1 -o fixture.json
@@ -332,7 +337,8 @@ class Model:
         if self.tp > 1 and self.dp > 1:
             raise Unsupported("parallel: tp and dp together (refused by seedsweep too)")
         self.data_seed = d.get("data", {}).get("seed", 0)
-        tr = d["train"]
+        # A file without parameters may leave [train] out: one step of forward and loss.
+        tr = d.get("train", {"steps": 1, "optimizer": "sgd", "lr": 1.0})
         self.steps = tr["steps"]
         self.micro = tr.get("micro_steps", 1)
         self.opt = tr["optimizer"]
@@ -340,10 +346,10 @@ class Model:
         self.tr = tr
         self.inputs = []
         for i in d.get("inputs", []):
-            if i["draw"] not in ("randn", "randint"):
-                raise Unsupported(f"inputs.{i['name']}.draw = {i['draw']!r}: only randn and randint")
+            if i["draw"] not in ("randn", "randint", "fixed"):
+                raise Unsupported(f"inputs.{i['name']}.draw = {i['draw']!r}: only randn, randint and fixed")
             self.inputs.append(i)
-        self.layers = d["layers"]
+        self.layers = d.get("layers", [])
         for l in self.layers:
             for k in l:
                 if k not in LAYER_KEYS:
@@ -394,7 +400,7 @@ class Model:
                 eps = l.get("eps", 1e-5 if op == "layernorm" else 1e-6)
                 specs[l["name"]] = (op, k, eps, l.get("affine", True))
                 widths[l["name"]] = k
-            elif op == "residual-add":
+            elif op in ("residual-add", "add", "mul"):
                 a, b = l["inputs"]
                 widths[l["name"]] = widths[a]
             elif op == "sdpa":
@@ -430,6 +436,9 @@ class Model:
             shp = self.shape_of_input(i)
             if i["draw"] == "randn":
                 vals[i["name"]] = torch.randn(*shp)
+            elif i["draw"] == "fixed":
+                # torch.tensor(values) draws nothing: the generator is not advanced
+                vals[i["name"]] = self.fixed_tensor(i, shp)
             else:
                 vals[i["name"]] = torch.randint(self.ival(i["high"], "high"), tuple(shp))
         for i in self.inputs:
@@ -443,6 +452,29 @@ class Model:
                 v = self.ival(v, "set.value")
                 vals[i["name"]][tuple(fix["index"])] = v
         return vals
+
+    def fixed_tensor(self, i, shp):
+        """`values` as the test writes them: a list (`torch.tensor(values)`, int64 when every
+        number is an integer, else float32; `dtype` overrides), or a generator
+        (`torch.range(start, end, step).repeat(*r)`, `torch.arange(...).repeat(*r)`). With
+        `per_rank` the values are every TP rank's own shard of the last dim: the global tensor
+        is the shard repeated over the ranks, `torch.cat([local] * tp, -1)`."""
+        v = i["values"]
+        dtype = {"float32": torch.float32, "int64": torch.int64}.get(i.get("dtype"))
+        if isinstance(v, dict):
+            if "range" in v:
+                t = torch.range(*v["range"])  # float32, the end included (deprecated, as tests write it)
+            else:
+                t = torch.arange(*v["arange"])
+            if "repeat" in v:
+                t = t.repeat(*v["repeat"])
+            if dtype is not None:
+                t = t.to(dtype)
+        else:
+            t = torch.tensor(v, dtype=dtype)
+        if i.get("per_rank"):
+            t = torch.cat([t.reshape(*shp[:-1], -1)] * self.tp, -1)
+        return t.reshape(shp).contiguous()
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -605,11 +637,17 @@ class Run:
         tp = self.tpn
         prev = None
         env = dict(vals)
+        for i in m.inputs:
+            if i.get("parallel", "none") == "last-dim" and tp > 1:
+                # every rank's own tensor: its shard of the last dim, as the test builds it
+                x = vals[i["name"]]
+                rg = shard_ranges(x.shape[-1], tp, m.rule, m.grain)
+                env[i["name"]] = Sharded([x[..., lo:hi].clone() for lo, hi in rg], rg, -1)
         for li, l in enumerate(m.layers):
             name, op = l["name"], l["op"]
             par = l.get("parallel", "none")
             src = l.get("input", prev)
-            x = env.get(src) if op not in ("residual-add", "sdpa") else None
+            x = env.get(src) if op not in ("residual-add", "add", "mul", "sdpa") else None
             if op == "embedding":
                 ids = x
                 pad = self.mods[name].padding_idx
@@ -650,14 +688,17 @@ class Run:
                 if isinstance(x, Sharded):
                     raise Unsupported(f"layers.{name}: a softmax on a sharded input")
                 y = F.softmax(x, -1)
-            elif op == "residual-add":
+            elif op in ("residual-add", "add", "mul"):
+                # `a + b` / `a * b` as the test writes it (SwiGLU: `F.silu(gate(x)) * up(x)`),
+                # rank by rank on sharded operands.
+                fn = (lambda p, q: p * q) if op == "mul" else (lambda p, q: p + q)
                 a, b = (env[t] for t in l["inputs"])
                 if isinstance(a, Sharded) or isinstance(b, Sharded):
                     if not (isinstance(a, Sharded) and isinstance(b, Sharded) and a.ranges == b.ranges and a.dim == b.dim):
-                        raise Unsupported(f"layers.{name}: residual-add of differently sharded tensors")
-                    y = Sharded([p + q for p, q in zip(a.parts, b.parts)], a.ranges, a.dim)
+                        raise Unsupported(f"layers.{name}: {op} of differently sharded tensors")
+                    y = Sharded([fn(p, q) for p, q in zip(a.parts, b.parts)], a.ranges, a.dim)
                 else:
-                    y = a + b
+                    y = fn(a, b)
             else:
                 raise Unsupported(f"layers.{name}.op = {op!r}")
             env[name] = y
@@ -785,7 +826,7 @@ class Run:
     def loss(self, env, vals):
         m = self.m
         lo = m.loss
-        src = lo.get("input", m.layers[-1]["name"])
+        src = lo.get("input") or m.layers[-1]["name"]
         y = env[src]
         op = lo["op"]
         par = lo.get("parallel", "none")
@@ -799,6 +840,7 @@ class Run:
             labels = vals[lo["labels"]]
             per_token = VocabParallelCE.apply(labels.reshape(-1), y.ranges,
                                               *[p.reshape(-1, p.shape[-1]) for p in y.parts])
+            self.token_losses = per_token.reshape(labels.shape)
             return per_token.mean(), True
         if op == "cross-entropy":
             y = view_whole(y)
@@ -859,12 +901,16 @@ class Run:
                         continue
                     if t == "loss":
                         self.record(c["name"], m.label(at, s, mi), loss.reshape(1))
+                    elif t == "loss.tokens":
+                        # the function's output, before the test's `.mean()`
+                        self.record(c["name"], m.label(at, s, mi), self.token_losses)
                     elif t in acts:
                         self.record(c["name"], m.label(at, s, mi), view_whole(acts[t]))
                     elif t.endswith(".out") and t[:-4] in acts:
                         self.record(c["name"], m.label(at, s, mi), view_whole(acts[t[:-4]]))
                 self.before_backward()
-                (loss / m.micro if m.micro > 1 else loss).backward()
+                if loss.requires_grad:  # a loss on fixed inputs alone has nothing to differentiate
+                    (loss / m.micro if m.micro > 1 else loss).backward()
                 self.after_backward()
                 for c in checks:
                     at = m.check_at(c)

@@ -25,8 +25,8 @@ use crate::ops::layers::{
 };
 use crate::ops::loss;
 use crate::ops::norm::{
-    layer_norm, layer_norm_backward_threads, residual_add, rms_norm, rms_norm_backward,
-    sequence_parallel_norm_backward,
+    elementwise_mul, layer_norm, layer_norm_backward_threads, residual_add, rms_norm,
+    rms_norm_backward, sequence_parallel_norm_backward,
 };
 use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
@@ -40,7 +40,7 @@ use crate::ops::vocab_parallel::{
 };
 use crate::ops::xla;
 use crate::scenario::ir::{
-    Activation, At, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind,
+    Activation, At, BinaryKind, CheckTensor, EmbeddingParallel, LinearParallel, LossKind, NormKind,
     NormParallel, Op, ResolvedGraph, TensorId, WeightLayout,
 };
 use crate::scenario::mutant::{Mutant, TpFaults};
@@ -62,7 +62,7 @@ pub(crate) enum Phase {
 /// The phase of a check's tensor.
 pub(crate) fn phase(t: CheckTensor) -> Phase {
     match t {
-        CheckTensor::Activation(_) | CheckTensor::Loss => Phase::Forward,
+        CheckTensor::Activation(_) | CheckTensor::Loss | CheckTensor::LossTokens => Phase::Forward,
         CheckTensor::Grad(_) | CheckTensor::ParamGrad(_) => Phase::Backward,
         CheckTensor::Param(_) | CheckTensor::SgdUpdate(_) => Phase::Step,
     }
@@ -547,6 +547,8 @@ impl Plan {
             let label = self.label(c, s, m);
             match decl.tensor {
                 CheckTensor::Loss => trace.record(c, label, &[loss]),
+                // The vocab-parallel loss's per-token values, kept by its kernel.
+                CheckTensor::LossTokens => trace.record(c, label, bf.vp.token_losses()),
                 CheckTensor::Activation(t) => {
                     trace.record(c, label, &bf.acts[t.0]);
                     if condition && decl.reduction.is_some() {
@@ -889,9 +891,12 @@ impl Plan {
                 }
                 bf.acts[out.0] = y;
             }
-            Op::ResidualAdd { a, b, out } => {
+            Op::Binary { kind, a, b, out } => {
                 let mut y = std::mem::take(&mut bf.acts[out.0]);
-                residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y);
+                match kind {
+                    BinaryKind::Add => residual_add(&bf.acts[a.0], &bf.acts[b.0], &mut y),
+                    BinaryKind::Mul => elementwise_mul(&bf.acts[a.0], &bf.acts[b.0], &mut y),
+                }
                 bf.acts[out.0] = y;
             }
             Op::Sdpa {
@@ -1288,14 +1293,20 @@ impl Plan {
                 }
                 bf.dacts[out.0] = dy;
             }
-            Op::ResidualAdd { a, b, .. } => {
-                // AddBackward hands the output gradient to both operands unchanged; a tensor
-                // with several consumers sums them (act_grad_done).
+            Op::Binary { kind, a, b, .. } => {
+                // AddBackward0 hands the output gradient to both operands unchanged;
+                // MulBackward0 hands `g·b` to `a`, then `g·a` to `b` (its outputs in operand
+                // order; both products are read from the forward's operands, so `x * x` gives
+                // x `g·x + g·x`). A tensor with several consumers sums them (act_grad_done:
+                // the first stored, each later one added to it, as torch's input buffer).
                 let dy = std::mem::take(&mut bf.dacts[out.0]);
-                for t in [a, b] {
+                for (t, other) in [(a, b), (b, a)] {
                     if self.needs_grad[t.0] {
                         let mut d = self.act_grad_target(bf, t.0);
-                        d.copy_from_slice(&dy);
+                        match kind {
+                            BinaryKind::Add => d.copy_from_slice(&dy),
+                            BinaryKind::Mul => elementwise_mul(&dy, &bf.acts[other.0], &mut d),
+                        }
                         self.act_grad_done(bf, t.0, d);
                     }
                 }

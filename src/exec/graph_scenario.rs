@@ -242,6 +242,8 @@ fn rank_graph(g: &ResolvedGraph, rows: usize) -> ResolvedGraph {
     let mut r = g.clone();
     for d in &mut r.inputs.draws {
         d.shape[0] = rows;
+        // A fixed input's rank block is handed over with the drawn ones (`rank_inputs`).
+        d.values = None;
     }
     for t in &mut r.tensors {
         t.shape[0] = rows;
@@ -345,10 +347,7 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. }
-            | Op::ResidualAdd { .. }
-            | Op::Softmax { .. }
-            | Op::Sdpa { .. } => {}
+            Op::Activation { .. } | Op::Binary { .. } | Op::Softmax { .. } | Op::Sdpa { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -410,7 +409,7 @@ fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
                 )
             }
             Op::Activation { x, .. } => (held[x.0].clone(), held[x.0].clone()),
-            Op::ResidualAdd { a, .. } => (TorchParts::Whole, held[a.0].clone()),
+            Op::Binary { a, .. } => (TorchParts::Whole, held[a.0].clone()),
             // Head-sharded: each rank's output holds its heads' columns, as q's.
             Op::Sdpa { q, .. } => (TorchParts::Whole, held[q.0].clone()),
             _ => (TorchParts::Whole, TorchParts::Whole),
@@ -507,7 +506,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             Op::Activation { x, .. } | Op::Norm { x, .. } | Op::Softmax { x, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
             }
-            Op::ResidualAdd { a, b, .. } => {
+            Op::Binary { a, b, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[a.0] || needs_grad[b.0]
             }
             Op::Sdpa { q, k, v, .. } => {
@@ -564,7 +563,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                             | Op::Activation { x: r, .. }
                             | Op::Norm { x: r, .. }
                             | Op::Softmax { x: r, .. } => r == x,
-                            Op::ResidualAdd { a, b, .. } => a == x || b == x,
+                            Op::Binary { a, b, .. } => a == x || b == x,
                             Op::Sdpa { q, k, v, .. } => q == x || k == x || v == x,
                             Op::Embedding { .. } => false,
                         }

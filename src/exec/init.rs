@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::rng::chacha::ChaChaStream;
 use crate::rng::torch::TorchGenerator;
 use crate::scenario::ir::{
-    ChaChaInit, DrawKind, Fixup, Op, ParamInit, ResolvedGraph, TorchInit, WeightLayout,
+    ChaChaInit, DrawKind, FixedValues, Fixup, Op, ParamInit, ResolvedGraph, TorchInit, WeightLayout,
 };
 
 /// One drawn input of one micro-step: floats for `randn`, integers for `randint`.
@@ -50,6 +50,12 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
                         }
                         // Supplied by the outer loop's data, per replica.
                         (DrawKind::Given, _) => {}
+                        // Written in the file: nothing drawn, the generator not advanced.
+                        (DrawKind::Fixed { .. }, _) => match &d.values {
+                            Some(FixedValues::F32(f)) => v.f = f.clone(),
+                            Some(FixedValues::I64(i)) => v.i = i.clone(),
+                            None => unreachable!("a fixed input carries its values"),
+                        },
                         (DrawKind::Randint { high }, None) => {
                             let mut s = ChaChaStream::new(seed, &d.name);
                             v.i = (0..n)

@@ -588,6 +588,17 @@ pub fn residual_add<R: Real>(a: &[R], b: &[R], out: &mut [R]) {
     }
 }
 
+/// `out = a * b` elementwise, one rounding each: torch's `mul` of two tensors of one shape
+/// (ATen's vectorized and scalar loops both round every product once, so neither the vector
+/// width nor the element order changes a value). Also `MulBackward0`'s two gradients,
+/// `grad_a = g * b` and `grad_b = g * a` (`mul_tensor_backward`: `grad * other`), each one
+/// rounding.
+pub fn elementwise_mul<R: Real>(a: &[R], b: &[R], out: &mut [R]) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = x * y;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,14 @@ pub struct VocabParallelBuffers<R> {
     emb_parts: Vec<R>,
 }
 
+impl<R: Real> VocabParallelBuffers<R> {
+    /// The per-token losses of the last [`vocab_parallel_cross_entropy`] (one per label,
+    /// `ln(sum) - pred`, before the mean).
+    pub fn token_losses(&self) -> &[R] {
+        &self.loss
+    }
+}
+
 fn sized<R: Real>(v: &mut Vec<R>, n: usize) {
     if v.len() != n {
         v.clear();

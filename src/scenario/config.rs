@@ -56,6 +56,12 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "megatron_vocab_parallel_cross_entropy.toml",
         include_str!("../../configs/megatron_vocab_parallel_cross_entropy.toml"),
     ),
+    // Issue 35: Megatron's test as written (fixed, vocab-sharded logits; per-token losses),
+    // validated against torch in tests/suite/elementwise.rs.
+    (
+        "megatron_vocab_parallel_ce_test.toml",
+        include_str!("../../configs/megatron_vocab_parallel_ce_test.toml"),
+    ),
 ];
 
 /// A tolerance as written in TOML.

@@ -9,7 +9,9 @@ use crate::sys::error::InputError;
 
 use super::file::ScenarioFile;
 use super::resolve::{Dtype, Graph, Group, Role, Split};
-use super::spec::{Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
+use crate::scenario::ir::FixedValues;
+
+use super::spec::{Binary, Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
 
 fn shape(s: &[usize]) -> String {
     let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
@@ -89,7 +91,10 @@ fn describe_layer(l: &super::spec::Layer) -> String {
         Op::Act(a) => a.name().to_string(),
         Op::LayerNorm { eps, affine } => format!("layernorm(eps={eps}, affine={affine})"),
         Op::RmsNorm { eps, affine } => format!("rmsnorm(eps={eps}, affine={affine})"),
-        Op::ResidualAdd { other } => format!("residual-add(+ {other})"),
+        Op::Binary { kind, other } => match kind {
+            Binary::Mul => format!("mul(* {other})"),
+            k => format!("{}(+ {other})", k.name()),
+        },
         Op::Softmax => "softmax(dim=-1)".to_string(),
         Op::Sdpa {
             k,
@@ -196,6 +201,32 @@ fn graph_text(
         let draw = match &i.draw {
             Draw::Randn => "randn".to_string(),
             Draw::Randint { high } => format!("randint({high})"),
+            Draw::Fixed { values, per_rank } => {
+                let (ty, first) = match values {
+                    FixedValues::F32(v) => (
+                        "float32",
+                        v.iter()
+                            .take(4)
+                            .map(|x| format!("{x:?}"))
+                            .collect::<Vec<_>>(),
+                    ),
+                    FixedValues::I64(v) => (
+                        "int64",
+                        v.iter().take(4).map(|x| x.to_string()).collect::<Vec<_>>(),
+                    ),
+                };
+                let more = if values.len() > 4 { ", ..." } else { "" };
+                format!(
+                    "fixed {ty}, {} values [{}{more}]{}, nothing drawn",
+                    values.len(),
+                    first.join(", "),
+                    if *per_rank {
+                        " per rank (every rank's shard)"
+                    } else {
+                        ""
+                    }
+                )
+            }
         };
         let mut extra = String::new();
         for set in &i.set {
@@ -305,46 +336,64 @@ fn graph_text(
         .unwrap();
     }
     let tr = &s.train;
-    writeln!(
-        out,
-        "  train: {} steps x {} micro-step{}, {}{}",
-        tr.steps,
-        tr.micro_steps,
-        if tr.micro_steps == 1 {
-            ""
-        } else {
-            "s (backward of loss / micro_steps, gradients accumulated)"
-        },
-        optimizer(&tr.optimizer),
-        tr.outer.map_or(String::new(), |o| format!(
-            "; DiLoCo outer loop of {} rounds over dp replicas: {}",
-            o.rounds,
-            optimizer(&o.optimizer)
-        ))
-    )
-    .unwrap();
+    if !s
+        .layers
+        .iter()
+        .any(|l| crate::scenario::spec::has_weights(&l.op))
+    {
+        writeln!(
+            out,
+            "  train: no parameters: {} step{} of forward and loss (the optimizer steps nothing)",
+            tr.steps,
+            if tr.steps == 1 { "" } else { "s" }
+        )
+        .unwrap();
+    } else {
+        writeln!(
+            out,
+            "  train: {} steps x {} micro-step{}, {}{}",
+            tr.steps,
+            tr.micro_steps,
+            if tr.micro_steps == 1 {
+                ""
+            } else {
+                "s (backward of loss / micro_steps, gradients accumulated)"
+            },
+            optimizer(&tr.optimizer),
+            tr.outer.map_or(String::new(), |o| format!(
+                "; DiLoCo outer loop of {} rounds over dp replicas: {}",
+                o.rounds,
+                optimizer(&o.optimizer)
+            ))
+        )
+        .unwrap();
+    }
     let generator = match file.common.rng {
         crate::scenario::config::RngKind::Torch => "one torch generator seeded with the sweep seed",
         crate::scenario::config::RngKind::ChaCha => "ChaCha streams <layer>.weight / <layer>.bias",
     };
-    writeln!(
-        out,
-        "  init: {} defaults, {generator}, in order {}{}",
-        match s.init.scheme {
-            Scheme::Torch => "torch",
-            Scheme::Flax => "flax",
-        },
-        s.init.order.join(", "),
-        if s.layers
-            .iter()
-            .any(|l| matches!(&l.op, Op::Linear { tie: Some(_), .. }))
-        {
-            " (tied weights drawn, then shared)"
-        } else {
-            ""
-        }
-    )
-    .unwrap();
+    if s.init.order.is_empty() {
+        writeln!(out, "  init: no parameters").unwrap();
+    } else {
+        writeln!(
+            out,
+            "  init: {} defaults, {generator}, in order {}{}",
+            match s.init.scheme {
+                Scheme::Torch => "torch",
+                Scheme::Flax => "flax",
+            },
+            s.init.order.join(", "),
+            if s.layers
+                .iter()
+                .any(|l| matches!(&l.op, Op::Linear { tie: Some(_), .. }))
+            {
+                " (tied weights drawn, then shared)"
+            } else {
+                ""
+            }
+        )
+        .unwrap();
+    }
     writeln!(out, "  checks (tolerance atol/rtol per policy):").unwrap();
     let pols: Vec<&crate::scenario::config::Policy> = file
         .common

@@ -193,12 +193,14 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
     })
 }
 
-/// Whether a config text is a scenario file in the language (it has `[[layers]]` and no
-/// `scenario = "..."` kind); [`crate::scenario::load`] refuses the retired
-/// `scenario = "<kind>"` configs.
+/// Whether a config text is a scenario file in the language (it has `[[layers]]`, or a
+/// `[loss]` on its inputs alone, and no `scenario = "..."` kind); [`crate::scenario::load`]
+/// refuses the retired `scenario = "<kind>"` configs.
 pub fn is_scenario_file(text: &str) -> bool {
     match toml::from_str::<toml::Table>(text) {
-        Ok(t) => t.contains_key("layers") && !t.contains_key("scenario"),
+        Ok(t) => {
+            (t.contains_key("layers") || t.contains_key("loss")) && !t.contains_key("scenario")
+        }
         Err(_) => false,
     }
 }

@@ -249,6 +249,31 @@ pub struct InputDraw {
     /// The activation this input feeds (`None` for labels and targets, which the loss reads
     /// by [`InputId`]). A float input with a tensor is a leaf: its gradient is `x.grad`.
     pub tensor: Option<TensorId>,
+    /// The values of a [`DrawKind::Fixed`] input (the same at every micro-step), else `None`.
+    pub values: Option<FixedValues>,
+}
+
+/// Values written in the file, row-major over the input's global shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FixedValues {
+    /// float32 (each number rounded once to nearest-even, as `torch.tensor` stores it).
+    F32(Vec<f32>),
+    /// int64.
+    I64(Vec<i64>),
+}
+
+impl FixedValues {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::I64(v) => v.len(),
+        }
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What an input draw produces.
@@ -265,6 +290,12 @@ pub enum DrawKind {
     /// drawn per seed); the replicas' batches, replica r taking block r of the leading axis.
     /// Nothing is drawn per micro-step.
     Given,
+    /// Written in the file ([`InputDraw::values`], `draw = "fixed"`): the same values at every
+    /// micro-step, nothing drawn (the generator is not advanced: `torch.tensor(...)`).
+    Fixed {
+        /// int64 values (labels, ids), else float32.
+        int64: bool,
+    },
 }
 
 /// A fix-up of a drawn integer input.
@@ -373,8 +404,11 @@ pub enum Op {
         /// Sharding.
         parallel: NormParallel,
     },
-    /// `out = a + b` (residual).
-    ResidualAdd {
+    /// `out = a + b` or `out = a * b`, elementwise, one rounding per element (torch's
+    /// `add` / `mul` of two tensors of one shape).
+    Binary {
+        /// Which op.
+        kind: BinaryKind,
         /// Left operand.
         a: TensorId,
         /// Right operand.
@@ -407,6 +441,15 @@ pub enum Op {
         /// The scale as the test passes it (torch's default `1/sqrt(head_dim)` resolved).
         scale: f64,
     },
+}
+
+/// Elementwise ops of two tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryKind {
+    /// `a + b`; backward: the output gradient to both operands unchanged (`AddBackward0`).
+    Add,
+    /// `a * b`; backward: `grad_a = g·b`, `grad_b = g·a`, each one rounding (`MulBackward0`).
+    Mul,
 }
 
 /// Elementwise activations.
@@ -699,6 +742,9 @@ pub enum CheckTensor {
     Activation(TensorId),
     /// The loss (unscaled).
     Loss,
+    /// The per-token losses of a [`LossKind::VocabParallelCrossEntropy`] (`loss.tokens`),
+    /// one per label, before the mean.
+    LossTokens,
     /// The gradient of an activation or leaf input of this micro-step (`x.grad`).
     Grad(TensorId),
     /// A parameter's accumulated gradient (`head.weight.grad`); for a tied parameter the
@@ -849,7 +895,7 @@ impl Op {
             | Op::Linear { out, .. }
             | Op::Activation { out, .. }
             | Op::Norm { out, .. }
-            | Op::ResidualAdd { out, .. }
+            | Op::Binary { out, .. }
             | Op::Softmax { out, .. }
             | Op::Sdpa { out, .. } => out,
         }

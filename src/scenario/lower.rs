@@ -192,12 +192,12 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     let read = |name: &str| {
         s.layers.iter().any(|l| {
             l.input == name
-                || matches!(&l.op, Op::ResidualAdd { other } if other == name)
+                || matches!(&l.op, Op::Binary { other, .. } if other == name)
                 || matches!(&l.op, Op::Sdpa { k, v, .. } if k == name || v == name)
-        })
+        }) || s.loss.input == name
     };
     for inp in &s.inputs {
-        if read(&inp.name) && !matches!(inp.draw, spec::Draw::Randint { .. }) {
+        if read(&inp.name) && !inp.draw.is_int() {
             tensors.push(ir::TensorDecl {
                 name: inp.name.clone(),
                 shape: inp.shape.clone(),
@@ -238,9 +238,19 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     let mut draws = Vec::new();
     let mut fixups = Vec::new();
     for (ii, inp) in s.inputs.iter().enumerate() {
-        let kind = match inp.draw {
-            spec::Draw::Randn => ir::DrawKind::Randn,
-            spec::Draw::Randint { high } => ir::DrawKind::Randint { high: high as u64 },
+        let (kind, values) = match &inp.draw {
+            spec::Draw::Randn => (ir::DrawKind::Randn, None),
+            spec::Draw::Randint { high } => (ir::DrawKind::Randint { high: *high as u64 }, None),
+            spec::Draw::Fixed { values, per_rank } => (
+                ir::DrawKind::Fixed {
+                    int64: matches!(values, ir::FixedValues::I64(_)),
+                },
+                Some(if *per_rank {
+                    every_rank(values, &inp.shape, s.parallel.tp)
+                } else {
+                    values.clone()
+                }),
+            ),
         };
         let tensor = tensors
             .iter()
@@ -251,6 +261,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
             shape: inp.shape.clone(),
             kind,
             tensor,
+            values,
         });
         for set in &inp.set {
             let mut flat = 0;
@@ -327,7 +338,11 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                     },
                 }
             }
-            Op::ResidualAdd { other } => ir::Op::ResidualAdd {
+            Op::Binary { kind, other } => ir::Op::Binary {
+                kind: match kind {
+                    spec::Binary::Mul => ir::BinaryKind::Mul,
+                    spec::Binary::Add | spec::Binary::ResidualAdd => ir::BinaryKind::Add,
+                },
                 a: tid(&l.input),
                 b: tid(other),
                 out,
@@ -410,6 +425,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
             tensor: match &c.what {
                 CheckWhat::Activation(t) => ir::CheckTensor::Activation(tid(t)),
                 CheckWhat::Loss => ir::CheckTensor::Loss,
+                CheckWhat::LossTokens => ir::CheckTensor::LossTokens,
                 CheckWhat::Grad(t) => ir::CheckTensor::Grad(tid(t)),
                 CheckWhat::ParamGrad(p) => ir::CheckTensor::ParamGrad(storage(p)),
                 // A tied parameter by its own id: it reads the shared storage.
@@ -449,4 +465,24 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
         train,
         checks,
     })
+}
+
+/// The global values of a last-dim-sharded input whose file gives one rank's shard, the same
+/// on every rank (`per_rank = true`, equal shards checked by resolve): rank r's columns of
+/// every row are the shard's row.
+fn every_rank(local: &ir::FixedValues, shape: &[usize], tp: usize) -> ir::FixedValues {
+    fn tile<T: Copy>(v: &[T], w: usize, tp: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(v.len() * tp);
+        for row in v.chunks(w) {
+            for _ in 0..tp {
+                out.extend_from_slice(row);
+            }
+        }
+        out
+    }
+    let w = shape.last().copied().unwrap_or(1) / tp.max(1);
+    match local {
+        ir::FixedValues::F32(v) => ir::FixedValues::F32(tile(v, w, tp)),
+        ir::FixedValues::I64(v) => ir::FixedValues::I64(tile(v, w, tp)),
+    }
 }

@@ -33,6 +33,7 @@ pub mod revealed_file;
 pub mod shard;
 pub mod spec;
 pub mod validate;
+pub mod values;
 
 pub use file::{is_scenario_file, parse_file, ScenarioFile};
 
@@ -55,8 +56,8 @@ pub fn load(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         return Err(InputError::config(
             file,
             key,
-            "not a file of the scenario language: a test is described by a [[layers]] list and \
-             no `scenario` key (docs/scenario-language.md), as configs/deepspeed_row_parallel.toml",
+            "not a file of the scenario language: a test is described by a [[layers]] list (or a \
+             [loss] on its inputs alone) and no `scenario` key (docs/scenario-language.md), as configs/deepspeed_row_parallel.toml",
         ));
     };
     validate::validate_graphs(&parsed.common.file, &parsed.lowered)?;

@@ -108,27 +108,13 @@ pub fn parse_common(file: &str, text: &str) -> Result<CommonConfig, InputError> 
     Ok(common)
 }
 
-/// A list of numbers, rounded once to f32 (round to nearest, as JAX converts a Python float).
+/// A list of numbers, rounded once to f32 (round to nearest, as JAX converts a Python float):
+/// the shared reader of written values ([`super::values::read_values`]) as float32.
 fn values(o: &Obj<'_>, key: &str) -> Result<Vec<f32>, InputError> {
-    let arr = match o.table.get(key) {
-        Some(toml::Value::Array(a)) => a,
-        _ => return Err(o.err(key, "required: a list of numbers")),
-    };
-    let mut out = Vec::with_capacity(arr.len());
-    for (i, v) in arr.iter().enumerate() {
-        let x = match v {
-            toml::Value::Float(f) if f.is_finite() => *f,
-            toml::Value::Integer(n) => *n as f64,
-            _ => {
-                return Err(o.ctx.err(
-                    &format!("{}[{i}]", o.key_path(key)),
-                    "allowed: a finite number",
-                ))
-            }
-        };
-        out.push(x as f32);
+    match super::values::read_values(o, key, Some(super::values::ValueType::F32), false)? {
+        ir::FixedValues::F32(v) => Ok(v),
+        ir::FixedValues::I64(_) => unreachable!("read as float32"),
     }
-    Ok(out)
 }
 
 fn shape(o: &Obj<'_>, key: &str) -> Result<Vec<usize>, InputError> {
@@ -233,6 +219,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
             shape: sh.clone(),
             kind: ir::DrawKind::Given,
             tensor: Some(TensorId(tensors.len())),
+            values: None,
         });
         tensors.push(TensorDecl {
             name: name.to_string(),

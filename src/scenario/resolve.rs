@@ -10,8 +10,10 @@ use crate::sys::error::InputError;
 
 use super::node::Ctx;
 use super::spec::{
-    At, Check, CheckKind, Draw, LayerParallel, LossOp, Op, Optimizer, ShardRule, Spec,
+    At, Check, CheckKind, Draw, InputParallel, LayerParallel, LossOp, Op, Optimizer, ShardRule,
+    Spec,
 };
+use crate::scenario::ir::FixedValues;
 
 /// Most tensor elements a graph may hold (inputs, parameters and activations, once each).
 pub const MAX_GRAPH_ELEMENTS: usize = 1 << 30;
@@ -182,6 +184,8 @@ pub enum CheckWhat {
     Activation(String),
     /// The loss.
     Loss,
+    /// The per-token losses of a vocab-parallel cross-entropy (`loss.tokens`).
+    LossTokens,
     /// The gradient of an input or activation.
     Grad(String),
     /// A parameter's accumulated gradient (tied: the whole tied gradient).
@@ -379,6 +383,36 @@ impl Builder<'_> {
     }
 }
 
+/// Fixed int64 values used as indices into `n` rows or classes: each in `0..n`.
+fn fixed_in_range(
+    ctx: &Ctx,
+    ii: usize,
+    draw: &Draw,
+    n: usize,
+    what: &str,
+) -> Result<(), InputError> {
+    if let Draw::Fixed {
+        values: FixedValues::I64(v),
+        ..
+    } = draw
+    {
+        if let Some((j, bad)) = v
+            .iter()
+            .enumerate()
+            .find(|(_, &x)| x < 0 || x as usize >= n)
+        {
+            return Err(ctx.err(
+                &format!("inputs[{ii}].values[{j}]"),
+                format!(
+                    "{bad} is out of range: {what} are 0..{n}; allowed: integers in 0..={}",
+                    n - 1
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn split_desc(s: &Split) -> String {
     match s {
         Split::Replicated => "whole".into(),
@@ -413,15 +447,66 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
         } else {
             None
         };
+        let ip = format!("inputs[{i}]");
+        let split = match inp.parallel {
+            InputParallel::None => Split::Replicated,
+            InputParallel::LastDim => {
+                let axis = inp.shape.len() - 1;
+                let ranges = b.ranges(
+                    &format!("{ip}.parallel"),
+                    &format!("input `{}`'s last dim", inp.name),
+                    inp.shape[axis],
+                )?;
+                Split::Axis {
+                    axis,
+                    ranges,
+                    by: format!("last-dim input `{}`", inp.name),
+                }
+            }
+        };
+        if let (
+            Draw::Fixed {
+                values,
+                per_rank: true,
+            },
+            Split::Axis { axis, ranges, .. },
+        ) = (&inp.draw, &split)
+        {
+            let w = ranges[0].len();
+            if ranges.iter().any(|r| r.len() != w) {
+                return Err(ctx.err(
+                    &format!("{ip}.per_rank"),
+                    format!(
+                        "the last dim {} splits unevenly over tp = {} ({:?}), so one rank's values do not fill every shard; allowed: a last dim tp divides, or values for the whole tensor",
+                        inp.shape[*axis],
+                        ranges.len(),
+                        ranges.iter().map(|r| r.len()).collect::<Vec<_>>()
+                    ),
+                ));
+            }
+            let n = inp.shape[..*axis].iter().product::<usize>() * w;
+            if values.len() != n {
+                let mut local = inp.shape.clone();
+                local[*axis] = w;
+                return Err(ctx.err(
+                    &format!("{ip}.values"),
+                    format!(
+                        "{} values for one rank's shard {local:?} of {:?}; allowed: exactly {n} values, row-major",
+                        values.len(),
+                        inp.shape
+                    ),
+                ));
+            }
+        }
         b.tensors.push(Tensor {
             name: inp.name.clone(),
             shape: inp.shape.clone(),
-            dtype: if matches!(inp.draw, Draw::Randint { .. }) {
+            dtype: if inp.draw.is_int() {
                 Dtype::I64
             } else {
                 Dtype::F32
             },
-            split: Split::Replicated,
+            split,
             dp_ranges,
             role: Role::Input,
             alias_of: None,
@@ -433,7 +518,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     // Layers.
     for (li, layer) in spec.layers.iter().enumerate() {
         let lp = format!("layers[{li}]");
-        let in_key = if matches!(layer.op, Op::ResidualAdd { .. } | Op::Sdpa { .. }) {
+        let in_key = if matches!(layer.op, Op::Binary { .. } | Op::Sdpa { .. }) {
             "inputs[0]"
         } else {
             "input"
@@ -483,7 +568,13 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         ),
                     ));
                 }
-                if let Some(inp) = spec.inputs.iter().find(|i| i.name == x.name) {
+                if let Some((ii, inp)) = spec
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .find(|(_, i)| i.name == x.name)
+                {
+                    fixed_in_range(ctx, ii, &inp.draw, *num, "the embedding's rows")?;
                     if let Draw::Randint { high, .. } = inp.draw {
                         if high as usize > *num {
                             return Err(ctx.err(
@@ -925,24 +1016,52 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 whole(&x, "a softmax over the last dim")?;
                 (x.shape.clone(), x.split.clone())
             }
-            Op::ResidualAdd { other } => {
+            Op::Binary { kind, other } => {
                 needs_f32(&x)?;
                 let y = b.lookup(&format!("{lp}.inputs[1]"), other, li)?;
-                needs_f32(&y)?;
+                if y.dtype == Dtype::I64 {
+                    return Err(ctx.err(
+                        &format!("{lp}.inputs[1]"),
+                        format!(
+                            "`{}` holds int64 ids; op `{}` needs float32; allowed: a randn/values input or a layer's output",
+                            y.name,
+                            kind.name()
+                        ),
+                    ));
+                }
                 if x.shape != y.shape {
                     return Err(ctx.err(
                         &format!("{lp}.inputs"),
                         format!(
-                            "residual-add of different shapes: `{}` is {:?} and `{}` is {:?}; allowed: two tensors of one shape",
-                            x.name, x.shape, y.name, y.shape
+                            "{} of different shapes: `{}` is {:?} and `{}` is {:?}; allowed: two tensors of one shape",
+                            kind.name(), x.name, x.shape, y.name, y.shape
                         ),
                     ));
                 }
-                if x.split != y.split {
+                // The same shards on every rank (who split them does not matter: SwiGLU's
+                // gate and up are two column-parallel layers of one out size).
+                let same = match (&x.split, &y.split) {
+                    (Split::Replicated, Split::Replicated) => true,
+                    (
+                        Split::Axis {
+                            axis: a1,
+                            ranges: r1,
+                            ..
+                        },
+                        Split::Axis {
+                            axis: a2,
+                            ranges: r2,
+                            ..
+                        },
+                    ) => a1 == a2 && r1 == r2,
+                    _ => false,
+                };
+                if !same {
                     return Err(ctx.err(
                         &format!("{lp}.inputs"),
                         format!(
-                            "residual-add of differently split tensors: `{}` is {} and `{}` is {}; allowed: two tensors split the same way",
+                            "{} of differently split tensors: `{}` is {} and `{}` is {}; allowed: two tensors split the same way (e.g. both outputs of column-parallel layers of one out size, or both whole)",
+                            kind.name(),
                             x.name,
                             split_desc(&x.split),
                             y.name,
@@ -1010,6 +1129,14 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         &lx.shape[..lx.shape.len() - 1]
                     ),
                 ));
+            }
+            if let Some((ii, inp)) = spec
+                .inputs
+                .iter()
+                .enumerate()
+                .find(|(_, i)| &i.name == labels)
+            {
+                fixed_in_range(ctx, ii, &inp.draw, v, "the logits' classes")?;
             }
             if let Some(Draw::Randint { high, .. }) = spec
                 .inputs
@@ -1102,6 +1229,21 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
         role: Role::Loss,
         alias_of: None,
     });
+    // Megatron's vocab-parallel cross-entropy returns the per-token losses (one per label),
+    // reduced by the test's `.mean()`; they are the same on every rank after its all-reduces.
+    if let (LossOp::CrossEntropy { labels }, true, 1) = (&loss.op, loss.vocab_parallel, par.dp) {
+        let shape = lx.shape[..lx.shape.len() - 1].to_vec();
+        let _ = labels;
+        b.tensors.push(Tensor {
+            name: "loss.tokens".into(),
+            shape,
+            dtype: Dtype::F32,
+            split: Split::Replicated,
+            dp_ranges: None,
+            role: Role::Loss,
+            alias_of: None,
+        });
+    }
     // Parameters and their gradients; DP reduction of the gradients.
     let params: Vec<Tensor> = b
         .tensors
@@ -1174,7 +1316,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
 /// Where in a micro-step a check records (the executor's three phases).
 fn phase_of(what: &CheckWhat) -> u8 {
     match what {
-        CheckWhat::Activation(_) | CheckWhat::Loss => 0,
+        CheckWhat::Activation(_) | CheckWhat::Loss | CheckWhat::LossTokens => 0,
         CheckWhat::Grad(_) | CheckWhat::ParamGrad(_) => 1,
         CheckWhat::Param(_) | CheckWhat::SgdUpdate(_) => 2,
     }
@@ -1244,6 +1386,12 @@ fn resolve_check(
             ))
         }
     };
+    if base == "loss.tokens" && b.get(base).is_none() {
+        return Err(ctx.err(
+            &path,
+            "`loss.tokens` (the per-token losses) is recorded for a vocab-parallel cross-entropy only (Megatron's `vocab_parallel_cross_entropy` returns them before `.mean()`), with dp = 1; allowed: loss.op = \"cross-entropy\" with loss.parallel = \"vocab\", or a check on `loss`",
+        ));
+    }
     let Some(t) = b.get(base).or_else(|| b.get(&format!("{base}.out"))) else {
         // A parameter the layer does not have (bias = false) is "never computed".
         if let Some((layer, part)) = base.rsplit_once('.') {
@@ -1270,6 +1418,7 @@ fn resolve_check(
                 "the value of a `sum` loss is not modelled for the sharded computation (each rank sums its own shard), only its gradient; allowed: a check on an activation, gradient or parameter",
             ));
         }
+        (Role::Loss, false) if t.name == "loss.tokens" => CheckWhat::LossTokens,
         (Role::Loss, false) => CheckWhat::Loss,
         (Role::Activation, false) | (Role::Input, false) => {
             if t.role == Role::Input {
@@ -1307,7 +1456,8 @@ fn resolve_check(
             return Err(ctx.err(
                 &path,
                 format!(
-                    "`loss.grad` is the backward seed, not a computed tensor; allowed: {}",
+                    "`{}` is the backward seed, not a computed tensor; allowed: {}",
+                    c.tensor,
                     listing()
                 ),
             ));
@@ -1317,7 +1467,7 @@ fn resolve_check(
         return Err(ctx.err(&path, format!("an sgd-update check compares a parameter after the update; `{}` is not a parameter; allowed: a `<layer>.weight` or `<layer>.bias`", c.tensor)));
     }
     let (default_at, allowed_at): (At, &[At]) = match &what {
-        CheckWhat::Activation(_) | CheckWhat::Loss | CheckWhat::Grad(_) => {
+        CheckWhat::Activation(_) | CheckWhat::Loss | CheckWhat::LossTokens | CheckWhat::Grad(_) => {
             (At::MicroStep, &[At::MicroStep])
         }
         CheckWhat::ParamGrad(_) => (At::Step, &[At::MicroStep, At::Step]),

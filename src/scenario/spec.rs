@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use crate::sys::error::InputError;
 
 use super::node::{check_name, DimValue, Obj, MAX_SIZE};
+use super::values::{read_values, ValueType};
+use crate::scenario::ir::FixedValues;
 
 /// DeepSpeed's or Megatron's rule for splitting a size over ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,37 @@ pub enum Draw {
         /// Exclusive upper bound.
         high: i64,
     },
+    /// Written in the file (`draw = "fixed"`, `values`).
+    Fixed {
+        /// Row-major over the global shape, or with `per_rank` over one rank's shard.
+        values: FixedValues,
+        /// `values` are one TP rank's shard, the same on every rank (`per_rank = true`).
+        per_rank: bool,
+    },
+}
+
+impl Draw {
+    /// Whether the input holds int64 values.
+    pub fn is_int(&self) -> bool {
+        matches!(
+            self,
+            Self::Randint { .. }
+                | Self::Fixed {
+                    values: FixedValues::I64(_),
+                    ..
+                }
+        )
+    }
+}
+
+/// How an input is split over the TP ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputParallel {
+    /// Every rank holds the whole input.
+    None,
+    /// Rank r holds shard r of the last dim (by the shard rule), as a `column` layer's output:
+    /// the vocab-sharded logits a test hands to a vocab-parallel loss.
+    LastDim,
 }
 
 /// One fix-up `name[index] = value` after the draw.
@@ -78,6 +111,8 @@ pub struct Input {
     pub set: Vec<SetOp>,
     /// Whether its gradient is computed.
     pub grad: bool,
+    /// TP split.
+    pub parallel: InputParallel,
 }
 
 /// Elementwise activations.
@@ -145,8 +180,10 @@ pub enum Op {
         /// Weight.
         affine: bool,
     },
-    /// `a + b`.
-    ResidualAdd {
+    /// `a + b` or `a * b` of two tensors of one shape (`inputs = [a, b]`).
+    Binary {
+        /// Which op, as spelt.
+        kind: Binary,
         /// The second input (the first is the layer's `input`).
         other: String,
     },
@@ -168,6 +205,28 @@ pub enum Op {
     },
 }
 
+/// An elementwise op of two tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// `residual-add`: `a + b` (the older spelling of `add`).
+    ResidualAdd,
+    /// `add`: `a + b`.
+    Add,
+    /// `mul`: `a * b`.
+    Mul,
+}
+
+impl Binary {
+    /// The op name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResidualAdd => "residual-add",
+            Self::Add => "add",
+            Self::Mul => "mul",
+        }
+    }
+}
+
 impl Op {
     /// The op name as written.
     pub fn name(&self) -> &'static str {
@@ -177,7 +236,7 @@ impl Op {
             Self::Act(a) => a.name(),
             Self::LayerNorm { .. } => "layernorm",
             Self::RmsNorm { .. } => "rmsnorm",
-            Self::ResidualAdd { .. } => "residual-add",
+            Self::Binary { kind, .. } => kind.name(),
             Self::Softmax => "softmax",
             Self::Sdpa { .. } => "sdpa",
         }
@@ -478,6 +537,8 @@ const OPS: &[&str] = &[
     "residual-add",
     "softmax",
     "sdpa",
+    "add",
+    "mul",
 ];
 
 /// Keys each op allows besides the common ones.
@@ -486,7 +547,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "embedding" => &["num", "dim", "padding_idx"],
         "linear" => &["out", "bias", "tie"],
         "layernorm" | "rmsnorm" => &["eps", "affine"],
-        "residual-add" => &["inputs"],
+        "residual-add" | "add" | "mul" => &["inputs"],
         "sdpa" => &["inputs", "heads", "causal", "scale"],
         _ => &[],
     }
@@ -660,39 +721,92 @@ fn parse_inputs(
     dims: &BTreeMap<String, DimValue>,
 ) -> Result<Vec<Input>, InputError> {
     let mut out: Vec<Input> = Vec::new();
-    for o in doc.tables("inputs", &["name", "draw", "shape", "high", "set", "grad"])? {
+    for o in doc.tables(
+        "inputs",
+        &[
+            "name", "draw", "shape", "high", "set", "grad", "values", "dtype", "parallel",
+            "per_rank",
+        ],
+    )? {
         let name = o.name("name", false)?.to_string();
         if out.iter().any(|i| i.name == name) {
             return Err(o.err("name", format!("input `{name}` is defined twice")));
         }
         let shape = o.shape("shape", dims)?;
-        let draw_kind = o.req_choice("draw", &["randn", "randint"])?;
-        let draw = if draw_kind == "randn" {
-            for k in ["high", "set"] {
-                if o.has(k) {
+        let draw_kind = o.req_choice("draw", &["randn", "randint", "fixed"])?;
+        let only = |k: &str, with: &str| -> Result<(), InputError> {
+            if o.has(k) {
+                return Err(o.err(
+                    k,
+                    format!("`{k}` is not allowed with draw = \"{draw_kind}\"; allowed only with draw = \"{with}\""),
+                ));
+            }
+            Ok(())
+        };
+        let parallel = match o.choice("parallel", &["none", "last-dim"], "none")? {
+            "last-dim" => InputParallel::LastDim,
+            _ => InputParallel::None,
+        };
+        let draw = match draw_kind {
+            "randn" => {
+                for k in ["high", "set"] {
+                    only(k, "randint")?;
+                }
+                for k in ["values", "dtype", "per_rank"] {
+                    only(k, "fixed")?;
+                }
+                Draw::Randn
+            }
+            "fixed" => {
+                for k in ["high", "set"] {
+                    only(k, "randint")?;
+                }
+                let want = match o.opt_str("dtype")? {
+                    None => None,
+                    Some(_) => Some(match o.choice("dtype", &["float32", "int64"], "")? {
+                        "int64" => ValueType::I64,
+                        _ => ValueType::F32,
+                    }),
+                };
+                let values = read_values(&o, "values", want, true)?;
+                let per_rank = o.bool("per_rank", false)?;
+                if per_rank && parallel != InputParallel::LastDim {
                     return Err(o.err(
-                        k,
-                        format!("`{k}` is not allowed with draw = \"randn\"; allowed only with draw = \"randint\""),
+                        "per_rank",
+                        "the values of one rank's shard need a sharded input; allowed: per_rank = true with parallel = \"last-dim\", or leave it out",
                     ));
                 }
+                let n: usize = shape.iter().product();
+                if !per_rank && values.len() != n {
+                    return Err(o.err(
+                        "values",
+                        format!(
+                            "{} values for shape {shape:?}; allowed: exactly {n} values, row-major (or per_rank = true for one rank's shard of a sharded input)",
+                            values.len()
+                        ),
+                    ));
+                }
+                Draw::Fixed { values, per_rank }
             }
-            Draw::Randn
-        } else {
-            let high =
-                match o.table.get("high") {
+            _ => {
+                for k in ["values", "dtype", "per_rank"] {
+                    only(k, "fixed")?;
+                }
+                let high = match o.table.get("high") {
                     None => return Err(o.err(
                         "high",
                         "`high` is required with draw = \"randint\"; allowed: an integer or a dim",
                     )),
                     Some(v) => super::node::size_value(o.ctx, &o.key_path("high"), v, dims)? as i64,
                 };
-            if high < 2 {
-                return Err(o.err(
-                    "high",
-                    format!("{high} is not allowed; allowed: 2..={MAX_SIZE}"),
-                ));
+                if high < 2 {
+                    return Err(o.err(
+                        "high",
+                        format!("{high} is not allowed; allowed: 2..={MAX_SIZE}"),
+                    ));
+                }
+                Draw::Randint { high }
             }
-            Draw::Randint { high }
         };
         let mut set = Vec::new();
         for s in o.tables("set", &["index", "value"])?.iter() {
@@ -754,11 +868,25 @@ fn parse_inputs(
             }
         }
         let grad = o.bool("grad", false)?;
-        if grad && matches!(draw, Draw::Randint { .. }) {
+        if grad && draw.is_int() {
             return Err(o.err(
                 "grad",
                 "an int64 input has no gradient; allowed: false (or draw = \"randn\")",
             ));
+        }
+        if parallel == InputParallel::LastDim {
+            if draw.is_int() {
+                return Err(o.err(
+                    "parallel",
+                    "an int64 input is read whole (ids, labels); allowed: \"none\"",
+                ));
+            }
+            if grad {
+                return Err(o.err(
+                    "grad",
+                    "the gradient of a sharded input is not modelled; allowed: false with parallel = \"last-dim\"",
+                ));
+            }
         }
         out.push(Input {
             name,
@@ -766,6 +894,7 @@ fn parse_inputs(
             shape,
             set,
             grad,
+            parallel,
         });
     }
     Ok(out)
@@ -776,13 +905,8 @@ fn parse_layers(
     dims: &BTreeMap<String, DimValue>,
 ) -> Result<Vec<Layer>, InputError> {
     let mut out: Vec<Layer> = Vec::new();
+    // No layers: a test of a loss function alone, on its inputs (`loss.input`).
     let objs = doc.tables("layers", LAYER_KEYS)?;
-    if objs.is_empty() {
-        return Err(doc.err(
-            "layers",
-            "at least one [[layers]] entry is required (the model in forward order)",
-        ));
-    }
     for o in &objs {
         let name = o.name("name", false)?.to_string();
         if out.iter().any(|l| l.name == name) {
@@ -838,11 +962,11 @@ fn parse_layers(
                     Op::RmsNorm { eps, affine }
                 }
             }
-            "residual-add" => {
+            "residual-add" | "add" | "mul" => {
                 let Some(ins) = o.opt_strings("inputs")? else {
                     return Err(o.err(
                         "inputs",
-                        "`inputs` is required for residual-add; allowed: two tensor names",
+                        format!("`inputs` is required for {op_name}; allowed: two tensor names"),
                     ));
                 };
                 if ins.len() != 2 {
@@ -854,10 +978,17 @@ fn parse_layers(
                 if o.has("input") {
                     return Err(o.err(
                         "input",
-                        "residual-add reads `inputs` (two tensors); allowed: leave `input` out",
+                        format!(
+                            "{op_name} reads `inputs` (two tensors); allowed: leave `input` out"
+                        ),
                     ));
                 }
-                Op::ResidualAdd {
+                Op::Binary {
+                    kind: match op_name {
+                        "add" => Binary::Add,
+                        "mul" => Binary::Mul,
+                        _ => Binary::ResidualAdd,
+                    },
                     other: ins[1].to_string(),
                 }
             }
@@ -907,7 +1038,7 @@ fn parse_layers(
             _ => Op::Act(Act::Silu),
         };
         let input = match (&op, o.opt_str("input")?) {
-            (Op::ResidualAdd { .. } | Op::Sdpa { .. }, _) => o
+            (Op::Binary { .. } | Op::Sdpa { .. }, _) => o
                 .opt_strings("inputs")?
                 .map(|v| v[0].to_string())
                 .unwrap_or_default(),
@@ -1000,9 +1131,15 @@ fn parse_loss(doc: &Obj<'_>, layers: &[Layer]) -> Result<Loss, InputError> {
             }
         }
     };
-    let input = match o.opt_str("input")? {
-        Some(s) => s.to_string(),
-        None => layers.last().map(|l| l.name.clone()).unwrap_or_default(),
+    let input = match (o.opt_str("input")?, layers.last()) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(l)) => l.name.clone(),
+        (None, None) => {
+            return Err(o.err(
+                "input",
+                "with no [[layers]] the loss reads an input; allowed: input = \"<name of an [[inputs]] entry>\", or add [[layers]] (the model in forward order)",
+            ))
+        }
     };
     let vocab_parallel = o.choice("parallel", &["none", "vocab"], "none")? == "vocab";
     if vocab_parallel && !matches!(op, LossOp::CrossEntropy { .. }) {
@@ -1150,10 +1287,25 @@ fn parse_optimizer(
     })
 }
 
-fn parse_train(doc: &Obj<'_>) -> Result<Train, InputError> {
+/// The [`Train`] of a file without parameters and without `[train]`: one step of forward,
+/// loss and backward; the optimizer has nothing to step.
+pub const NO_TRAIN: Train = Train {
+    steps: 1,
+    micro_steps: 1,
+    optimizer: Optimizer::Sgd {
+        lr: 1.0,
+        weight_decay: 0.0,
+    },
+    outer: None,
+};
+
+fn parse_train(doc: &Obj<'_>, has_params: bool) -> Result<Train, InputError> {
     let mut keys: Vec<&str> = vec!["steps", "micro_steps", "outer"];
     keys.extend_from_slice(OPT_KEYS);
     let Some(o) = doc.opt_table("train", &keys)? else {
+        if !has_params {
+            return Ok(NO_TRAIN);
+        }
         return Err(doc.err(
             "train",
             "a [train] table is required (steps, optimizer, lr)",
@@ -1318,7 +1470,7 @@ pub fn parse_spec(doc: &Obj<'_>) -> Result<Spec, InputError> {
     let inputs = parse_inputs(doc, &dims)?;
     let layers = parse_layers(doc, &dims)?;
     let loss = parse_loss(doc, &layers)?;
-    let train = parse_train(doc)?;
+    let train = parse_train(doc, layers.iter().any(|l| has_weights(&l.op)))?;
     let init = parse_init(doc, &layers)?;
     let checks = parse_checks(doc)?;
     unused_dims(doc, &dims)?;

@@ -105,6 +105,27 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
         }
     }
     for (i, d) in g.inputs.draws.iter().enumerate() {
+        let fixed_ok = match (d.kind, &d.values) {
+            (DrawKind::Fixed { int64 }, Some(v)) => {
+                matches!(v, FixedValues::I64(_)) == int64 && v.len() == numel(&d.shape)
+            }
+            (DrawKind::Fixed { .. }, None) => false,
+            (_, v) => v.is_none(),
+        };
+        if !fixed_ok {
+            return Err(err(
+                file,
+                at(format!("inputs[{i}].values")),
+                "a fixed input needs one value of its type per element; a drawn one none",
+            ));
+        }
+        if d.kind == (DrawKind::Fixed { int64: true }) && d.tensor.is_some() {
+            return Err(err(
+                file,
+                at(format!("inputs[{i}]")),
+                "an integer input cannot feed an activation; layers read it by its id",
+            ));
+        }
         if let DrawKind::Randint { high } = d.kind {
             if high == 0 || high >= 1 << 32 {
                 return Err(err(
@@ -140,7 +161,12 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
     let int_input = |inp: crate::scenario::ir::InputId, key: String| -> Result<usize, InputError> {
         match g.inputs.draws.get(inp.0) {
             Some(d) if matches!(d.kind, DrawKind::Randint { .. }) => Ok(numel(&d.shape)),
-            _ => Err(err(file, key, "must name an integer (randint) input")),
+            Some(d) if d.kind == (DrawKind::Fixed { int64: true }) => Ok(numel(&d.shape)),
+            _ => Err(err(
+                file,
+                key,
+                "must name an integer (randint or fixed int64) input",
+            )),
         }
     };
     for f in &g.inputs.fixups {
@@ -205,6 +231,15 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     }
                 }
                 if let Some(d) = g.inputs.draws.get(ids.0) {
+                    if let Some(FixedValues::I64(v)) = &d.values {
+                        if v.iter().any(|&x| x < 0 || x as usize >= ts[0]) {
+                            return Err(err(
+                                file,
+                                key("ids"),
+                                format!("fixed ids outside the table's {} rows", ts[0]),
+                            ));
+                        }
+                    }
                     if let DrawKind::Randint { high } = d.kind {
                         if high as usize > ts[0] {
                             return Err(err(
@@ -357,7 +392,7 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     return Err(err(file, key("out"), "must have the input's shape"));
                 }
             }
-            Op::ResidualAdd { a, b, .. } => {
+            Op::Binary { a, b, .. } => {
                 read(a)?;
                 read(b)?;
                 let shape = &g.tensors[out.0].shape;
@@ -384,6 +419,16 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                 ));
             }
             if let Some(d) = g.inputs.draws.get(labels.0) {
+                if let Some(FixedValues::I64(v)) = &d.values {
+                    let n = g.width(g.loss.input);
+                    if v.iter().any(|&x| x < 0 || x as usize >= n) {
+                        return Err(err(
+                            file,
+                            at("loss.labels".into()),
+                            "fixed labels outside the number of classes",
+                        ));
+                    }
+                }
                 if let DrawKind::Randint { high } = d.kind {
                     if high as usize > g.width(g.loss.input) {
                         return Err(err(
@@ -397,7 +442,7 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
         }
         LossKind::Mse { target } => match g.inputs.draws.get(target.0) {
             Some(d)
-                if d.kind == DrawKind::Randn
+                if matches!(d.kind, DrawKind::Randn | DrawKind::Fixed { int64: false })
                     && d.shape.iter().product::<usize>()
                         == g.tensors[g.loss.input.0].shape.iter().product::<usize>() => {}
             Some(d)
@@ -407,13 +452,11 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                             == o.replicas
                                 * g.tensors[g.loss.input.0].shape.iter().product::<usize>()
                     }) => {}
-            _ => {
-                return Err(err(
-                    file,
-                    at("loss.target".into()),
-                    "must name a randn input with as many elements as the loss input",
-                ))
-            }
+            _ => return Err(err(
+                file,
+                at("loss.target".into()),
+                "must name a float (randn or fixed) input with as many elements as the loss input",
+            )),
         },
         LossKind::Sum => {}
     }
@@ -434,6 +477,18 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
         let key = at(format!("checks[{ci}]"));
         let n = match c.tensor {
             CheckTensor::Loss => 1,
+            CheckTensor::LossTokens => {
+                if !matches!(g.loss.kind, LossKind::VocabParallelCrossEntropy { .. })
+                    || g.parallel.dp > 1
+                {
+                    return Err(err(
+                        file,
+                        key,
+                        "per-token losses are a vocab-parallel cross-entropy's, at dp = 1",
+                    ));
+                }
+                g.rows(g.loss.input)
+            }
             CheckTensor::Activation(t) | CheckTensor::Grad(t) => {
                 tensor(t, key.clone())?;
                 numel(&g.tensors[t.0].shape)

@@ -1431,3 +1431,55 @@ fn f64_trace_of_a_vocab_parallel_head_matches_an_independent_evaluation() {
     }
     eprintln!("vocab head: largest |diff| / max|tensor| {worst:.2e} (tolerance {TOL:e})");
 }
+
+/// `mul` and `add` in the float64 truth, bit for bit, with gradient accumulation: `p = a·b`,
+/// `s = p + a` on fixed inputs (f32 values whose products need more than 24 bits), MSE. The
+/// independent side: `p = a·b` and `s = p + a` in f64; from the truth's own `s.grad` (the MSE
+/// gradient, tested elsewhere): `p.grad = s.grad` (AddBackward0), `b.grad = p.grad·a`, and
+/// `a.grad = s.grad + p.grad·b` (the add's contribution first, as the backward runs the layers
+/// in reverse; then MulBackward0's added, one rounding each). The same products rounded to f32
+/// differ (asserted), so an f32 step anywhere would be caught.
+#[test]
+fn f64_mul_and_add_with_accumulation_are_exact() {
+    let text = r#"
+name = "f64-mul-add"
+inputs = [
+  { name = "a", draw = "fixed", shape = [2, 3], grad = true, values = [0.1, -0.7, 1.3333, 2.71821, -0.45, 3.14152] },
+  { name = "b", draw = "fixed", shape = [2, 3], grad = true, values = [1.7, 0.333, -2.2, 0.9, 5.5, -0.123] },
+  { name = "t", draw = "fixed", shape = [2, 3], values = [0.5, 0.25, -1.0, 2.0, 0.0, 1.5] },
+]
+layers = [
+  { name = "p", op = "mul", inputs = ["a", "b"] },
+  { name = "s", op = "add", inputs = ["p", "a"] },
+]
+loss = { op = "mse", target = "t" }
+checks = [
+  { name = "p", tensor = "p.out" },
+  { name = "s", tensor = "s.out" },
+  { name = "a_grad", tensor = "a.grad" },
+  { name = "b_grad", tensor = "b.grad" },
+  { name = "p_grad", tensor = "p.out.grad" },
+  { name = "s_grad", tensor = "s.out.grad" },
+]
+"#;
+    let tr = f64_trace(text, 0, 0);
+    let get = |c: &str| tr[&(c.to_string(), "0".to_string(), "value")].clone();
+    let f = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| f64::from(x as f32)).collect() };
+    let a = f(&[0.1, -0.7, 1.3333, 2.71821, -0.45, 3.14152]);
+    let b = f(&[1.7, 0.333, -2.2, 0.9, 5.5, -0.123]);
+    let p: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+    let s: Vec<f64> = p.iter().zip(&a).map(|(x, y)| x + y).collect();
+    assert_bits(&get("p"), &p, "mul forward");
+    assert_bits(&get("s"), &s, "add forward");
+    let ds = get("s_grad");
+    assert_bits(&get("p_grad"), &ds, "add backward");
+    let db: Vec<f64> = ds.iter().zip(&a).map(|(g, x)| g * x).collect();
+    let da: Vec<f64> = ds.iter().zip(&b).map(|(g, y)| g + g * y).collect();
+    assert_bits(&get("b_grad"), &db, "mul backward (b)");
+    assert_bits(&get("a_grad"), &da, "mul + add backward accumulated (a)");
+    let p32: Vec<f64> = p.iter().map(|&x| f64::from(x as f32)).collect();
+    assert!(
+        differs(&p32, &p, |_| 0.0),
+        "the products are f32 values: the test would not catch an f32 rounding"
+    );
+}

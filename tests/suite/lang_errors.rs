@@ -96,6 +96,8 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "python/examples/captures/test_tp_mlp.test_tp_mlp_adamw.tight.toml",
         "python/examples/captures/test_tp_classifier.test_tp_classifier_sgd.default.toml",
         "python/examples/captures/test_tp_prenorm_block.test_tp_prenorm_block_adam.toml",
+        "configs/examples/swiglu_tp2.toml",
+        "configs/megatron_vocab_parallel_ce_test.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));
@@ -708,4 +710,202 @@ fn sdpa_inputs_heads_and_shards_are_checked() {
     assert!(msg.contains("layers[3].heads"), "{msg}");
     let msg = err(&attn("causal = true", "causal = true, scale = -1.0"));
     assert_names(&msg, "layers[3].scale", &["a number > 0"]);
+}
+
+/// BASE with a second column layer `up` of `out` parallelism `up_par` and `glu = act * up`
+/// between the activation and the row layer.
+fn swiglu(up_par: &str) -> String {
+    replace(
+        "[[layers]]\nname = \"fc2\"",
+        &format!(
+            "[[layers]]\nname = \"up\"\nop = \"linear\"\ninput = \"x\"\nout = \"ffn\"\nparallel = \"{up_par}\"\n\
+             [[layers]]\nname = \"glu\"\nop = \"mul\"\ninputs = [\"act\", \"up\"]\n\
+             [[layers]]\nname = \"fc2\""
+        ),
+    )
+}
+
+#[test]
+fn mul_of_differently_split_operands_is_refused() {
+    parse_file(FILE, &swiglu("column")).unwrap();
+    assert_names(
+        &err(&swiglu("column-gather")),
+        "layers[3].inputs",
+        &[
+            "mul of differently split tensors",
+            "`act.out`",
+            "`up.out`",
+            "split the same way",
+        ],
+    );
+}
+
+#[test]
+fn mul_of_different_shapes_and_of_ids_is_refused() {
+    let text = replace(
+        "[loss]",
+        "[[layers]]\nname = \"m\"\nop = \"mul\"\ninputs = [\"fc2\", \"act\"]\n[loss]",
+    );
+    assert_names(
+        &err(&text),
+        "layers[3].inputs",
+        &["mul of different shapes", "[8, 16]", "[8, 64]"],
+    );
+    let text = replace(
+        "[[layers]]\nname = \"fc1\"",
+        "[[inputs]]\nname = \"ids\"\ndraw = \"randint\"\nhigh = 4\nshape = [\"tokens\", \"hidden\"]\n\
+         [[layers]]\nname = \"m\"\nop = \"add\"\ninputs = [\"x\", \"ids\"]\n[[layers]]\nname = \"fc1\"",
+    );
+    assert_names(&err(&text), "layers[0].inputs[1]", &["int64", "float32"]);
+}
+
+/// BASE's target as a fixed input with `values` (and more keys).
+fn fixed_target(rest: &str) -> String {
+    replace(
+        "name = \"target\"\ndraw = \"randn\"",
+        &format!("name = \"target\"\ndraw = \"fixed\"\n{rest}"),
+    )
+}
+
+#[test]
+fn fixed_values_of_the_wrong_count_are_refused() {
+    let ok: Vec<String> = (0..128).map(|i| format!("{}.5", i % 7)).collect();
+    parse_file(
+        FILE,
+        &fixed_target(&format!("values = [{}]", ok.join(", "))),
+    )
+    .unwrap();
+    parse_file(
+        FILE,
+        &fixed_target("values = { range = [0, 7], repeat = [8, 2] }"),
+    )
+    .unwrap();
+    assert_names(
+        &err(&fixed_target("values = [1.0, 2.0, 3.0]")),
+        "inputs[1].values",
+        &["3 values for shape [8, 16]", "exactly 128 values"],
+    );
+    assert_names(
+        &err(&fixed_target(
+            "values = { range = [0, 7], repeat = [8, 4] }",
+        )),
+        "inputs[1].values",
+        &["256 values", "exactly 128"],
+    );
+    assert_names(
+        &err(&fixed_target("values = { range = [7, 0] }")),
+        "inputs[1].values.range",
+        &["step 1 does not go from 7 towards 0"],
+    );
+    assert_names(
+        &err(&fixed_target("values = { range = [0, 7], arange = [8] }")),
+        "inputs[1].values",
+        &["exactly one of range"],
+    );
+    assert_names(
+        &err(&fixed_target("values = [1.0, \"x\"]")),
+        "inputs[1].values[1]",
+        &["a finite number"],
+    );
+    assert_names(
+        &err(&fixed_target("high = 4\nvalues = [1.0]")),
+        "inputs[1].high",
+        &["only with draw = \"randint\""],
+    );
+}
+
+/// The built-in written as Megatron's test writes it, to break.
+const MEGATRON_TEST: &str = include_str!("../../configs/megatron_vocab_parallel_ce_test.toml");
+
+fn megatron(from: &str, to: &str) -> String {
+    assert!(MEGATRON_TEST.contains(from), "{from}");
+    MEGATRON_TEST.replacen(from, to, 1)
+}
+
+#[test]
+fn fixed_labels_must_be_integers_in_range() {
+    parse_file(FILE, MEGATRON_TEST).unwrap();
+    let labels: Vec<String> = (0..16).map(|i| (i * 8).to_string()).collect();
+    parse_file(
+        FILE,
+        &megatron(
+            "values = { arange = [0, 32, 2] }",
+            &format!("values = [{}]", labels.join(", ")),
+        ),
+    )
+    .unwrap();
+    let mut bad = labels.clone();
+    bad[3] = "128".into();
+    assert_names(
+        &err(&megatron(
+            "values = { arange = [0, 32, 2] }",
+            &format!("values = [{}]", bad.join(", ")),
+        )),
+        "inputs[1].values[3]",
+        &["128 is out of range", "0..128", "0..=127"],
+    );
+    let mut frac = labels;
+    frac[2] = "2.5".into();
+    assert_names(
+        &err(&megatron(
+            "values = { arange = [0, 32, 2] }",
+            &format!("dtype = \"int64\"\nvalues = [{}]", frac.join(", ")),
+        )),
+        "inputs[1].values[2]",
+        &["2.5 is not an integer", "integers for an int64 input"],
+    );
+}
+
+#[test]
+fn sharded_inputs_and_per_rank_values_are_checked() {
+    assert_names(
+        &err(&megatron("parallel = \"last-dim\"", "parallel = \"none\"")),
+        "inputs[0].per_rank",
+        &["parallel = \"last-dim\""],
+    );
+    assert_names(
+        &err(&megatron("repeat = [16, 4]", "repeat = [16, 2]")),
+        "inputs[0].values",
+        &["256 values for one rank's shard [16, 32]", "exactly 512"],
+    );
+    assert_names(
+        &err(&megatron("tp = 4\nshard_rule = \"megatron\"\n", "tp = 3\n")),
+        "inputs[0].per_rank",
+        &["splits unevenly", "[43, 43, 42]"],
+    );
+    // Whole logits cannot feed the vocab-parallel loss, and a sharded input has no gradient.
+    assert_names(
+        &err(&megatron(
+            "\nper_rank = true",
+            "\ngrad = true\nper_rank = true",
+        )),
+        "inputs[0].grad",
+        &["not modelled", "false"],
+    );
+}
+
+#[test]
+fn per_token_losses_need_a_vocab_parallel_cross_entropy() {
+    let text = replace("tensor = \"fc2.out\"", "tensor = \"loss.tokens\"");
+    assert_names(
+        &err(&text),
+        "checks[0].tensor",
+        &[
+            "vocab-parallel cross-entropy only",
+            "loss.parallel = \"vocab\"",
+        ],
+    );
+}
+
+#[test]
+fn a_file_without_layers_names_the_loss_input() {
+    let text = megatron("input = \"vocab_parallel_logits\"\n", "");
+    assert_names(
+        &err(&text),
+        "loss.input",
+        &[
+            "with no [[layers]]",
+            "input = \"<name of an [[inputs]] entry>\"",
+        ],
+    );
 }

@@ -48,6 +48,7 @@ mod vocab_parallel_embedding;
 mod activations_fixture;
 mod builtin_fixtures;
 mod conformance;
+mod elementwise;
 mod f64_truth;
 mod glibc_float;
 mod heldout;
