@@ -558,12 +558,12 @@ fn describe(v: &toml::Value) -> String {
 const PARALLEL_KEYS: &[&str] = &[
     "tp",
     "dp",
-    "dp_replicate",
-    "dp_shard",
     "shard_rule",
     "tp_grain",
     "zero_stage",
     "grad_sync",
+    "dp_replicate",
+    "dp_shard",
     "reference",
 ];
 const REFERENCE_KEYS: &[&str] = &[
