@@ -841,7 +841,16 @@ impl Scenario for GraphScenario {
         ws.traces = traces;
     }
     fn same_computation(&self, a: usize, b: usize) -> bool {
-        a == b || executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+        // Two layouts: the reference layouts must agree too.
+        let reference = |i: usize| {
+            self.plans[i]
+                .reference
+                .as_ref()
+                .map(|r| executed_form(&r.graph))
+        };
+        a == b
+            || (executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+                && reference(a) == reference(b))
     }
 }
 

@@ -274,7 +274,15 @@ fn reference_layout(
     let wrap = |e| under_reference(&ctx.file, &at, e);
     let graph = resolve(ctx, id, &rs).map_err(wrap)?;
     let lowered = super::lower::lower(ctx, &graph, rng).map_err(wrap)?;
-    if lowered.checks != sharded.checks {
+    // The same checks (the error-bound columns' reductions may differ: they are the sharded
+    // layout's).
+    let key = |g: &crate::scenario::ir::ResolvedGraph| -> Vec<_> {
+        g.checks
+            .iter()
+            .map(|c| (c.name.clone(), c.tensor, c.shape.clone(), c.at))
+            .collect()
+    };
+    if key(&lowered) != key(sharded) {
         return Err(ctx.err(
             "parallel.reference",
             "the reference layout records other checks than the sharded one (an optional \
