@@ -18,7 +18,12 @@ PyTorch as a test author would write it, every rank simulated in this one proces
   buffer of L elements is [c*L//n, (c+1)*L//n) and is summed ((x[c+1] + x[c+2]) + ...) + x[c],
   ranks mod n, in fp32 with torch's own `+`);
 - data parallelism: every rank's replica on its block of the batch, DDP's all-reduce or
-  FSDP2/ZeRO-2's packed reduce-scatter with FSDP's pre- and postdivide factors.
+  FSDP2/ZeRO-2's packed reduce-scatter with FSDP's pre- and postdivide factors; HSDP
+  (`dp_replicate` x `dp_shard`, rank r*dp_shard + s): parameters sharded over dp_shard, the
+  packed reduce-scatter within each shard group, then each shard all-reduced over its
+  replicate group (FSDP2's foreach_reduce, torch 2.15), both in the ring order;
+- `compare = "layout-vs-layout"`: the reference computation is the same test under the
+  `[parallel.reference]` layout (the fixture's `reference` is that layout's simulated run).
 
 It records what every check of the file records, per parametrization and seed, for both
 computations, and writes them bit for bit (FNV-1a 64 of the f32 bytes, plus the u32 bit
@@ -323,13 +328,15 @@ class Model:
         self.dims = dims
         if d.get("rng", "torch") != "torch":
             raise Unsupported("rng: only \"torch\" has a torch counterpart (ChaCha streams are seedsweep's own)")
-        if d.get("compare", "sharded-vs-ref") != "sharded-vs-ref":
-            raise Unsupported("compare: only \"sharded-vs-ref\" (float64 constants are not a torch computation)")
+        if d.get("compare", "sharded-vs-ref") not in ("sharded-vs-ref", "layout-vs-layout"):
+            raise Unsupported("compare: only \"sharded-vs-ref\" and \"layout-vs-layout\" (float64 constants are not a torch computation)")
         if "outer" in d.get("train", {}):
             raise Unsupported("train.outer: an outer loop is a JAX test (not run by this torch harness)")
         par = d.get("parallel", {})
         self.tp = par.get("tp", 1)
-        self.dp = par.get("dp", 1)
+        # HSDP: dp_replicate x dp_shard ranks (seedsweep has checked that dp agrees).
+        self.rep = par.get("dp_replicate", 1)
+        self.dp = self.rep * par["dp_shard"] if "dp_shard" in par else par.get("dp", 1)
         self.rule = par.get("shard_rule", "deepspeed")
         self.grain = par.get("tp_grain", 1)
         self.zero = par.get("zero_stage", 0)
@@ -991,11 +998,14 @@ class Run:
         names = list(self.leaves)
         full = {k: self.leaves[k][0][0].detach().clone() for k in names}
         zero = m.zero
+        # FSDP's divide factors from the whole data-parallel size (HSDP: shard x replicate)
         pre = fsdp_predivide(dp) if zero >= 2 else 1.0
         post = dp / pre
+        # HSDP: parameters sharded over the shard group of nshard ranks
+        nshard = dp // m.rep
         # the shards (zero >= 2) or the whole parameters (the optimizer steps identical copies)
         if zero >= 2:
-            chunks = {k: chunk_rows(full[k].shape[0], dp) for k in names}
+            chunks = {k: chunk_rows(full[k].shape[0], nshard) for k in names}
             shards = {k: [full[k][lo:hi].clone().requires_grad_() for lo, hi in chunks[k]] for k in names}
             opt_params = [t for k in names for t in shards[k] if t.numel() > 0]
         else:
@@ -1011,7 +1021,7 @@ class Run:
             return {k: whole[k].detach() for k in names}
 
         for s in range(m.steps):
-            saved = {k: [None] * dp for k in names} if zero >= 2 else None
+            saved = {k: [None] * nshard for k in names} if zero >= 2 else None
             local_acc = [dict() for _ in range(dp)]
             for p in opt_params:
                 p.grad = None
@@ -1051,9 +1061,12 @@ class Run:
                             self.record(c["name"], m.label(at, s, mi),
                                         torch.cat([view_whole(a[layer]).detach() for a in acts_r], 0))
                 if zero >= 2 and m.grad_sync == "micro-step":
-                    red = reduce_scatter_packed(local, names, chunks, dp, pre, post)
+                    if m.rep > 1:
+                        red = hsdp_reduce(local, names, chunks, m.rep, nshard, pre, post)
+                    else:
+                        red = reduce_scatter_packed(local, names, chunks, dp, pre, post)
                     for k in names:
-                        for r in range(dp):
+                        for r in range(nshard):
                             saved[k][r] = red[k][r] if saved[k][r] is None else saved[k][r] + red[k][r]
                 else:
                     for r in range(dp):
@@ -1062,9 +1075,12 @@ class Run:
                             local_acc[r][k] = g if k not in local_acc[r] else local_acc[r][k] + g
             if zero >= 2:
                 if m.grad_sync != "micro-step":
-                    saved = reduce_scatter_packed(local_acc, names, chunks, dp, pre, post)
+                    if m.rep > 1:
+                        saved = hsdp_reduce(local_acc, names, chunks, m.rep, nshard, pre, post)
+                    else:
+                        saved = reduce_scatter_packed(local_acc, names, chunks, dp, pre, post)
                 for k in names:
-                    for r in range(dp):
+                    for r in range(nshard):
                         shards[k][r].grad = saved[k][r]
             else:
                 for k in names:
@@ -1131,6 +1147,55 @@ def reduce_scatter_packed(local, names, chunks, dp, pre, post):
             shape = list(local[0][k].shape)
             row_len = math.prod(shape[1:]) if len(shape) > 1 else 1
             size = -(-shape[0] // dp) * row_len
+            piece = total[pos:pos + rows * row_len].clone().reshape([rows] + shape[1:])
+            if post > 1:
+                piece = piece / post
+            out[k][c] = piece
+            pos += size
+    return out
+
+
+def hsdp_reduce(local, names, chunks, rep, nshard, pre, post):
+    """FSDP2's HSDP reduction (torch 2.15 foreach_reduce): every rank's gradients divided by
+    `pre` and packed in `nshard` blocks (block c: shard c of every parameter, zero-padded to
+    ceil(rows/nshard) rows); each shard group r (ranks r*nshard ..) sums its packed buffers
+    by the ring all-reduce (block c in chunk c's order: the reduce-scatter); then every
+    shard c is all-reduced over its replicate group (block c of each group's result, in
+    group order, the ring's chunks of that block), and divided by `post`.
+    Returns {param: [shard per shard rank]}."""
+    packed = []
+    for g in range(rep * nshard):
+        blocks = []
+        for c in range(nshard):
+            pieces = []
+            for k in names:
+                grad = local[g][k]
+                if pre > 1:
+                    grad = grad / pre
+                rows = grad.shape[0]
+                size = -(-rows // nshard)
+                row_len = grad[0].numel() if rows else 0
+                lo, hi = chunks[k][c]
+                piece = torch.zeros(size * row_len)
+                piece[: (hi - lo) * row_len] = grad[lo:hi].reshape(-1)
+                pieces.append(piece)
+            blocks.append(torch.cat(pieces))
+        packed.append(torch.cat(blocks))
+    groups = [ring_all_reduce(packed[r * nshard:(r + 1) * nshard]) for r in range(rep)]
+    block = groups[0].numel() // nshard
+    total = torch.empty(nshard * block, dtype=torch.float32)
+    for c in range(nshard):
+        total[c * block:(c + 1) * block] = ring_all_reduce(
+            [groups[r][c * block:(c + 1) * block] for r in range(rep)])
+    out = {k: [None] * nshard for k in names}
+    pos = 0
+    for c in range(nshard):
+        for k in names:
+            lo, hi = chunks[k][c]
+            rows = hi - lo
+            shape = list(local[0][k].shape)
+            row_len = math.prod(shape[1:]) if len(shape) > 1 else 1
+            size = -(-shape[0] // nshard) * row_len
             piece = total[pos:pos + rows * row_len].clone().reshape([rows] + shape[1:])
             if post > 1:
                 piece = piece / post
@@ -1237,9 +1302,25 @@ def mirror(path, seeds, first_seed, threads, hex_limit):
     fs = doc.get("first_seed", 0) if first_seed is None else first_seed
     for pid, d in parametrizations(doc):
         model = Model(path, pid, d)
+        # layout-vs-layout: the reference is the test under [parallel.reference] (its shard
+        # rule and grain those of [parallel])
+        par = d.get("parallel", {})
+        ref_model = None
+        if d.get("compare") == "layout-vs-layout":
+            rd = copy.deepcopy(d)
+            rp = dict(par.get("reference", {}))
+            for k in ("shard_rule", "tp_grain"):
+                if k in par:
+                    rp[k] = par[k]
+            rd["parallel"] = rp
+            ref_model = Model(path, pid, rd)
         for seed in range(fs, fs + seeds):
             first = seed == fs
-            ref = Run(model, seed, False, hex_limit, first).run()
+            if ref_model is not None:
+                sharded_ref = ref_model.tp > 1 or ref_model.dp > 1
+                ref = Run(ref_model, seed, sharded_ref, hex_limit, first).run()
+            else:
+                ref = Run(model, seed, False, hex_limit, first).run()
             run = {"param": pid, "seed": seed, "reference": ref}
             if model.tp > 1 or model.dp > 1:
                 run["sharded"] = Run(model, seed, True, hex_limit, first).run()

@@ -15,12 +15,18 @@ pub fn build(file: ScenarioFile) -> Result<GraphScenario, InputError> {
         };
         GraphScenario::outer(file.common, g, file.compare, summary)
     } else {
+        let references = file
+            .references
+            .into_iter()
+            .map(|r| r.map(|r| r.lowered))
+            .collect();
         GraphScenario::new(
             file.common,
             file.lowered,
             file.check_names,
             summary,
             file.compare,
-        )
+        )?
+        .with_references(references)
     }
 }

@@ -119,6 +119,10 @@ pub struct Plan {
     /// With `dp > 1`: one plan per data-parallel rank, on the rank's block of the batch
     /// (the sharded computation runs them: the `dp` module of this file). Empty otherwise.
     pub ranks: Vec<Plan>,
+    /// `compare = "layout-vs-layout"`: the same graph prepared under the reference layout
+    /// (`[parallel.reference]`), whose sharded computation is the reference computation
+    /// ([`crate::exec::GraphScenario`]). `None`: the reference is this plan unsharded.
+    pub reference: Option<Box<Plan>>,
     /// A graph with an outer loop: what the outer-loop wrapper needs
     /// ([`crate::exec::outer_loop`]).
     pub(crate) outer: Option<crate::exec::outer_loop::OuterPlan>,

@@ -45,6 +45,9 @@ pub struct GraphBuffers {
     init: Vec<Vec<f32>>,
     torch: Option<TorchGenerator>,
     b32: Bufs<f32>,
+    /// The reference layout's computation (`compare = "layout-vs-layout"`), in buffers of its
+    /// own so that neither layout resizes the other's data-parallel buffers every seed.
+    b32r: Bufs<f32>,
     /// The sharded computation's buffers when it runs in lockstep with the reference
     /// ([`Scenario::run_stepwise`]); empty otherwise.
     b32s: Bufs<f32>,
@@ -207,6 +210,35 @@ impl GraphScenario {
         })
     }
 
+    /// Prepares the reference layouts (`compare = "layout-vs-layout"`): `references[i]` is
+    /// parametrization i's graph under `[parallel.reference]`, whose sharded computation
+    /// then runs as the reference computation. An empty list leaves every reference
+    /// unsharded.
+    pub fn with_references(
+        mut self,
+        references: Vec<Option<ResolvedGraph>>,
+    ) -> Result<Self, InputError> {
+        if references.is_empty() {
+            return Ok(self);
+        }
+        if references.len() != self.plans.len() {
+            return Err(InputError::config(
+                &self.common.file,
+                "parallel.reference",
+                "one reference layout per parametrization is required",
+            ));
+        }
+        for (i, r) in references.into_iter().enumerate() {
+            if let Some(g) = r {
+                // A mutant is injected into the sharded computation only: the mutants stay
+                // the sharded layout's.
+                self.plans[i].reference = Some(Box::new(plan(g)));
+                self.streams[i] = false;
+            }
+        }
+        Ok(self)
+    }
+
     /// The outer loop's check indices (an outer-loop scenario).
     #[cfg(test)]
     pub(crate) fn outer_idx(&self) -> outer_loop::OuterIdx {
@@ -249,6 +281,7 @@ fn rank_graph(g: &ResolvedGraph, rows: usize) -> ResolvedGraph {
         t.shape[0] = rows;
     }
     r.parallel.dp = 1;
+    r.parallel.replicate = 1;
     r
 }
 
@@ -606,6 +639,7 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
         act_parts,
         loss_shards,
         ranks: Vec::new(),
+        reference: None,
         outer: None,
     }
 }
@@ -679,15 +713,28 @@ impl Scenario for GraphScenario {
         let mut be = F32Backend::new(profile, scratch).with_kernels(kernels);
         if parts.reference {
             traces.reference.clear();
-            plan.compute(
-                &mut be,
-                &bufs.init,
-                false,
-                None,
-                false,
-                &mut bufs.b32,
-                &mut traces.reference,
-            );
+            match &plan.reference {
+                // Two layouts: the reference is the reference layout's sharded computation
+                // (never with the mutant), from the same initial parameters and inputs.
+                Some(rp) => rp.compute(
+                    &mut be,
+                    &bufs.init,
+                    true,
+                    None,
+                    false,
+                    &mut bufs.b32r,
+                    &mut traces.reference,
+                ),
+                None => plan.compute(
+                    &mut be,
+                    &bufs.init,
+                    false,
+                    None,
+                    false,
+                    &mut bufs.b32,
+                    &mut traces.reference,
+                ),
+            }
         }
         traces.sharded.clear();
         plan.compute(
@@ -707,12 +754,18 @@ impl Scenario for GraphScenario {
         if plan.outer.is_some() {
             return None;
         }
-        Some(plan.run_bytes(
-            &profile.matmul,
-            profile.order_model,
-            mutant,
-            self.streams[param],
-        ))
+        // Two layouts: the reference layout's computation holds its own buffers besides.
+        let reference = plan.reference.as_ref().map_or(0, |rp| {
+            rp.run_bytes(&profile.matmul, profile.order_model, None, false)
+        });
+        Some(
+            plan.run_bytes(
+                &profile.matmul,
+                profile.order_model,
+                mutant,
+                self.streams[param],
+            ) + reference,
+        )
     }
     fn streams(&self, param: usize) -> bool {
         self.streams[param]
@@ -798,7 +851,16 @@ impl Scenario for GraphScenario {
         ws.traces = traces;
     }
     fn same_computation(&self, a: usize, b: usize) -> bool {
-        a == b || executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+        // Two layouts: the reference layouts must agree too.
+        let reference = |i: usize| {
+            self.plans[i]
+                .reference
+                .as_ref()
+                .map(|r| executed_form(&r.graph))
+        };
+        a == b
+            || (executed_form(&self.plans[a].graph) == executed_form(&self.plans[b].graph)
+                && reference(a) == reference(b))
     }
 }
 
@@ -809,7 +871,7 @@ pub const STREAM_FROM: u128 = 256 << 20;
 /// Whether `plan` runs step by step: more than one step, no data-parallel ranks or outer
 /// loop (those run their own way), and traces over all steps of [`STREAM_FROM`] or more.
 fn plan_streams(plan: &Plan) -> bool {
-    if plan.outer.is_some() || !plan.ranks.is_empty() {
+    if plan.outer.is_some() || !plan.ranks.is_empty() || plan.reference.is_some() {
         return false;
     }
     let t = &plan.graph.train;

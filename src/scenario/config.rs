@@ -62,6 +62,12 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "megatron_vocab_parallel_ce_test.toml",
         include_str!("../../configs/megatron_vocab_parallel_ce_test.toml"),
     ),
+    // Issue 35: two data-parallel layouts compared (HSDP 2 x 4 against FSDP 8), validated
+    // against torch in tests/suite/hsdp.rs.
+    (
+        "torchtitan_fsdp_vs_hsdp.toml",
+        include_str!("../../configs/torchtitan_fsdp_vs_hsdp.toml"),
+    ),
 ];
 
 /// A tolerance as written in TOML.

@@ -145,11 +145,84 @@ fn optimizer(o: &Optimizer) -> String {
     }
 }
 
+/// The layout of `[parallel]` (or `[parallel.reference]`) as `check` prints it: degrees, the
+/// HSDP mesh, the shard rule and when gradients are reduced.
+fn layout_line(p: &super::spec::Parallel) -> String {
+    let rule = match p.rule {
+        ShardRule::DeepSpeed => format!("deepspeed rule, grain {}", p.grain),
+        ShardRule::Megatron => "megatron rule".to_string(),
+    };
+    let sync = if p.dp == 1 {
+        ""
+    } else if p.zero_stage < 2 {
+        ", gradients all-reduced at the step"
+    } else if p.sync_at_step {
+        ", gradients reduce-scattered at the step (no_sync)"
+    } else {
+        ", gradients reduce-scattered after every micro-step"
+    };
+    let mesh = if p.dp_replicate > 1 {
+        format!(
+            " = HSDP mesh dp_replicate {} x dp_shard {} (rank r*{}+s; parameters sharded over dp_shard)",
+            p.dp_replicate,
+            p.dp / p.dp_replicate,
+            p.dp / p.dp_replicate
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "tp {} ({rule}), dp {}{mesh}, zero stage {}{sync}",
+        p.tp, p.dp, p.zero_stage
+    )
+}
+
+/// The collectives of one layout, one line each.
+fn collectives_text(out: &mut String, g: &Graph, wire_note: &str) {
+    let p = &g.spec.parallel;
+    if g.collectives.is_empty() {
+        writeln!(out, "    none (tp = dp = 1)").unwrap();
+    }
+    for c in &g.collectives {
+        let ranks = match c.group {
+            Group::Tp => format!("tp ranks 0..{}", c.ranks - 1),
+            Group::Dp => format!("dp ranks 0..{}", c.ranks - 1),
+            Group::DpShard => format!(
+                "each dp_shard group of {} ranks (r·{}..r·{}+{}, r < {})",
+                c.ranks,
+                c.ranks,
+                c.ranks,
+                c.ranks - 1,
+                p.dp / c.ranks
+            ),
+            Group::DpReplicate => format!(
+                "each dp_replicate group of {} ranks (s, s+{}, .., s < {})",
+                c.ranks,
+                p.dp / c.ranks,
+                p.dp / c.ranks
+            ),
+        };
+        let wire = format!("the profile's wire ({wire_note})");
+        let axis = c.axis.map_or(String::new(), |a| format!(" on axis {a}"));
+        writeln!(
+            out,
+            "    {:<8} {:<12} {:<14} {} {}{axis} over {ranks}, {wire}",
+            c.phase.name(),
+            c.layer,
+            c.op.name(),
+            c.tensor,
+            shape(&c.shape),
+        )
+        .unwrap();
+    }
+}
+
 fn graph_text(
     out: &mut String,
     file: &ScenarioFile,
     g: &Graph,
     ir: &crate::scenario::ir::ResolvedGraph,
+    reference: Option<&Graph>,
     wire_note: &str,
 ) {
     let s = &g.spec;
@@ -166,25 +239,7 @@ fn graph_text(
             .collect();
         writeln!(out, "  dims: {}", dims.join(", ")).unwrap();
     }
-    let rule = match p.rule {
-        ShardRule::DeepSpeed => format!("deepspeed rule, grain {}", p.grain),
-        ShardRule::Megatron => "megatron rule".to_string(),
-    };
-    let sync = if p.dp == 1 {
-        ""
-    } else if p.zero_stage < 2 {
-        ", gradients all-reduced at the step"
-    } else if p.sync_at_step {
-        ", gradients reduce-scattered at the step (no_sync)"
-    } else {
-        ", gradients reduce-scattered after every micro-step"
-    };
-    writeln!(
-        out,
-        "  parallel: tp {} ({rule}), dp {}, zero stage {}{sync}",
-        p.tp, p.dp, p.zero_stage
-    )
-    .unwrap();
+    writeln!(out, "  parallel: {}", layout_line(p)).unwrap();
     let seed_rule = if s.train.micro_steps > 1 {
         format!(
             "torch.manual_seed({} + {}*step + micro) before each micro-step's draws",
@@ -313,27 +368,16 @@ fn graph_text(
         .unwrap();
     }
     writeln!(out, "  collectives:").unwrap();
-    if g.collectives.is_empty() {
-        writeln!(out, "    none (tp = dp = 1)").unwrap();
-    }
-    for c in &g.collectives {
-        let group = match c.group {
-            Group::Tp => "tp",
-            Group::Dp => "dp",
-        };
-        let wire = format!("the profile's wire ({wire_note})");
-        let axis = c.axis.map_or(String::new(), |a| format!(" on axis {a}"));
+    collectives_text(out, g, wire_note);
+    if let Some(r) = reference {
         writeln!(
             out,
-            "    {:<8} {:<12} {:<14} {} {}{axis} over {group} ranks 0..{}, {wire}",
-            c.phase.name(),
-            c.layer,
-            c.op.name(),
-            c.tensor,
-            shape(&c.shape),
-            c.ranks - 1
+            "  reference layout ([parallel.reference], compare = \"layout-vs-layout\"): {}",
+            layout_line(&r.spec.parallel)
         )
         .unwrap();
+        writeln!(out, "  reference collectives:").unwrap();
+        collectives_text(out, r, wire_note);
     }
     let tr = &s.train;
     if !s
@@ -471,7 +515,11 @@ pub fn check_text(file: &ScenarioFile) -> Result<String, InputError> {
         "  rng {}, first seed {}, asserted comparison {}, default profiles {}, default policies {}",
         c.rng.name(),
         c.first_seed,
-        file.compare.name(),
+        if file.layout_vs_layout() {
+            "layout-vs-layout (in outputs sharded-vs-ref: the sharded layout against the reference layout)"
+        } else {
+            file.compare.name()
+        },
         c.profiles.join(", "),
         c.default_policies.join(", ")
     )
@@ -484,8 +532,16 @@ pub fn check_text(file: &ScenarioFile) -> Result<String, InputError> {
         file.check_names.join(", ")
     )
     .unwrap();
-    for (g, ir) in file.graphs.iter().zip(&file.lowered) {
-        graph_text(&mut out, file, g, ir, &wire_note);
+    for (i, (g, ir)) in file.graphs.iter().zip(&file.lowered).enumerate() {
+        let reference = file.references.get(i).and_then(|r| r.as_ref());
+        graph_text(
+            &mut out,
+            file,
+            g,
+            ir,
+            reference.map(|r| &r.graph),
+            &wire_note,
+        );
     }
     Ok(out)
 }

@@ -58,9 +58,23 @@ pub struct ScenarioFile {
     /// with an outer loop, whose check names come from its outer loop's schedule (resolved
     /// when the executor prepares it).
     pub policies: Vec<Policy>,
+    /// Per parametrization: the layout the reference computation runs under
+    /// (`[parallel.reference]`, `compare = "layout-vs-layout"`), resolved and lowered like
+    /// the sharded one; `None` (and empty for a file without it): the reference is unsharded.
+    pub references: Vec<Option<ReferenceLayout>>,
     /// A file with a DiLoCo outer loop (`[train.outer]`, read by [`super::outer`]): `graphs`
     /// is empty and `lowered` holds its one graph.
     pub outer: bool,
+}
+
+/// The reference computation's layout of one parametrization (`[parallel.reference]`): the
+/// same graph resolved and lowered under the reference's degrees.
+#[derive(Debug, Clone)]
+pub struct ReferenceLayout {
+    /// The graph resolved under the reference layout.
+    pub graph: Graph,
+    /// The same, lowered.
+    pub lowered: crate::scenario::ir::ResolvedGraph,
 }
 
 impl ScenarioFile {
@@ -70,6 +84,27 @@ impl ScenarioFile {
         for g in &mut self.lowered {
             g.rng = rng;
         }
+        for r in self.references.iter_mut().flatten() {
+            r.lowered.rng = rng;
+        }
+    }
+
+    /// Whether the file compares two layouts (`compare = "layout-vs-layout"`).
+    pub fn layout_vs_layout(&self) -> bool {
+        self.references.iter().any(Option::is_some)
+    }
+}
+
+/// An error found resolving, lowering or validating the reference layout, reported at
+/// `parallel.reference` (of the parametrization) with the key it names.
+pub(crate) fn under_reference(file: &str, at: &str, e: InputError) -> InputError {
+    match e {
+        InputError::Config { key, msg, .. } => InputError::config(
+            file,
+            at,
+            format!("under the reference layout, key `{key}`: {msg}"),
+        ),
+        e => e,
     }
 }
 
@@ -108,11 +143,15 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         "chacha" => RngKind::ChaCha,
         _ => RngKind::Torch,
     };
-    let compare = match top.choice(
+    let compare_name = top.choice(
         "compare",
-        &["sharded-vs-ref", "sharded-vs-f64"],
+        &["sharded-vs-ref", "sharded-vs-f64", "layout-vs-layout"],
         "sharded-vs-ref",
-    )? {
+    )?;
+    // Two layouts are compared as the sharded computation against the reference one (the
+    // reference then runs under `[parallel.reference]`): the comparison is sharded-vs-ref.
+    let layouts = compare_name == "layout-vs-layout";
+    let compare = match compare_name {
         "sharded-vs-f64" => Comparison::ShardedVsF64,
         _ => Comparison::ShardedVsRef,
     };
@@ -130,12 +169,18 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
     let patched = params::apply(file, &graph_doc)?;
     let mut graphs = Vec::new();
     let mut lowered = Vec::new();
+    let mut references = Vec::new();
     for p in &patched {
         let doc = Obj::new(&p.ctx, "", &p.doc, GRAPH_KEYS)?;
         let spec = parse_spec(&doc)?;
         let g = resolve(&p.ctx, &p.id, &spec)?;
-        lowered.push(super::lower::lower(&p.ctx, &g, rng)?);
+        let low = super::lower::lower(&p.ctx, &g, rng)?;
+        references.push(reference_layout(&p.ctx, &p.id, &spec, &low, layouts, rng)?);
+        lowered.push(low);
         graphs.push(g);
+    }
+    if !layouts {
+        references.clear();
     }
     let mut check_names: Vec<String> = Vec::new();
     for g in &graphs {
@@ -187,10 +232,73 @@ pub fn parse_file(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         compare,
         graphs,
         lowered,
+        references,
         check_names,
         policies,
         outer: false,
     })
+}
+
+/// The reference layout of one parametrization: `[parallel.reference]` resolved and lowered
+/// as the sharded layout is (the same spec with the reference's degrees), required exactly
+/// when `compare = "layout-vs-layout"`, recording the same checks.
+fn reference_layout(
+    ctx: &Ctx,
+    id: &str,
+    spec: &super::spec::Spec,
+    sharded: &crate::scenario::ir::ResolvedGraph,
+    layouts: bool,
+    rng: RngKind,
+) -> Result<Option<ReferenceLayout>, InputError> {
+    let Some(layout) = &spec.parallel.reference else {
+        if layouts {
+            return Err(ctx.err(
+                "parallel.reference",
+                "compare = \"layout-vs-layout\" runs the reference under another layout; \
+                 allowed: a [parallel.reference] table (tp, dp, dp_replicate, dp_shard, \
+                 zero_stage, grad_sync), or another compare",
+            ));
+        }
+        return Ok(None);
+    };
+    if !layouts {
+        return Err(ctx.err(
+            "parallel.reference",
+            "a reference layout is compared only with compare = \"layout-vs-layout\"; \
+             allowed: set compare = \"layout-vs-layout\", or remove [parallel.reference]",
+        ));
+    }
+    let at = ctx.user_path("parallel.reference");
+    let mut rs = spec.clone();
+    rs.parallel = (**layout).clone();
+    let wrap = |e| under_reference(&ctx.file, &at, e);
+    let graph = resolve(ctx, id, &rs).map_err(wrap)?;
+    let lowered = super::lower::lower(ctx, &graph, rng).map_err(wrap)?;
+    // The same checks (the error-bound columns' reductions may differ: they are the sharded
+    // layout's).
+    let key = |g: &crate::scenario::ir::ResolvedGraph| -> Vec<_> {
+        g.checks
+            .iter()
+            .map(|c| (c.name.clone(), c.tensor, c.shape.clone(), c.at))
+            .collect()
+    };
+    if key(&lowered) != key(sharded) {
+        return Err(ctx.err(
+            "parallel.reference",
+            "the reference layout records other checks than the sharded one (an optional \
+             check skipped in one layout only, such as a gradient under zero_stage >= 2); \
+             allowed: layouts that record the same checks",
+        ));
+    }
+    if lowered.parallel == sharded.parallel
+        && lowered.train.grad_reduce == sharded.train.grad_reduce
+    {
+        return Err(ctx.err(
+            "parallel.reference",
+            "the reference layout is the sharded layout itself; allowed: another layout",
+        ));
+    }
+    Ok(Some(ReferenceLayout { graph, lowered }))
 }
 
 /// Whether a config text is a scenario file in the language (it has `[[layers]]`, or a

@@ -95,8 +95,14 @@ pub struct ResolvedGraph {
 pub struct Parallel {
     /// Tensor-parallel degree (1 = none), 1..=64.
     pub tp: usize,
-    /// Data-parallel degree (1 = none), 1..=64.
+    /// Data-parallel degree (1 = none), 1..=64: every data-parallel rank, `replicate ×
+    /// (dp / replicate)` under HSDP.
     pub dp: usize,
+    /// HSDP's replicate degree (`dp_replicate`, 1 = a 1-D data-parallel group): the `dp`
+    /// ranks form a `replicate × dp/replicate` mesh, rank `r·(dp/replicate) + s` at (r, s);
+    /// parameters are sharded over the shard group (`dp/replicate` ranks, same r) and the
+    /// reduce-scattered gradients all-reduced over the replicate group (same s).
+    pub replicate: usize,
     /// How a dimension is split over `tp` ranks.
     pub shard_rule: ShardRule,
 }

@@ -79,6 +79,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     let parallel = ir::Parallel {
         tp: s.parallel.tp,
         dp: s.parallel.dp,
+        replicate: s.parallel.dp_replicate,
         shard_rule: match s.parallel.rule {
             ShardRule::DeepSpeed => ir::ShardRule::DeepSpeed {
                 grain: s.parallel.grain,

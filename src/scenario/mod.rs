@@ -61,5 +61,16 @@ pub fn load(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
         ));
     };
     validate::validate_graphs(&parsed.common.file, &parsed.lowered)?;
+    for (g, r) in parsed.lowered.iter().zip(&parsed.references) {
+        if let Some(r) = r {
+            let at = if parsed.lowered.len() > 1 {
+                format!("params[{}].parallel.reference", g.id)
+            } else {
+                "parallel.reference".to_string()
+            };
+            validate::validate_graphs(&parsed.common.file, std::slice::from_ref(&r.lowered))
+                .map_err(|e| file::under_reference(&parsed.common.file, &at, e))?;
+        }
+    }
     Ok(parsed)
 }

@@ -538,6 +538,7 @@ pub fn graph(common: &CommonConfig) -> Result<(ResolvedGraph, Comparison), Input
         parallel: ir::Parallel {
             tp,
             dp,
+            replicate: 1,
             shard_rule: ir::ShardRule::DeepSpeed { grain: 1 },
         },
         params,
@@ -580,6 +581,7 @@ pub fn parse(file: &str, text: &str) -> Result<ScenarioFile, InputError> {
     let common = parse_common(file, text)?;
     let (g, compare) = graph(&common)?;
     Ok(ScenarioFile {
+        references: Vec::new(),
         common,
         compare,
         graphs: Vec::new(),

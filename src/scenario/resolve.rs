@@ -143,6 +143,12 @@ pub enum Group {
     Tp,
     /// The DP ranks (replicas).
     Dp,
+    /// HSDP: each shard group of a `dp_replicate × dp_shard` mesh (`dp_shard` ranks
+    /// `r·dp_shard ..`, one group per replica r).
+    DpShard,
+    /// HSDP: each replicate group of the mesh (`dp_replicate` ranks `s, s + dp_shard, ..`,
+    /// one group per shard s).
+    DpReplicate,
 }
 
 /// One collective of the graph.
@@ -1265,7 +1271,34 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
         } else {
             Phase::Step
         };
+        let hsdp = par.dp_replicate > 1 && phase == Phase::Step;
         for p in &params {
+            if hsdp {
+                // FSDP2's HSDP reduction: a reduce-scatter within each shard group, then an
+                // all-reduce of the shard within each replicate group.
+                let shard = par.dp / par.dp_replicate;
+                b.collectives.push(Collective {
+                    phase,
+                    layer: "optimizer".into(),
+                    op: CollectiveOp::ReduceScatter,
+                    tensor: format!("{}.grad", p.name),
+                    shape: p.shape.clone(),
+                    group: Group::DpShard,
+                    ranks: shard,
+                    axis: Some(0),
+                });
+                b.collectives.push(Collective {
+                    phase,
+                    layer: "optimizer".into(),
+                    op: CollectiveOp::AllReduce,
+                    tensor: format!("{}.grad shard", p.name),
+                    shape: p.shape.clone(),
+                    group: Group::DpReplicate,
+                    ranks: par.dp_replicate,
+                    axis: None,
+                });
+                continue;
+            }
             b.collectives.push(Collective {
                 phase,
                 layer: "optimizer".into(),

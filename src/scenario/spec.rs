@@ -36,6 +36,15 @@ pub struct Parallel {
     /// micro-step, the ranks accumulating locally (`no_sync`); `"micro-step"` (the default
     /// there): one after every micro-step. An all-reduce always runs at the step.
     pub sync_at_step: bool,
+    /// HSDP's replicate degree (`dp_replicate`): the `dp` ranks form a `dp_replicate ×
+    /// dp_shard` mesh (rank `r·dp_shard + s`), parameters sharded over `dp_shard`, gradients
+    /// reduce-scattered over the shard group and all-reduced over the replicate group. 1: a
+    /// 1-D data-parallel group (`dp` alone, or `dp_shard` alone).
+    pub dp_replicate: usize,
+    /// `[parallel.reference]`: the layout the reference computation runs under (`compare =
+    /// "layout-vs-layout"`), its `shard_rule` and `tp_grain` this table's. `None`: the
+    /// reference is unsharded.
+    pub reference: Option<Box<Parallel>>,
 }
 
 /// `[data]`.
@@ -629,25 +638,35 @@ fn describe(v: &toml::Value) -> String {
     }
 }
 
+/// Keys of `[parallel]`; `[parallel.reference]` takes the layout keys, not the shard rule
+/// (shared with the layout it is compared with) or another `reference`.
+const PARALLEL_KEYS: &[&str] = &[
+    "tp",
+    "dp",
+    "shard_rule",
+    "tp_grain",
+    "zero_stage",
+    "grad_sync",
+    "dp_replicate",
+    "dp_shard",
+    "reference",
+];
+const REFERENCE_KEYS: &[&str] = &[
+    "tp",
+    "dp",
+    "dp_replicate",
+    "dp_shard",
+    "zero_stage",
+    "grad_sync",
+];
+
 fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
     let empty = toml::Table::new();
-    let o = doc
-        .opt_table(
-            "parallel",
-            &[
-                "tp",
-                "dp",
-                "shard_rule",
-                "tp_grain",
-                "zero_stage",
-                "grad_sync",
-            ],
-        )?
-        .unwrap_or(Obj {
-            ctx: doc.ctx,
-            path: "parallel".into(),
-            table: &empty,
-        });
+    let o = doc.opt_table("parallel", PARALLEL_KEYS)?.unwrap_or(Obj {
+        ctx: doc.ctx,
+        path: "parallel".into(),
+        table: &empty,
+    });
     let rule = match o.choice("shard_rule", &["deepspeed", "megatron"], "deepspeed")? {
         "megatron" => ShardRule::Megatron,
         _ => ShardRule::DeepSpeed,
@@ -658,6 +677,17 @@ fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
             "is DeepSpeed's tp_grain_size and not allowed with shard_rule = \"megatron\"; allowed: leave it out, or shard_rule = \"deepspeed\"",
         ));
     }
+    let grain = o.int("tp_grain", 1, MAX_SIZE as i64, 1)? as usize;
+    let mut p = parse_layout(&o, rule, grain)?;
+    if let Some(r) = o.opt_table("reference", REFERENCE_KEYS)? {
+        p.reference = Some(Box::new(parse_layout(&r, rule, grain)?));
+    }
+    Ok(p)
+}
+
+/// The layout keys of `[parallel]` or `[parallel.reference]` (`o`): degrees, the HSDP mesh,
+/// the ZeRO stage and when gradients are synchronised.
+fn parse_layout(o: &Obj<'_>, rule: ShardRule, grain: usize) -> Result<Parallel, InputError> {
     let zero_stage = o.int("zero_stage", 0, 3, 0)? as u8;
     let sync = o.choice("grad_sync", &["micro-step", "step"], "micro-step")?;
     if zero_stage < 2 && sync == "micro-step" && o.has("grad_sync") {
@@ -667,13 +697,61 @@ fn parse_parallel(doc: &Obj<'_>) -> Result<Parallel, InputError> {
              allowed: \"step\", or zero_stage = 2 or 3",
         ));
     }
+    let dp = o.opt_int("dp", 1, 64)?.map(|d| d as usize);
+    let replicate = o.opt_int("dp_replicate", 1, 64)?.map(|d| d as usize);
+    let shard = o.opt_int("dp_shard", 1, 64)?.map(|d| d as usize);
+    let dp = match (replicate, shard) {
+        (None, None) => dp.unwrap_or(1),
+        (Some(_), None) => {
+            return Err(o.err(
+                "dp_replicate",
+                "an HSDP mesh is dp_replicate × dp_shard; allowed: give dp_shard too \
+                 (dp_shard = 4 with dp_replicate = 2 is HSDP 2 × 4), or use dp alone",
+            ))
+        }
+        (r, Some(s)) => {
+            let r = r.unwrap_or(1);
+            let product = r * s;
+            if product > 64 {
+                return Err(o.err(
+                    "dp_shard",
+                    format!(
+                        "dp_replicate × dp_shard = {r} × {s} = {product} data-parallel ranks; \
+                         allowed: a product of at most 64"
+                    ),
+                ));
+            }
+            if let Some(d) = dp.filter(|&d| d != product) {
+                return Err(o.err(
+                    "dp",
+                    format!(
+                        "dp = {d} disagrees with dp_replicate × dp_shard = {r} × {s} = \
+                         {product}; allowed: dp = {product}, or leave dp out"
+                    ),
+                ));
+            }
+            if r > 1 && zero_stage < 2 {
+                return Err(o.err(
+                    "dp_replicate",
+                    format!(
+                        "HSDP (dp_replicate = {r}) shards parameters and gradients over \
+                         dp_shard; allowed: zero_stage = 2 or 3 with it, or dp = {product} \
+                         alone for DDP"
+                    ),
+                ));
+            }
+            product
+        }
+    };
     Ok(Parallel {
         tp: o.int("tp", 1, 64, 1)? as usize,
-        dp: o.int("dp", 1, 64, 1)? as usize,
+        dp,
         rule,
-        grain: o.int("tp_grain", 1, MAX_SIZE as i64, 1)? as usize,
+        grain,
         zero_stage,
         sync_at_step: sync == "step",
+        dp_replicate: replicate.unwrap_or(1),
+        reference: None,
     })
 }
 

@@ -557,6 +557,20 @@ fn validate_dp(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
             ));
         }
     }
+    let rep = g.parallel.replicate;
+    if rep > 1 && !batch.is_multiple_of(dp) {
+        return Err(err(
+            file,
+            at("parallel.dp_shard".into()),
+            format!(
+                "the HSDP mesh dp_replicate × dp_shard = {rep} × {} = {dp} ranks must divide \
+                 the global batch evenly (every rank a local batch of the same size, as \
+                 torchtitan's); the batch (the first input's leading dimension) is {batch}; \
+                 allowed: a batch that is a multiple of {dp}",
+                dp / rep
+            ),
+        ));
+    }
     for t in &g.tensors {
         if t.shape.len() < 2 || t.shape[0] != batch {
             return Err(err(

@@ -361,9 +361,10 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
                 hi = hi.max(u + h0);
             }
         }
+        let floor = observed_floor(samples, p);
         return SizingBound {
-            value: pt.value,
-            hi,
+            value: pt.value.max(floor),
+            hi: hi.max(floor),
             method: SizingMethod::Gpd,
         };
     }
@@ -390,11 +391,33 @@ pub fn sizing_bound(samples: &[f64], p: f64) -> SizingBound {
     };
     let q = p * n as f64 / k as f64;
     let (_, hi) = profile::fixed_shape_interval(tail, u, &fit, q);
+    let floor = observed_floor(&sorted, p);
     SizingBound {
-        value: u + fit.gpd.isf(q),
-        hi: u + hi,
+        value: (u + fit.gpd.isf(q)).max(floor),
+        hi: (u + hi).max(floor),
         method: SizingMethod::Conservative,
     }
+}
+
+/// A lower bound on the (1 − p)-quantile that the sample itself proves: the a-th largest
+/// sample, with a the smallest count of exceedances that a per-seed probability p makes
+/// unlikely (P(E ≥ a) ≤ 0.025 for E ~ Binomial(n, p), [`binomial_ranks`]); 0 when a > n.
+/// A fitted tail extrapolates beyond the data and is kept only where it lies above this:
+/// a sample whose largest values form their own cluster (a few seeds far above the rest,
+/// such as an AdamW update flipping on a near-zero gradient) can make a single GPD fitted to
+/// the top exceedances predict a quantile below values observed more often than p allows.
+fn observed_floor(samples: &[f64], p: f64) -> f64 {
+    let n = samples.len();
+    let (_, a) = binomial_ranks(n, p);
+    if a == 0 || a > n {
+        return 0.0;
+    }
+    let mut sorted: Vec<f64> = samples
+        .iter()
+        .map(|&v| if v.is_nan() { f64::INFINITY } else { v })
+        .collect();
+    sorted.sort_unstable_by(f64::total_cmp);
+    sorted[n - a]
 }
 
 /// The empirical point; see [`tail_estimate`]. `sorted` ascending, non-empty.
@@ -605,6 +628,22 @@ mod tests {
     /// replicates each; p = 1e-4 is 200 times beyond 1/n. The fixed ξ = 0.5 over-states a
     /// lighter tail, so the bound must hold in every replicate below ξ = 0.5 and in ≥ 18 of
     /// 20 at ξ = 0.5 itself (the σ likelihood interval's one-sided 97.5 %).
+    #[test]
+    fn a_cluster_of_large_values_floors_the_bound() {
+        // 998 usages of rounding noise (0.001 .. 0.002) and two seeds far above (2.0, 1.8):
+        // at p = 1e-4, two exceedances in 1,000 seeds are too many (P(E >= 2) is about
+        // 0.005), so the (1 - p)-quantile is at least the second largest sample, whatever a
+        // tail fitted to the top 10 % extrapolates.
+        let mut v: Vec<f64> = (0..998).map(|i| 0.001 + 0.001 * i as f64 / 998.0).collect();
+        v.push(2.0);
+        v.push(1.8);
+        let b = sizing_bound(&v, 1e-4);
+        assert!(b.value >= 1.8 && b.hi >= 1.8, "{b:?}");
+        // Without the cluster the bound is the fit's, far below 1.8.
+        let b = sizing_bound(&v[..998], 1e-4);
+        assert!(b.hi < 0.1, "{b:?}");
+    }
+
     #[test]
     fn conservative_fallback_is_above_the_truth() {
         for xi in [-0.2, 0.0, 0.3, 0.5] {

@@ -66,7 +66,8 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     // (deepspeed, torch-default); megatron-tp-mlp: 2 params x 10 checks x 3 x 1;
     // fsdp-zero2-grad-acc: 1 param x 4 checks x 3 x 1.
     // megatron-vocab-parallel-ce-test: 1 param x 2 checks x 3 comparisons x 1 policy.
-    let new_rows = 4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3 + 2 * 3;
+    // torchtitan-fsdp-vs-hsdp: 1 param x 5 checks x 3 x 1.
+    let new_rows = 4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3 + 2 * 3 + 5 * 3;
     assert_eq!(
         summary.lines().count() - 1,
         deepspeed_rows + new_rows + vocab_ce_rows + 2 * diloco_rows

@@ -74,3 +74,35 @@ fn later_seeds_allocate_nothing() {
     eprintln!("allocations in the third seed-run: {n}");
     assert_eq!(n, 0, "a seed-run after the first allocated {n} times");
 }
+
+/// The same for two layouts compared (`torchtitan-fsdp-vs-hsdp`: HSDP 2 × 4, whose
+/// reduction runs a reduce-scatter per shard group and an all-reduce per replicate group,
+/// against FSDP 8 as the reference layout, each in its own buffers).
+#[test]
+fn two_layouts_allocate_nothing_after_the_first_seeds() {
+    if !common::alone::in_own_process(
+        "dp_alloc::two_layouts_allocate_nothing_after_the_first_seeds",
+    ) {
+        return;
+    }
+    ARMED.store(true, Ordering::Relaxed);
+    let path = format!(
+        "{}/configs/torchtitan_fsdp_vs_hsdp.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let sf = seedsweep::scenario::load("torchtitan_fsdp_vs_hsdp.toml", &text).unwrap();
+    let s = seedsweep::exec::build::build(sf).unwrap();
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma", "test")
+        .unwrap();
+    let mut ws = Workspace::default();
+    s.run(0, 1, &profile, &mut ws);
+    s.run(0, 2, &profile, &mut ws);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    s.run(0, 3, &profile, &mut ws);
+    let n = ALLOCS.load(Ordering::Relaxed) - before;
+    eprintln!("allocations in the third seed-run: {n}");
+    assert_eq!(n, 0, "a seed-run after the first allocated {n} times");
+}

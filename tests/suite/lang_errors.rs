@@ -909,3 +909,92 @@ fn a_file_without_layers_names_the_loss_input() {
         ],
     );
 }
+
+/// The built-in HSDP file (`configs/torchtitan_fsdp_vs_hsdp.toml`) with `from` replaced by
+/// `to` once.
+fn hsdp(from: &str, to: &str) -> String {
+    let base = std::fs::read_to_string("configs/torchtitan_fsdp_vs_hsdp.toml").unwrap();
+    assert!(base.contains(from), "{from}");
+    base.replacen(from, to, 1)
+}
+
+/// The error `seedsweep::scenario::load` gives (parsing, resolving and the executor's
+/// validation, the reference layout's included).
+fn load_err(text: &str) -> String {
+    match seedsweep::scenario::load(FILE, text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn hsdp_meshes_that_do_not_fit_name_the_key() {
+    seedsweep::scenario::load(FILE, &hsdp("", "")).unwrap();
+    // dp_replicate alone: no mesh.
+    let msg = err(&hsdp("dp_shard = 4 ", "# "));
+    assert_names(&msg, "parallel.dp_replicate", &["dp_shard"]);
+    // dp given beside the mesh and disagreeing with its product.
+    let msg = err(&hsdp("dp_shard = 4 ", "dp = 6\ndp_shard = 4 "));
+    assert_names(&msg, "parallel.dp", &["2 × 4 = 8", "dp = 8"]);
+    // dp agreeing with the product is allowed.
+    parse_file(FILE, &hsdp("dp_shard = 4 ", "dp = 8\ndp_shard = 4 ")).unwrap();
+    // A mesh of more than 64 ranks.
+    let msg = err(&hsdp("dp_shard = 4 ", "dp_shard = 40 "));
+    assert_names(&msg, "parallel.dp_shard", &["80", "at most 64"]);
+    // HSDP without sharding (ZeRO 0/1 all-reduces whole gradients).
+    let msg = err(&hsdp("zero_stage = 3 ", "zero_stage = 1 "));
+    assert_names(&msg, "parallel.dp_replicate", &["zero_stage = 2 or 3"]);
+    // A global batch the 8 ranks do not split evenly.
+    let msg = load_err(&hsdp("batch = 16 ", "batch = 20 "));
+    assert_names(
+        &msg,
+        "params[default].parallel.dp_shard",
+        &["multiple of 8", "20"],
+    );
+}
+
+#[test]
+fn reference_layouts_are_checked_like_the_sharded_one() {
+    // An unknown key in [parallel.reference] (shard_rule is [parallel]'s, shared).
+    let msg = err(&hsdp(
+        "[parallel.reference]\n",
+        "[parallel.reference]\nshard_rule = \"megatron\"\n",
+    ));
+    assert_names(
+        &msg,
+        "parallel.reference.shard_rule",
+        &["dp_shard", "zero_stage"],
+    );
+    let msg = err(&hsdp(
+        "[parallel.reference]\n",
+        "[parallel.reference]\ndp_sahrd = 2\n",
+    ));
+    assert_names(&msg, "parallel.reference.dp_sahrd", &["dp_replicate"]);
+    // The mesh keys of the reference are validated as [parallel]'s.
+    let msg = err(&hsdp("dp_shard = 8 ", "dp_replicate = 2 "));
+    assert_names(&msg, "parallel.reference.dp_replicate", &["dp_shard"]);
+    // layout-vs-layout needs a reference layout, and a reference layout needs it.
+    let msg = err(&hsdp(
+        "[parallel.reference]\ndp_shard = 8 ",
+        "[parallel.unused]\ndp_shard = 8 ",
+    ));
+    assert!(msg.contains("unknown key `unused`"), "{msg}");
+    let no_ref = hsdp(
+        "[parallel.reference]\ndp_shard = 8               # FSDP over all 8 ranks\nzero_stage = 3\n",
+        "",
+    );
+    let msg = err(&no_ref);
+    assert_names(&msg, "parallel.reference", &["[parallel.reference]"]);
+    let msg = err(&hsdp("compare = \"layout-vs-layout\"\n", ""));
+    assert_names(&msg, "parallel.reference", &["layout-vs-layout"]);
+    // A reference layout whose ranks do not split the batch: the reference key, and the
+    // key the resolution named.
+    let msg = err(&hsdp("dp_shard = 8 ", "dp_shard = 32 "));
+    assert!(
+        msg.starts_with(&format!("{FILE}: key `parallel.reference`: under the reference layout, key `inputs[0].shape[0]`")),
+        "{msg}"
+    );
+    // The reference layout equal to the sharded one compares nothing.
+    let msg = err(&hsdp("dp_shard = 8 ", "dp_replicate = 2\ndp_shard = 4 "));
+    assert_names(&msg, "parallel.reference", &["another layout"]);
+}

@@ -38,6 +38,7 @@ mod dp_alloc;
 mod fused_sgd;
 mod golden_diloco;
 mod golden_t1_t2;
+mod hsdp;
 mod kernels_agree;
 mod memory_bound;
 mod mutants;

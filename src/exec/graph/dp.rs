@@ -31,6 +31,29 @@
 //!      owning rank's block: under the ring from rank c+1 around to rank c), divided by the
 //!      postdivide factor `dp / f`, and accumulated into the gradient shard (first stored,
 //!      then `acc + g`). A division by 1 is skipped, as FSDP does.
+//!    - HSDP (`ReduceScatter*` with `replicate = R > 1`: a `R × S` mesh, `S = dp / R`, rank
+//!      `r·S + s` at (r, s)), as FSDP2's `foreach_reduce` in torch 2.15
+//!      (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) does it: the predivide
+//!      factor `f` and postdivide factor `dp / f` come from the whole data-parallel size
+//!      `S·R` (`_get_gradient_divide_factors` multiplies the shard group's size by the
+//!      replicate group's); every rank's gradients are divided by `f` and packed as above
+//!      but in `S` blocks (parameters are sharded over the shard group: shard s is rows
+//!      `s·⌈rows/S⌉ ..`); each shard group r reduce-scatters its `S` packed buffers
+//!      ([`Backend::all_reduce`] over its ranks in group order, block s summed in chunk s's
+//!      order); then, for every shard s, the replicate group's `R` reduce-scatter outputs
+//!      (block s of each group r, in r order) are all-reduced ([`Backend::all_reduce`] over
+//!      `R` ranks on the block's length: the ring's chunks of that buffer), and the result
+//!      divided by `dp / f` and accumulated as above. Every replica ends with the same shard,
+//!      so one copy is kept.
+//!
+//!      Which division torch applies depends on the reduce dtype: for a float16 reduce
+//!      (`overflow_risk`) it is this pre/post pair with `ReduceOp.SUM`; for float32 or
+//!      bfloat16 with no custom factor, `ReduceOp.AVG` on both collectives (NCCL's average,
+//!      a premultiplication by `1/n`); with `set_force_sum_reduction_for_comms`, `SUM` and a
+//!      postdivision by `dp`. When every group size is a power of two all three scale by
+//!      powers of two, which commutes with rounding (no overflow or subnormal results), so
+//!      they give the same bits; with another group size they differ and only the pre/post
+//!      form is modelled.
 //!
 //! After the last micro-step the optimizer updates every parameter from the reduced
 //! gradient. A sharded update applies the same elementwise operations to each shard, so
@@ -68,6 +91,11 @@ pub(super) struct DpBufs<R> {
     cat: Vec<R>,
     /// The ranks' losses of this micro-step.
     losses: Vec<R>,
+    /// HSDP: one shard's reduce-scatter outputs of the `R` replicate ranks, rank-major.
+    rep_parts: Vec<R>,
+    /// HSDP: the all-reduced shards, block s for shard s (the packed layout of one rank
+    /// group's reduce-scatter output).
+    rep_out: Vec<R>,
 }
 
 /// FSDP's gradient predivide factor (`_get_gradient_predivide_factor`): starting from 1,
@@ -331,7 +359,8 @@ impl Plan {
 
     /// ZeRO-2 / FSDP: every rank's gradients (this micro-step's, or with `local_acc` its
     /// locally accumulated ones) predivided, reduce-scattered through FSDP2's packed buffer
-    /// and postdivided into `d.red` (module doc).
+    /// (HSDP: within each shard group, then all-reduced over each replicate group) and
+    /// postdivided into `d.red` (module doc).
     fn reduce_scatter<B: Backend>(
         &self,
         be: &mut B,
@@ -340,15 +369,18 @@ impl Plan {
         d: &mut DpBufs<B::R>,
     ) {
         let dp = d.ranks.len();
+        // The mesh: `rep` replicate groups of `sh` shard ranks (a 1-D group: rep = 1).
+        let rep = self.graph.parallel.replicate.max(1);
+        let sh = dp / rep;
         let pre = predivide(dp);
         let post = dp as f64 / pre;
         let (pre_r, post_r) = (B::R::from_f64(pre), B::R::from_f64(post));
-        // (shard rows ⌈rows/dp⌉, elements per row) of a parameter.
+        // (shard rows ⌈rows/sh⌉, elements per row) of a parameter.
         let layout = |i: usize| {
             let shape = &self.graph.params[i].shape;
             let rows = shape.first().copied().unwrap_or(1).max(1);
             let inner = shape.iter().skip(1).product::<usize>();
-            (rows.div_ceil(dp), inner)
+            (rows.div_ceil(sh), inner)
         };
         let stored = |i: &usize| self.storage[*i] == *i;
         let np = self.graph.params.len();
@@ -359,7 +391,7 @@ impl Plan {
                 sr * inner
             })
             .sum();
-        let len = dp * block;
+        let len = sh * block;
         if mutant == Some(Mutant::MissingGradReduce) {
             for i in (0..np).filter(stored) {
                 let (sr, inner) = layout(i);
@@ -383,18 +415,46 @@ impl Plan {
                 off += sr * inner;
             }
         }
-        sized(&mut d.out, len);
-        if mutant == Some(Mutant::Bf16GradReduce) {
-            be.all_reduce_bf16(&d.parts, dp, &mut d.out);
-        } else {
-            be.all_reduce(&d.parts, dp, &mut d.out);
+        let bf16 = mutant == Some(Mutant::Bf16GradReduce);
+        // The reduce-scatter of each shard group (its ranks' packed buffers, group order).
+        sized(&mut d.out, rep * len);
+        for (parts, out) in d
+            .parts
+            .chunks_exact(sh * len)
+            .zip(d.out.chunks_exact_mut(len))
+        {
+            if bf16 {
+                be.all_reduce_bf16(parts, sh, out);
+            } else {
+                be.all_reduce(parts, sh, out);
+            }
         }
+        // HSDP: shard s all-reduced over its replicate group (block s of every group's
+        // output, group order).
+        let reduced: &[B::R] = if rep > 1 {
+            sized(&mut d.rep_parts, rep * block);
+            sized(&mut d.rep_out, len);
+            for (s, dst) in d.rep_out.chunks_exact_mut(block).enumerate() {
+                for (r, part) in d.rep_parts.chunks_exact_mut(block).enumerate() {
+                    let at = r * len + s * block;
+                    part.copy_from_slice(&d.out[at..at + block]);
+                }
+                if bf16 {
+                    be.all_reduce_bf16(&d.rep_parts, rep, dst);
+                } else {
+                    be.all_reduce(&d.rep_parts, rep, dst);
+                }
+            }
+            &d.rep_out
+        } else {
+            &d.out
+        };
         let mut off = 0;
         for i in (0..np).filter(stored) {
             let (sr, inner) = layout(i);
             for (e, o) in d.red[i].iter_mut().enumerate() {
                 let c = e / inner / sr;
-                let v = d.out[c * block + off + e - c * sr * inner];
+                let v = reduced[c * block + off + e - c * sr * inner];
                 *o = if post > 1.0 { v / post_r } else { v };
             }
             off += sr * inner;

@@ -147,6 +147,7 @@ pub fn t1_graphs(c: &CommonConfig) -> Vec<ResolvedGraph> {
                 parallel: Parallel {
                     tp,
                     dp: 1,
+                    replicate: 1,
                     shard_rule: ShardRule::DeepSpeed { grain },
                 },
                 params,
@@ -305,6 +306,7 @@ pub fn t2_graphs(c: &CommonConfig) -> Vec<ResolvedGraph> {
                 parallel: Parallel {
                     tp,
                     dp: 1,
+                    replicate: 1,
                     shard_rule: ShardRule::DeepSpeed { grain },
                 },
                 params,
