@@ -11,7 +11,8 @@ for node in \
   "examples/test_tp_mlp.py::test_tp_mlp_adamw[torch-default]" \
   "examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]" \
   "examples/test_tp_classifier.py::test_tp_classifier_sgd[default]" \
-  "examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam"; do
+  "examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam" \
+  "examples/test_row_parallel_head.py::test_row_parallel_head_sgd"; do
   file=${node%%::*}; rest=${node#*::}; name=${rest%%[*}
   param=""; case $rest in *"["*) param=${rest#*[}; param=".${param%]}";; esac
   out="examples/captures/$(basename "$file" .py).$name$param.toml"

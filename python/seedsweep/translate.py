@@ -582,6 +582,8 @@ class Translator:
             return None if li is None else ("layer", li)
         if s.op == "aten.add":
             return self.parse_add(s, side)
+        if s.op == "slice" and side == "tp":
+            return self.parse_input_slice(s)
         if s.op == "aten.cat" and side == "tp":
             return self.parse_gather(s)
         self.fail(f"{s.meta.get('overload', s.op)} is not in the language (or not in this form)", s.line)
@@ -660,9 +662,21 @@ class Translator:
                 return ("colmm", li, rg)
             return ("part", li, rg)
         # dim 1: row-parallel partial
+        if xv[0] == "inslice":
+            # DeepSpeed's row-parallel head on a replicated input (LinearAllreduceWithReplicatedInput):
+            # the rank narrows the whole activation to the columns its weight shard holds
+            if xv[2] != rg:
+                self.fail(f"a row-parallel matmul of the activation's columns {xv[2]} with the weight's columns {rg}",
+                          s.line)
+                return None
+            li = self.find_layer(("linear", mi, xv[1]), s.line)
+            if li is None:
+                return None
+            self.set_parallel(li, "row", s.line)
+            return ("rowpart", li, rg)
         if xv[0] != "part":
-            self.fail("a row-parallel matmul whose input is not a column-parallel rank's activation (the input "
-                      "sliced by hand is not in this increment)", s.line)
+            self.fail("a row-parallel matmul whose input is neither a column-parallel rank's activation nor the "
+                      "rank's columns of a whole activation", s.line)
             return None
         if xv[2] != rg or self.shard_ranges[mi] != self.shard_ranges[self.layers[self.col_root(xv[1])]["spec"][1]]:
             self.fail("a row-parallel shard that does not match its input's column shard", s.line)
@@ -672,6 +686,19 @@ class Translator:
             return None
         self.set_parallel(li, "row", s.line)
         return ("rowpart", li, rg)
+
+    def parse_input_slice(self, s):
+        """A rank's slice of a whole activation on its last dim (`h[..., lo:hi]`): the input of a
+        row-parallel matmul, ("inslice", whole value, (lo, hi)); anything else is refused."""
+        src, dim, lo, hi, step = s.args
+        x = self.parse(src, "tp")
+        if x is None:
+            return None
+        shape = s.meta.get("shape") or ()
+        if step != 1 or x[0] not in ("input", "layer") or dim != len(shape) - 1:
+            self.fail("a slice that is not a rank's contiguous columns (last dim) of a whole activation", s.line)
+            return None
+        return ("inslice", x, (lo, hi))
 
     def col_root(self, li):
         """The column-parallel layer a sharded activation comes from."""

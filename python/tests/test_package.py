@@ -9,7 +9,8 @@ verdict lines); the only fixed expectations are the committed captures of the ex
 a fresh capture must reproduce byte for byte, and the counts of checked tensors, which follow
 from the example tests' loops (4 checks, 2 tensors each: 2 at each of 6 micro-steps plus 2 at
 each of 3 steps = 18 calls, 36 tensors; the classifier: 5 checks at each of 2 steps = 10
-calls, 20 tensors; the pre-norm block: 4 checks at each of 2 steps, 16 tensors).
+calls, 20 tensors; the pre-norm block: 4 checks at each of 2 steps, 16 tensors; the row-parallel
+head: 3 checks at each of 10 micro-steps and 2 at each of 5 steps, 80 tensors).
 """
 import os
 import re
@@ -32,6 +33,7 @@ def run(args, cwd=PKG, **kw):
     ("examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]", 36),
     ("examples/test_tp_classifier.py::test_tp_classifier_sgd[default]", 20),
     ("examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam", 16),
+    ("examples/test_row_parallel_head.py::test_row_parallel_head_sgd", 80),
 ])
 def test_capture_reproduces_committed_file_and_mirror_is_exact(node, tensors, tmp_path):
     out = tmp_path / "out.toml"
@@ -139,3 +141,16 @@ def test_gradient_clipping_is_refused(tmp_path):
     assert r.returncode == 2
     assert not out.exists()
     assert f"tests/data/test_clip.py:{line}: aten._foreach_mul_ on a gradient outside backward" in r.stderr
+
+
+def test_row_parallel_head_with_a_wrong_shard_offset_is_refused(tmp_path):
+    src = os.path.join(PKG, "tests", "data", "test_swapped_head_slices.py")
+    with open(src) as f:
+        line = 1 + next(i for i, l in enumerate(f.read().splitlines()) if "partials = [" in l)
+    out = tmp_path / "out.toml"
+    r = run(["-m", "seedsweep", "capture", "tests/data/test_swapped_head_slices.py::test_swapped_head_slices",
+             "-o", str(out)])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert not out.exists()
+    assert (f"tests/data/test_swapped_head_slices.py:{line}: a row-parallel matmul of the activation's columns "
+            "(18, 36) with the weight's columns (0, 18)") in r.stderr

@@ -98,6 +98,7 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "python/examples/captures/test_tp_prenorm_block.test_tp_prenorm_block_adam.toml",
         "configs/examples/swiglu_tp2.toml",
         "configs/megatron_vocab_parallel_ce_test.toml",
+        "python/examples/captures/test_row_parallel_head.test_row_parallel_head_sgd.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));

@@ -11,6 +11,7 @@
 mod common;
 
 // The command line and what it writes.
+mod capture_equiv;
 mod ci_example;
 mod cli;
 mod dump_evaluated;

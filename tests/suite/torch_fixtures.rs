@@ -69,6 +69,25 @@ fn t2_seed_8199_matches_torch_avx2_kernels_bit_for_bit() {
     );
 }
 
+/// T2 on DeepSpeed itself: DeepSpeed 0.19.8's `LinearAllreduceWithReplicatedInput` on two gloo
+/// CPU ranks (`scripts/crosscheck_deepspeed_gloo.py --emit-fixture`, one thread per rank,
+/// `ATEN_CPU_CAPABILITY=avx2`): every parametrization's logits and loss of every micro-step and
+/// the final head weight (the two ranks' shards side by side), and rank 0's unsharded reference.
+#[test]
+fn t2_seed_8199_matches_deepspeed_on_gloo_ranks_bit_for_bit() {
+    for param in [
+        "32-input_shape0-lm_head-False",
+        "35-input_shape1-lm_head-True",
+        "35-input_shape2-embed_out-True",
+    ] {
+        check(
+            &format!("deepspeed_gloo_t2_seed8199_{param}_avx2.json"),
+            "cpu-fma",
+            param,
+        );
+    }
+}
+
 /// Every element of the fixture must match bit for bit.
 fn check(file: &str, profile: &str, param: &str) {
     let (compared, mismatched, first) = compare(file, profile, param);
@@ -83,7 +102,7 @@ fn check(file: &str, profile: &str, param: &str) {
 fn compare(file: &str, profile: &str, param: &str) -> (usize, usize, String) {
     let path = format!("{DATA}{file}");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("cannot read {path}: {e}; regenerate it with scripts/crosscheck_torch.py --emit-fixture")
+        panic!("cannot read {path}: {e}; regenerate it with scripts/crosscheck_torch.py or scripts/crosscheck_deepspeed_gloo.py --emit-fixture")
     });
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let seed = json["seed"].as_u64().expect("seed in fixture");
