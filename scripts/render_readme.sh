@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 cargo build --release -q
 bin=target/release/seedsweep
 tmp=$(mktemp -d)
-$bin sweep --seeds 40 --quiet --scenario deepspeed-tied-row-parallel --out "$tmp" > "$tmp/sweep.txt"
+$bin sweep --seeds 40 --quiet --scenario deepspeed-tied-row-parallel --out "$tmp/sweep" > "$tmp/sweep.txt"
 $bin repro --seed 8199 --param 35-3-False-0 --policy old > "$tmp/repro.txt"
-$bin sweep --seeds 40 --quiet --scenario maxtext-diloco,diloco --out "$tmp" > "$tmp/diloco.txt"
+$bin sweep --seeds 40 --quiet --scenario maxtext-diloco,diloco --out "$tmp/diloco" > "$tmp/diloco.txt"
 $bin bench --seeds 500 > "$tmp/bench.txt"
 $bin sweep --quiet --scenario deepspeed-tied-row-parallel --param 35-3-False-0 --mutants all --seeds 1000 --out "$tmp/t1" > /dev/null
 $bin size "$tmp/t1" 2>&1 | sed "s|$tmp/t1|results/t1|g" > "$tmp/size.txt"
