@@ -19,8 +19,12 @@ to every batch element at its real address (src/ops/attention.rs, "MKL's batched
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/sdpa_bmm_torch.py grid --seed 1 --shapes 20
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/sdpa_bmm_torch.py fixture
+    ... --threads 2 (both): torch.set_num_threads(2); the fixture is then
+    tests/data/torch_sdpa_bmm_avx2_t2.json. At two threads a bmm of one batch element
+    (batch * heads of the call == 1) is MKL's two-thread sgemm (its rows split as
+    mkl_order_model.tail_2t says), every other one the one-thread order per batch element.
 
-One thread (torch.set_num_threads(1)), eager, float32.
+Eager, float32, one thread unless --threads.
 """
 import argparse
 import json
@@ -60,9 +64,12 @@ def role_of(xs, ys):
             (True, False): "grad-weight"}.get((xs[2] != 1, ys[2] != 1))
 
 
-def tree_at(role, rows, red, cols, j, x_row, c_row):
-    """mkl_order_model.tree with the peels at the real row offsets (mkl_sgemm::element_at)."""
+def tree_at(role, rows, red, cols, j, x_row, c_row, narrow=False):
+    """mkl_order_model.tree with the peels at the real row offsets (mkl_sgemm::element_at);
+    `narrow`: the role's narrow kernel whatever the shape (two threads' tail rows)."""
     kern = mm.kernel(role, rows, cols)
+    if narrow:
+        kern = "dot-tn" if role == "forward" else "chain-nn"
     if kern == "dot-tn":
         p = (-x_row) % 4
         return mm.vdot(red, p, 4, 4) if j < cols // 4 * 4 else mm.vdot(red, p, 8, 8)
@@ -73,20 +80,28 @@ def tree_at(role, rows, red, cols, j, x_row, c_row):
     return mm.tree(role, rows, red, cols, 0, j)
 
 
-def model_at(role, a, b, x0, xld, c0, cld):
+def model_at(role, a, b, x0, xld, c0, cld, split2=False):
+    """`split2`: MKL at two threads on a bmm of one batch element, which it splits as sgemm
+    (mkl_order_model.tail_2t's rows in the narrow kernel); with several batch elements each is
+    the one-thread order."""
     rows, red = a.shape
     cols = b.shape[1]
+    r1 = mm.tail_2t(rows, red, cols) if split2 else None
     groups = {}
     for i in range(rows):
         for j in range(cols):
-            t = tree_at(role, rows, red, cols, j, x0 + i * xld, c0 + i * cld)
+            t = tree_at(role, rows, red, cols, j, x0 + i * xld, c0 + i * cld,
+                        r1 is not None and i >= r1)
             groups.setdefault(t, []).append((i, j))
     out = np.zeros((rows, cols), np.float32)
     for t, els in groups.items():
         I = np.array([e[0] for e in els])
         J = np.array([e[1] for e in els])
         out[I, J] = mm.evaluate(t, a[I], b[:, J].T)
-    return out
+    # MKL's accumulators start at +0 (src/kernels/mkl_sgemm.rs); mm.evaluate starts a chain
+    # at its first term, which differs only when every term is -0 (a row of da under the
+    # causal mask where p = 1): adding +0 gives the +0 start's sign.
+    return out + np.float32(0.0)
 
 
 def sdpa(q, k, v, g, B, S, H, D, causal, mode=None):
@@ -107,7 +122,7 @@ def sdpa(q, k, v, g, B, S, H, D, causal, mode=None):
 
 
 def grid(args):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     total = exact = 0
     for it in range(args.shapes):
@@ -131,14 +146,15 @@ def grid(args):
             total += 1
             bad = 0
             for b in range(X.shape[0]):
-                got = model_at(role, X[b], Y[b], xp + b * xs[0], xs[1], op + b * os_[0], os_[1])
+                got = model_at(role, X[b], Y[b], xp + b * xs[0], xs[1], op + b * os_[0], os_[1],
+                               args.threads == 2 and X.shape[0] == 1)
                 bad += int((got.view(np.uint32) != O[b].view(np.uint32)).sum())
             exact += bad == 0
             if bad:
                 print(f"differs: B {B} S {S} H {H} D {D} causal {causal}, bmm #{n} {role} "
                       f"{M}x{K}x{N}: {bad} elements", flush=True)
     print(f"{exact} of {total} products at or above the naive size bit-exact "
-          f"(seed {args.seed}, {args.shapes} sdpa calls)")
+          f"(seed {args.seed}, {args.shapes} sdpa calls, {args.threads} thread(s))")
 
 
 # (batch, seq, heads, head_dim, causal, head groups (one call per group) or None)
@@ -152,6 +168,8 @@ CASES = [
     (2, 9, 4, 7, True, [2, 2]),     # two ranks of two heads
     (1, 7, 4, 9, False, [1, 3]),    # uneven ranks: one head, three heads
     (2, 4, 2, 8, False, None),      # below the naive size (4*4*8 = 128)
+    (1, 7, 1, 24, True, None),      # one batch element: at two threads MKL splits its rows
+    (1, 10, 2, 20, False, [1, 1]),  # the same on each of two ranks
 ]
 
 
@@ -161,7 +179,7 @@ def h32(t):
 
 
 def fixture(args):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     cases = []
     for n, (B, S, H, D, causal, groups) in enumerate(CASES):
         W = H * D
@@ -179,10 +197,10 @@ def fixture(args):
                       "groups": groups or [], "seeds": [100 * n + s for s in range(1, 5)],
                       "out": h32(outs[0]), "dq": h32(outs[1]), "dk": h32(outs[2]), "dv": h32(outs[3])})
     doc = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "threads": 1, "inputs": "reveal_order.draw(seed) / 8 for q, k, v and the output gradient",
+           "threads": args.threads, "inputs": "reveal_order.draw(seed) / 8 for q, k, v and the output gradient",
            "cases": cases}
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
-                        "torch_sdpa_bmm_avx2.json")
+                        "torch_sdpa_bmm_avx2" + ("" if args.threads == 1 else f"_t{args.threads}") + ".json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=0)
         f.write("\n")
@@ -198,7 +216,9 @@ def main():
     g.add_argument("--seq", type=lambda s: [int(x) for x in s.split("-")], default=[3, 64])
     g.add_argument("--dim", type=lambda s: [int(x) for x in s.split("-")], default=[4, 64])
     g.add_argument("--bh", type=int, default=8, help="largest batch * heads")
-    sub.add_parser("fixture")
+    g.add_argument("--threads", type=int, default=1)
+    f = sub.add_parser("fixture")
+    f.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     grid(a) if a.cmd == "grid" else fixture(a)
 

@@ -467,8 +467,9 @@ pub fn element(
 /// the value mod 4 matters). With `x_row = i·red` and `c_row = i·cols` it is [`element`].
 /// Used for the per-batch products of ATen's batched `bmm` (`crate::ops::attention`), whose
 /// batch elements start `b·rows·red` (x) and `b·rows·cols` (C) floats into their tensors.
-/// **Main**, **DotTn** and **ChainNn** only (`rows >= 2`, `cols >= 2`, no bias): panics on
-/// a gemv shape or `ForwardBias`.
+/// With `narrow`, the role's narrow kernel (**DotTn** or **ChainNn**) whatever the shape: a
+/// row of [`narrow_tail_2t`] at two threads. **Main**, **DotTn** and **ChainNn** only
+/// (`rows >= 2`, `cols >= 2`, no bias): panics on a gemv shape or `ForwardBias`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn element_at(
@@ -479,9 +480,15 @@ pub fn element_at(
     j: usize,
     x_row: usize,
     c_row: usize,
+    narrow: bool,
 ) -> f32 {
     assert!(role != Role::ForwardBias, "element_at: no bias");
-    match kernel(role, rows, cols) {
+    let kern = if narrow {
+        self::narrow(role)
+    } else {
+        kernel(role, rows, cols)
+    };
+    match kern {
         MklKernel::Main => main_element(a, b, red, None),
         MklKernel::DotTn => {
             let p = (4 - x_row % 4) % 4;
@@ -1400,13 +1407,47 @@ mod tests {
         );
     }
 
-    /// The kernels of the module doc, by shape, and the program texts of their orders on
-    /// small cases worked by hand.
     /// [`element_at`] with the packed layout's offsets (`x_row = i·red`, `c_row = i·cols`) is
     /// [`element`], bit for bit, on every non-gemv shape of a small grid and every role it
-    /// takes.
+    /// takes; and with `narrow` on [`narrow_tail_2t`]'s rows it is [`element_of`] at two
+    /// threads.
     #[test]
     fn element_at_with_packed_offsets_is_element() {
+        for (rows, red, cols) in [(7, 20, 24), (10, 9, 17), (6, 33, 12)] {
+            let a = values(rows as u64 + 5, rows * red);
+            let b = values(cols as u64 + 9, red * cols);
+            let r1 = narrow_tail_2t(rows, red, cols).expect("a shape with a narrow tail");
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = element_of(
+                        OrderModel::MklSgemm2t,
+                        Role::GradInput,
+                        &a,
+                        &b,
+                        None,
+                        (rows, red, cols),
+                        i,
+                        j,
+                    );
+                    let (fa, fb) = (|t: usize| a[i * red + t], |t: usize| b[t * cols + j]);
+                    let got = element_at(
+                        Role::GradInput,
+                        fa,
+                        fb,
+                        (rows, red, cols),
+                        j,
+                        i * red,
+                        i * cols,
+                        i >= r1,
+                    );
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{rows}x{red}x{cols} ({i}, {j})"
+                    );
+                }
+            }
+        }
         for (rows, red, cols) in [
             (2, 3, 2),
             (3, 9, 7),
@@ -1429,7 +1470,16 @@ mod tests {
                             Role::Forward => b[j * red + t],
                             _ => b[t * cols + j],
                         };
-                        let got = element_at(role, fa, fb, (rows, red, cols), j, i * red, i * cols);
+                        let got = element_at(
+                            role,
+                            fa,
+                            fb,
+                            (rows, red, cols),
+                            j,
+                            i * red,
+                            i * cols,
+                            false,
+                        );
                         assert_eq!(
                             got.to_bits(),
                             want.to_bits(),
@@ -1441,6 +1491,8 @@ mod tests {
         }
     }
 
+    /// The kernels of the module doc, by shape, and the program texts of their orders on
+    /// small cases worked by hand.
     #[test]
     fn kernels_and_orders_of_small_cases() {
         use MklKernel::*;

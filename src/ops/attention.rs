@@ -42,7 +42,8 @@
 //! Above the naive kernel's size ATen's `bmm` calls MKL's batched sgemm (`_baddbmm_mkl_`,
 //! `aten/src/ATen/native/mkl/LinearAlgebra.cpp`, for contiguous or transposed batch items).
 //! Measured (torch 2.15.0, MKL 2024.2, `torch.set_num_threads(1)`, `ATEN_CPU_CAPABILITY=avx2`,
-//! eager, the AMD EPYC of `crate::kernels::mkl_sgemm`; `scripts/sdpa_bmm_torch.py grid`):
+//! eager, the AMD EPYC of `crate::kernels::mkl_sgemm`, operands as torch allocates them;
+//! `scripts/sdpa_bmm_torch.py grid`):
 //! each batch element is exactly MKL's one-thread `sgemm` of that element alone
 //! ([`crate::kernels::mkl_sgemm::element_at`]), its kernel chosen by the element's shape and
 //! by the operands' layout flags, its alignment peels following the element's real addresses
@@ -62,15 +63,23 @@
 //!   at `e·S·S + i·S`.
 //! - `(q·f)ᵀ·da`: grad-weight, C's row `t` at `e·D·S + t·S`.
 //!
-//! Checked every element bit for bit: 1,638 products of 320 random sdpa calls (seq 3-64,
-//! head_dim 4-64, batch·heads 1-8, causal and not; seq 3-16 × head_dim 4-16 for 150 of them)
-//! and 36 with seq 100-200 (several K blocks of the main kernel), and the fixture
-//! `tests/data/torch_sdpa_bmm_avx2.json` (`tests/suite/sdpa_bmm_fixture.rs`: nine shapes,
-//! head groups of tensor-parallel ranks among them). Not modelled, so
-//! `crate::engine::exactness::op_gaps` lists them: other thread counts (at two threads
-//! torch differs), `seq` or `head_dim` 1 (gemv kernels), and the f32 profiles without the
-//! one-thread order model, which keep the naive order ([`mkl_bmm`] says which shapes run
-//! MKL's).
+//! At `torch.set_num_threads(2)` ([`BmmOrder::Mkl2t`]) every batch element is still the
+//! one-thread order when the call has several, but a call with one batch element
+//! (`B·H_r == 1`) is MKL's two-thread `sgemm` of it: the rows of
+//! [`crate::kernels::mkl_sgemm::narrow_tail_2t`] in the role's narrow kernel.
+//!
+//! Checked every element bit for bit (`sdpa_bmm_torch.py grid`, which evaluates the same
+//! rules in Python): one thread, 996 products of 170 random sdpa calls (`--seed 1 --shapes
+//! 170`: seq 3-64, head_dim 4-64, batch·heads 1-8, causal and not), 642 of 150 calls with seq
+//! 3-16 × head_dim 4-16 (`--seed 11`) and 36 of 6 with seq 100-200 (`--seed 12`, several K
+//! blocks of the main kernel); two threads, 540 products of 100 calls (`--threads 2 --seed 2
+//! --seq 3-24 --dim 4-40 --bh 3`) and 180 of 30 calls of one batch element with split rows
+//! (`--seed 4 --seq 5-11 --dim 17-40 --bh 1`); and the fixtures `tests/data/torch_sdpa_bmm_avx2.json`
+//! and `..._t2.json` (`tests/suite/sdpa_bmm_fixture.rs`: eleven shapes, head groups of
+//! tensor-parallel ranks among them) and the conformance probes. Not modelled, so
+//! `crate::engine::exactness::op_gaps` lists them: other thread counts, `seq` or `head_dim` 1
+//! (gemv kernels), and the f32 profiles without an order model, which keep the naive order
+//! ([`mkl_bmm`] says which shapes run MKL's).
 //!
 //! float64 (the truth) runs the same formulas in f64 with the double `f` and `libm`'s exp;
 //! the causal mask is the same `−∞` bias.
@@ -128,15 +137,20 @@ pub enum BmmOrder {
     /// MKL's batched sgemm at one thread: each batch element is the one-thread `sgemm` model
     /// ([`crate::kernels::mkl_sgemm::element_at`]) at its real offsets (module doc).
     Mkl1t,
+    /// At two threads: [`BmmOrder::Mkl1t`], except that a product of one batch element
+    /// (`B·H_r == 1`) is the two-thread `sgemm` (its rows of
+    /// [`crate::kernels::mkl_sgemm::narrow_tail_2t`] in the narrow kernel).
+    Mkl2t,
 }
 
 impl BmmOrder {
-    /// The order of a profile's f32 products from its matmul order model: MKL's one-thread
-    /// batched order under `mkl-sgemm-1t` (measured at one thread only), else the naive one.
+    /// The order of a profile's f32 products from its matmul order model: MKL's batched
+    /// order under `mkl-sgemm-1t` and `mkl-sgemm-2t`, else the naive one.
     pub fn of(model: Option<crate::kernels::mkl_sgemm::OrderModel>) -> Self {
         match model {
             Some(crate::kernels::mkl_sgemm::OrderModel::MklSgemm1t) => Self::Mkl1t,
-            _ => Self::Naive,
+            Some(crate::kernels::mkl_sgemm::OrderModel::MklSgemm2t) => Self::Mkl2t,
+            None => Self::Naive,
         }
     }
 }
@@ -145,7 +159,7 @@ impl BmmOrder {
 /// size, and not a gemv (`seq >= 2`, `head_dim >= 2`: the one-row or one-column products,
 /// whose kernels peel by other pointers, are not modelled at offsets).
 pub fn mkl_bmm(sh: AttnShape, order: BmmOrder) -> bool {
-    order == BmmOrder::Mkl1t && !naive_bmm(sh) && sh.seq >= 2 && sh.head_dim >= 2
+    order != BmmOrder::Naive && !naive_bmm(sh) && sh.seq >= 2 && sh.head_dim >= 2
 }
 
 /// Scalar types with the `bmm` element of [`BmmOrder::Mkl1t`].
@@ -161,6 +175,7 @@ pub trait BmmReal: Real {
         j: usize,
         x_row: usize,
         c_row: usize,
+        narrow: bool,
     ) -> Self;
 }
 
@@ -174,8 +189,9 @@ impl BmmReal for f32 {
         j: usize,
         x_row: usize,
         c_row: usize,
+        narrow: bool,
     ) -> f32 {
-        crate::kernels::mkl_sgemm::element_at(role, a, b, dims, j, x_row, c_row)
+        crate::kernels::mkl_sgemm::element_at(role, a, b, dims, j, x_row, c_row, narrow)
     }
 }
 
@@ -189,6 +205,7 @@ impl BmmReal for f64 {
         _: usize,
         _: usize,
         _: usize,
+        _: bool,
     ) -> f64 {
         let mut c = 0.0;
         for t in 0..red {
@@ -212,6 +229,8 @@ struct Layout {
     /// Whether the rank's `[B, H_r, S, D]` views merge to `[B·H_r, S, D]` without a copy
     /// (`B == 1` or `H_r == 1`).
     view: bool,
+    /// Whether the rank's products have one batch element (`B·H_r == 1`).
+    single: bool,
 }
 
 fn layout(sh: AttnShape, groups: &[Range<usize>], b: usize, h: usize) -> Layout {
@@ -230,21 +249,44 @@ fn layout(sh: AttnShape, groups: &[Range<usize>], b: usize, h: usize) -> Layout 
     } else {
         (bh * sh.seq * d, d)
     };
-    Layout { bh, x0, xld, view }
+    Layout {
+        bh,
+        x0,
+        xld,
+        view,
+        single: sh.batch * hr == 1,
+    }
+}
+
+/// Whether output row `row` of a product of `dims` on `lay`'s rank runs MKL's narrow kernel
+/// at two threads (a product of one batch element is split between the threads as `sgemm`
+/// splits it: [`crate::kernels::mkl_sgemm::narrow_tail_2t`]).
+#[inline]
+fn narrow_2t(
+    order: BmmOrder,
+    lay: &Layout,
+    (rows, red, cols): (usize, usize, usize),
+    row: usize,
+) -> bool {
+    order == BmmOrder::Mkl2t
+        && lay.single
+        && crate::kernels::mkl_sgemm::narrow_tail_2t(rows, red, cols).is_some_and(|r1| row >= r1)
 }
 
 /// One element `Σ_t a(t)·b(t)` of a product of `dims` in the naive kernel's order, or with
-/// `Some((role, x_row, c_row))` MKL's ([`BmmReal::mkl_element`]).
+/// `Some((role, x_row, c_row, narrow))` MKL's ([`BmmReal::mkl_element`]).
 #[inline(always)]
 fn bmm_dot<R: BmmReal>(
-    mkl: Option<(Role, usize, usize)>,
+    mkl: Option<(Role, usize, usize, bool)>,
     a: impl Fn(usize) -> R,
     b: impl Fn(usize) -> R,
     dims: (usize, usize, usize),
     j: usize,
 ) -> R {
     match mkl {
-        Some((role, x_row, c_row)) => R::mkl_element(role, a, b, dims, j, x_row, c_row),
+        Some((role, x_row, c_row, narrow)) => {
+            R::mkl_element(role, a, b, dims, j, x_row, c_row, narrow)
+        }
         None => {
             let mut acc = R::ZERO;
             for t in 0..dims.1 {
@@ -337,11 +379,12 @@ pub fn sdpa_forward<R: SoftmaxReal + BmmReal>(
             for i in 0..s {
                 // q·kᵀ: x = q·f, W = k·f (a transposed view) when the views merge; else two
                 // packed copies, MKL's ('N', 'N').
+                let nw = narrow_2t(order, &lay, (s, d, s), i);
                 let m = mkl.then(|| {
                     if lay.view {
-                        (Role::Forward, lay.x0 + i * lay.xld, 0)
+                        (Role::Forward, lay.x0 + i * lay.xld, 0, nw)
                     } else {
-                        (Role::GradInput, 0, lay.bh * s * s + i * s)
+                        (Role::GradInput, 0, lay.bh * s * s + i * s, nw)
                     }
                 });
                 for j in 0..s {
@@ -361,7 +404,12 @@ pub fn sdpa_forward<R: SoftmaxReal + BmmReal>(
             let lay = layout(sh, groups, b, h);
             let p = &bf.p[bh * s * s..(bh + 1) * s * s];
             for i in 0..s {
-                let m = mkl.then_some((Role::GradInput, 0, lay.bh * s * d + i * d));
+                let m = mkl.then_some((
+                    Role::GradInput,
+                    0,
+                    lay.bh * s * d + i * d,
+                    narrow_2t(order, &lay, (s, s, d), i),
+                ));
                 for t in 0..d {
                     out[(b * s + i) * w + h * d + t] = bmm_dot(
                         m,
@@ -417,14 +465,24 @@ pub fn sdpa_backward<R: SoftmaxReal + BmmReal>(
             );
             for i in 0..s {
                 // grad·vᵀ: x = the output gradient, W = v (a transposed view).
-                let m = mkl.then_some((Role::Forward, lay.x0 + i * lay.xld, 0));
+                let m = mkl.then_some((
+                    Role::Forward,
+                    lay.x0 + i * lay.xld,
+                    0,
+                    narrow_2t(order, &lay, (s, d, s), i),
+                ));
                 for j in 0..s {
                     dp[i * s + j] = bmm_dot(m, |t| go(i, t), |t| vv(j, t), (s, d, s), j);
                 }
             }
             for j in 0..s {
                 // pᵀ·grad: pᵀ a transposed view, MKL's ('N', 'T').
-                let m = mkl.then_some((Role::GradWeight, 0, lay.bh * s * d + j * d));
+                let m = mkl.then_some((
+                    Role::GradWeight,
+                    0,
+                    lay.bh * s * d + j * d,
+                    narrow_2t(order, &lay, (s, s, d), j),
+                ));
                 for t in 0..d {
                     dv[(b * s + j) * w + h * d + t] =
                         bmm_dot(m, |i| p[i * s + j], |i| go(i, t), (s, s, d), t);
@@ -443,11 +501,12 @@ pub fn sdpa_backward<R: SoftmaxReal + BmmReal>(
             for i in 0..s {
                 // da·(k·f): k·f's view transposed back is packed rows when the views merge
                 // (MKL's ('N', 'N')); else the packed copy transposed (the forward role).
+                let nw = narrow_2t(order, &lay, (s, s, d), i);
                 let m = mkl.then(|| {
                     if lay.view {
-                        (Role::GradInput, 0, lay.bh * s * d + i * d)
+                        (Role::GradInput, 0, lay.bh * s * d + i * d, nw)
                     } else {
-                        (Role::Forward, lay.bh * s * s + i * s, 0)
+                        (Role::Forward, lay.bh * s * s + i * s, 0, nw)
                     }
                 });
                 for t in 0..d {
@@ -457,7 +516,12 @@ pub fn sdpa_backward<R: SoftmaxReal + BmmReal>(
             }
             for t in 0..d {
                 // (q·f)ᵀ·da: a transposed view, MKL's ('N', 'T').
-                let m = mkl.then_some((Role::GradWeight, 0, lay.bh * d * s + t * s));
+                let m = mkl.then_some((
+                    Role::GradWeight,
+                    0,
+                    lay.bh * d * s + t * s,
+                    narrow_2t(order, &lay, (d, s, s), t),
+                ));
                 for j in 0..s {
                     let acc = bmm_dot(m, |i| qs[i * d + t], |i| da[i * s + j], (d, s, s), j);
                     dk[(b * s + j) * w + h * d + t] = acc * f;

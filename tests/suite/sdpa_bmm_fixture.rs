@@ -1,14 +1,18 @@
 //! `src/ops/attention.rs` above ATen's naive `bmm` size against real PyTorch:
 //! `tests/data/torch_sdpa_bmm_avx2.json`, written by `scripts/sdpa_bmm_torch.py fixture`
 //! (torch 2.15 on the CPU, eager, `ATEN_CPU_CAPABILITY=avx2`, one thread):
-//! `F.scaled_dot_product_attention` (math backend) forward and backward on nine shapes —
+//! `F.scaled_dot_product_attention` (math backend) forward and backward on eleven shapes —
 //! copied and viewed batch elements (batch 1, one head, several heads), batch elements that
 //! start off a 16-byte boundary, MKL's main and narrow kernels, causal and not, two cases
 //! split into head groups computed as separate calls (tensor-parallel ranks, one of them
-//! uneven), and one case below the naive size. Inputs are SplitMix64 draws
+//! uneven), one case below the naive size, and two of one batch element per call. Inputs are SplitMix64 draws
 //! (`revealed_orders::draw`, scaled by 1/8), so the file holds torch's outputs only.
 //!
-//! float32 is compared bit for bit under [`BmmOrder::Mkl1t`]. The control: the naive order
+//! `tests/data/torch_sdpa_bmm_avx2_t2.json` is the same at `torch.set_num_threads(2)`, with
+//! two more cases (products of one batch element, which MKL splits between its threads).
+//!
+//! float32 is compared bit for bit under [`BmmOrder::Mkl1t`] (one thread) and
+//! [`BmmOrder::Mkl2t`] (two). The control: the naive order
 //! ([`BmmOrder::Naive`], what the op ran before MKL's order was modelled) must miss some
 //! elements above the size, so that the cases can tell the two apart, and match below it.
 
@@ -19,22 +23,27 @@ use seedsweep::ops::attention::{
 };
 use serde_json::Value;
 
-fn fixture() -> Value {
+fn fixture(threads: usize) -> Value {
+    let suffix = if threads == 1 {
+        String::new()
+    } else {
+        format!("_t{threads}")
+    };
     let path = format!(
-        "{}/tests/data/torch_sdpa_bmm_avx2.json",
+        "{}/tests/data/torch_sdpa_bmm_avx2{suffix}.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).expect("regenerate with scripts/sdpa_bmm_torch.py");
     let json: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(json["threads"], 1);
+    assert_eq!(json["threads"], threads);
     assert_eq!(json["cpu_capability"], "AVX2");
     assert!(json["torch"].as_str().unwrap().starts_with("2.15"));
     json
 }
 
 /// Per case: (shape, naive size, identical elements, elements) of out, dq, dk, dv together.
-fn run(order: BmmOrder) -> Vec<(AttnShape, bool, usize, usize)> {
-    let doc = fixture();
+fn run(order: BmmOrder, threads: usize) -> Vec<(AttnShape, bool, usize, usize)> {
+    let doc = fixture(threads);
     let mut res = Vec::new();
     for c in doc["cases"].as_array().unwrap() {
         let u = |k: &str| c[k].as_u64().unwrap() as usize;
@@ -73,7 +82,7 @@ fn run(order: BmmOrder) -> Vec<(AttnShape, bool, usize, usize)> {
         );
         let (mut dq, mut dk, mut dv) = (out.clone(), out.clone(), out.clone());
         sdpa_backward(
-            &g, &v, sh, scale, 8, 1, order, &groups, &mut dq, &mut dk, &mut dv, &mut bf,
+            &g, &v, sh, scale, 8, threads, order, &groups, &mut dq, &mut dk, &mut dv, &mut bf,
         );
         let (mut same, mut total) = (0, 0);
         for (name, got) in [("out", &out), ("dq", &dq), ("dk", &dk), ("dv", &dv)] {
@@ -93,15 +102,37 @@ fn run(order: BmmOrder) -> Vec<(AttnShape, bool, usize, usize)> {
 
 #[test]
 fn mkl_order_is_torchs_bit_for_bit() {
-    let res = run(BmmOrder::Mkl1t);
-    let bad: Vec<_> = res.iter().filter(|r| r.2 != r.3).collect();
-    assert!(bad.is_empty(), "cases not bit-exact: {bad:?}");
-    assert_eq!(res.len(), 9);
+    for (order, threads) in [(BmmOrder::Mkl1t, 1), (BmmOrder::Mkl2t, 2)] {
+        let res = run(order, threads);
+        let bad: Vec<_> = res.iter().filter(|r| r.2 != r.3).collect();
+        assert!(
+            bad.is_empty(),
+            "{threads} thread(s), cases not bit-exact: {bad:?}"
+        );
+        assert_eq!(res.len(), 11);
+    }
+}
+
+/// At two threads the one-thread order misses the products of one batch element that MKL
+/// splits between the threads (the last two cases), and only those.
+#[test]
+fn two_threads_split_single_products() {
+    let res = run(BmmOrder::Mkl1t, 2);
+    for (n, (sh, _, same, total)) in res.iter().enumerate() {
+        if n < 9 {
+            assert_eq!(
+                same, total,
+                "{sh:?}: several batch elements, one-thread order"
+            );
+        } else {
+            assert!(same < total, "{sh:?}: the split rows do not show");
+        }
+    }
 }
 
 #[test]
 fn naive_order_differs_above_the_size_only() {
-    let res = run(BmmOrder::Naive);
+    let res = run(BmmOrder::Naive, 1);
     for (sh, naive, same, total) in &res {
         if *naive {
             assert_eq!(
