@@ -196,12 +196,22 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
       ("v_grad", "v.grad", label, "backward (v)")])
 
 
-def tp_attention(p, tp, rule, heads, hidden):
+def tp_attention(p, tp, rule, heads, hidden, seq=5, batch=2):
     """Megatron's attention: column-parallel q, k, v holding whole heads, causal sdpa per
-    rank, a row-parallel output projection."""
-    label = f"head-sharded causal sdpa tp {tp} ({heads} heads)"
-    p.add(f"tp{tp}-attention-{rule}-{heads}x{hidden}", f'''
-dims = {{ batch = 2, seq = 5, hidden = {hidden}, heads = {heads} }}
+    rank, a row-parallel output projection. Another seq or batch than (5, 2): the attention's
+    own rows only (the others are the linear rows'), to keep the fixtures small."""
+    small = (seq, batch) == (5, 2)
+    label = f"head-sharded causal sdpa tp {tp} ({heads} heads" + (
+        ")" if small else f", batch {batch}, seq {seq} x head_dim {hidden // heads})")
+    checks = [("attn_out", "attn.out", label, "forward"),
+              ("o_out", "o.out", label, "forward (row-parallel output)"),
+              ("q_grad", "q.out.grad", label, "backward (q)"),
+              ("x_grad", "x.grad", label, "backward (input, three column layers)"),
+              ("q_w", "q.weight", label, "step (q weight)")]
+    if not small:
+        checks = [c for c in checks if c[0] in ("attn_out", "q_grad")]
+    p.add(f"tp{tp}-attention-{rule}-{heads}x{hidden}" + ("" if small else f"-b{batch}s{seq}"), f'''
+dims = {{ batch = {batch}, seq = {seq}, hidden = {hidden}, heads = {heads} }}
 parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
 inputs = [
   {{ name = "x", draw = "randn", shape = ["batch", "seq", "hidden"], grad = true }},
@@ -216,11 +226,7 @@ layers = [
 ]
 loss = {{ op = "mse", target = "t" }}
 train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
-''', [("attn_out", "attn.out", label, "forward"),
-      ("o_out", "o.out", label, "forward (row-parallel output)"),
-      ("q_grad", "q.out.grad", label, "backward (q)"),
-      ("x_grad", "x.grad", label, "backward (input, three column layers)"),
-      ("q_w", "q.weight", label, "step (q weight)")])
+''', checks)
 
 
 def main():
@@ -281,6 +287,13 @@ def main():
     sdpa(p, 3, 3, 1, 7, False)
     for tp, rule, heads, hidden in [(2, "megatron", 4, 16), (4, "megatron", 4, 16), (2, "megatron", 2, 12)]:
         tp_attention(p, tp, rule, heads, hidden)
+    # attention above it: MKL's batched sgemm (seq 16 x seq 16 x head_dim 16 = 4096), packed
+    # copies (batch 2, 2 heads), strided views (batch 1, 4 heads), and head-sharded at tp 2
+    # (batch 1: the whole run's views are strided, each rank's one head packed)
+    sdpa(p, 2, 16, 2, 32, False)
+    sdpa(p, 2, 16, 2, 32, True)
+    sdpa(p, 1, 16, 4, 64, True)
+    tp_attention(p, 2, "megatron", 2, 32, seq=16, batch=1)
     for name, text in p.files.items():
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)

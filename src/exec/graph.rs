@@ -110,8 +110,9 @@ pub struct Plan {
     /// computation's ranks (a column-parallel output: one per rank's columns; a
     /// sequence-parallel norm's: one per rank's token rows; elementwise layers pass their
     /// input's on), which decides the scalar remainder of torch's elementwise loop
-    /// ([`TorchLoop`]). [`TorchParts::Whole`] for other layers; the unsharded computations
-    /// always use it.
+    /// ([`TorchLoop`]); for an attention layer, the tensors its q is held in (its ranks' head
+    /// groups). [`TorchParts::Whole`] for other layers; the unsharded computations always use
+    /// it.
     pub act_parts: Vec<TorchParts>,
     /// A vocab-parallel loss: the vocabulary's shards in the sharded computation (computed
     /// once here, not per micro-step). Empty for other losses.
@@ -928,6 +929,8 @@ impl Plan {
                     causal,
                     scale,
                     be.elementwise_block() / 2,
+                    be.bmm_order(),
+                    self.head_groups(cx.sharded, li),
                     &mut y,
                     &mut bf.attn[li],
                 );
@@ -1339,6 +1342,8 @@ impl Plan {
                     scale,
                     be.elementwise_block() / 2,
                     be.aten_threads(),
+                    be.bmm_order(),
+                    self.head_groups(cx.sharded, li),
                     &mut gq,
                     &mut gk,
                     &mut gv,
@@ -1413,6 +1418,15 @@ impl Plan {
                 &WHOLE
             },
             onednn: be.onednn_isa(),
+        }
+    }
+
+    /// The ranks' column ranges of attention layer `li`'s q in the sharded computation (each
+    /// rank's torch tensors hold its heads, [`Plan::act_parts`]); empty (one rank) otherwise.
+    fn head_groups(&self, sharded: bool, li: usize) -> &[Range<usize>] {
+        match (sharded, &self.act_parts[li]) {
+            (true, TorchParts::Columns(r)) => r,
+            _ => &[],
         }
     }
 

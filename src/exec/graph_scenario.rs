@@ -443,8 +443,9 @@ fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
             }
             Op::Activation { x, .. } => (held[x.0].clone(), held[x.0].clone()),
             Op::Binary { a, .. } => (TorchParts::Whole, held[a.0].clone()),
-            // Head-sharded: each rank's output holds its heads' columns, as q's.
-            Op::Sdpa { q, .. } => (TorchParts::Whole, held[q.0].clone()),
+            // Head-sharded: each rank's output holds its heads' columns, as q's; the ranks'
+            // head groups decide the layout of torch's batched products.
+            Op::Sdpa { q, .. } => (held[q.0].clone(), held[q.0].clone()),
             _ => (TorchParts::Whole, TorchParts::Whole),
         };
         held[out.0] = out_parts;

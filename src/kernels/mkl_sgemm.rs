@@ -459,6 +459,57 @@ pub fn element(
     element_of(OrderModel::MklSgemm1t, role, a, b, bias, dims, i, j)
 }
 
+/// Element `(i, j)` of `role` at one thread (the module doc's kernels) over the terms
+/// `a(t)·b(t)`, `t < red`, with the peels following where the operands really lie instead of
+/// the packed layout [`element`] assumes: `x_row` is the float offset of x's row `i` (the
+/// forward's **DotTn** peel, `(−x_row) mod 4`) and `c_row` that of C's row `i` (the
+/// gradients' **ChainNn** peel, `(−c_row) mod 4`), each counted from a 16-byte boundary (only
+/// the value mod 4 matters). With `x_row = i·red` and `c_row = i·cols` it is [`element`].
+/// Used for the per-batch products of ATen's batched `bmm` (`crate::ops::attention`), whose
+/// batch elements start `b·rows·red` (x) and `b·rows·cols` (C) floats into their tensors.
+/// With `narrow`, the role's narrow kernel (**DotTn** or **ChainNn**) whatever the shape: a
+/// row of [`narrow_tail_2t`] at two threads. **Main**, **DotTn** and **ChainNn** only
+/// (`rows >= 2`, `cols >= 2`, no bias): panics on a gemv shape or `ForwardBias`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn element_at(
+    role: Role,
+    a: impl Fn(usize) -> f32,
+    b: impl Fn(usize) -> f32,
+    (rows, red, cols): (usize, usize, usize),
+    j: usize,
+    x_row: usize,
+    c_row: usize,
+    narrow: bool,
+) -> f32 {
+    assert!(role != Role::ForwardBias, "element_at: no bias");
+    let kern = if narrow {
+        self::narrow(role)
+    } else {
+        kernel(role, rows, cols)
+    };
+    match kern {
+        MklKernel::Main => main_element(a, b, red, None),
+        MklKernel::DotTn => {
+            let p = (4 - x_row % 4) % 4;
+            if j < cols / 4 * 4 {
+                vdot::<4, 4>(a, b, red, p)
+            } else {
+                vdot::<8, 8>(a, b, red, p)
+            }
+        }
+        MklKernel::ChainNn => {
+            let p = (4 - c_row % 4) % 4;
+            if p > 0 && cols >= p + 4 && j < p {
+                p8(a, b, red)
+            } else {
+                chain(a, b, red)
+            }
+        }
+        k => panic!("element_at: {k:?} ({rows} x {cols}) is not modelled with offsets"),
+    }
+}
+
 /// [`element`] under `model`: the element computed by [`element_kernel`]'s kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn element_of(
@@ -1354,6 +1405,90 @@ mod tests {
             element_program(Role::Forward, (5, 8, 17), 4, 0),
             element_program(Role::Forward, (5, 8, 17), 3, 0)
         );
+    }
+
+    /// [`element_at`] with the packed layout's offsets (`x_row = i·red`, `c_row = i·cols`) is
+    /// [`element`], bit for bit, on every non-gemv shape of a small grid and every role it
+    /// takes; and with `narrow` on [`narrow_tail_2t`]'s rows it is [`element_of`] at two
+    /// threads.
+    #[test]
+    fn element_at_with_packed_offsets_is_element() {
+        for (rows, red, cols) in [(7, 20, 24), (10, 9, 17), (6, 33, 12)] {
+            let a = values(rows as u64 + 5, rows * red);
+            let b = values(cols as u64 + 9, red * cols);
+            let r1 = narrow_tail_2t(rows, red, cols).expect("a shape with a narrow tail");
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = element_of(
+                        OrderModel::MklSgemm2t,
+                        Role::GradInput,
+                        &a,
+                        &b,
+                        None,
+                        (rows, red, cols),
+                        i,
+                        j,
+                    );
+                    let (fa, fb) = (|t: usize| a[i * red + t], |t: usize| b[t * cols + j]);
+                    let got = element_at(
+                        Role::GradInput,
+                        fa,
+                        fb,
+                        (rows, red, cols),
+                        j,
+                        i * red,
+                        i * cols,
+                        i >= r1,
+                    );
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{rows}x{red}x{cols} ({i}, {j})"
+                    );
+                }
+            }
+        }
+        for (rows, red, cols) in [
+            (2, 3, 2),
+            (3, 9, 7),
+            (5, 6, 13),
+            (9, 7, 9),
+            (4, 17, 12),
+            (3, 33, 5),
+        ] {
+            let a = values(rows as u64 * 31 + red as u64, rows * red);
+            let b = values(cols as u64 * 7 + red as u64, red * cols);
+            for role in [Role::Forward, Role::GradInput, Role::GradWeight] {
+                for i in 0..rows {
+                    for j in 0..cols {
+                        let want = element(role, &a, &b, None, (rows, red, cols), i, j);
+                        let fa = |t: usize| match role {
+                            Role::GradWeight => a[t * rows + i],
+                            _ => a[i * red + t],
+                        };
+                        let fb = |t: usize| match role {
+                            Role::Forward => b[j * red + t],
+                            _ => b[t * cols + j],
+                        };
+                        let got = element_at(
+                            role,
+                            fa,
+                            fb,
+                            (rows, red, cols),
+                            j,
+                            i * red,
+                            i * cols,
+                            false,
+                        );
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{role:?} {rows}x{red}x{cols} ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The kernels of the module doc, by shape, and the program texts of their orders on

@@ -48,7 +48,9 @@ use crate::ops::real::Real;
 /// The constants are each type's own: f32 holds torch's (the f64 value rounded to f32, as
 /// `Activation.cpp` converts `M_SQRT1_2` and its products), f64 the nearest double to the
 /// exact value, so that the float64 ground truth holds no f32-rounded constant.
-pub trait ActReal: Real + crate::ops::softmax::SoftmaxReal {
+pub trait ActReal:
+    Real + crate::ops::softmax::SoftmaxReal + crate::ops::attention::BmmReal
+{
     /// 1/√2 (torch's `kAlpha`: `M_SQRT1_2`).
     const FRAC_1_SQRT_2: Self;
     /// 1/√(2π) (torch's `kBeta` of the exact gelu: `M_2_SQRTPI · M_SQRT1_2 · 0.5`).

@@ -283,6 +283,11 @@ pub trait Backend {
     fn aten_threads(&self) -> usize {
         1
     }
+    /// The order of attention's `bmm`s at or above ATen's naive size
+    /// ([`crate::ops::attention::BmmOrder`]): the naive kernel's by default.
+    fn bmm_order(&self) -> crate::ops::attention::BmmOrder {
+        crate::ops::attention::BmmOrder::Naive
+    }
     /// The square root of Adam's update (`exp_avg_sq.sqrt()`, [`crate::ops::optim::step`]):
     /// the correctly rounded one by default.
     fn adam_sqrt(&self) -> fn(Self::R) -> Self::R {
@@ -740,6 +745,11 @@ impl Backend for F32Backend<'_> {
     /// The torch thread count the profile's matmuls mirror (`cpu-fma+mkl-threads-N`: N, from
     /// its order model or revealed orders), else 1 (the profiles that mirror no torch build):
     /// [`crate::kernels::mkl_sgemm::torch_threads`].
+    /// MKL's one-thread batched order under the one-thread order model (measured at one
+    /// thread only; every other profile keeps the naive order).
+    fn bmm_order(&self) -> crate::ops::attention::BmmOrder {
+        crate::ops::attention::BmmOrder::of(self.order_model)
+    }
     fn aten_threads(&self) -> usize {
         crate::kernels::mkl_sgemm::torch_threads(
             self.order_model,
