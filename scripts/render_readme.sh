@@ -21,13 +21,17 @@ $bin sweep --config "$tut" --seeds 200 --out "$tmp/mine" 2>&1 | sed "s|$tmp/mine
 $bin sweep --config "$tut" --param 30 --mutants all --seeds 1000 --quiet --out "$tmp/mine-30" > /dev/null
 $bin size "$tmp/mine-30" 2>&1 | sed "s|$tmp/mine-30|results/mine-30|g" > "$tmp/tut_size.txt"
 cp "$tut" "$tmp/tut_file.txt"
+attn=configs/examples/attention_tp2.toml
+cp "$attn" "$tmp/attn_file.txt"
+$bin sweep --config "$attn" --seeds 200 --out "$tmp/attn" 2>/dev/null | sed "s|$tmp/attn|results/attn|g" > "$tmp/attn_sweep.txt"
 python3 - "$tmp" <<'PY'
 import sys
 tmp = sys.argv[1]
 t = open("scripts/README.template.md").read()
 for key, f in (("@@SWEEP@@", "sweep.txt"), ("@@REPRO@@", "repro.txt"), ("@@BENCH@@", "bench.txt"), ("@@DILOCO@@", "diloco.txt"), ("@@SIZE@@", "size.txt"),
                   ("@@TUT_FILE@@", "tut_file.txt"), ("@@TUT_CHECK@@", "tut_check.txt"), ("@@TUT_ERROR@@", "tut_error.txt"),
-                  ("@@TUT_SWEEP@@", "tut_sweep.txt"), ("@@TUT_SIZE@@", "tut_size.txt")):
+                  ("@@TUT_SWEEP@@", "tut_sweep.txt"), ("@@TUT_SIZE@@", "tut_size.txt"),
+                  ("@@ATTN_FILE@@", "attn_file.txt"), ("@@ATTN_SWEEP@@", "attn_sweep.txt")):
     t = t.replace(key, open(f"{tmp}/{f}").read().rstrip("\n"))
 open("README.md", "w").write(t)
 PY
