@@ -725,10 +725,12 @@ fn row_sum_exp<const N: usize>(row: &[f32], max: f32) -> f32 {
 /// ATen's `vec_reduce_all` butterfly over N lanes (N = 16 on AVX512:
 /// `_mm512_shuffle_f32x4` 0x4E / 0xB1 then `_mm512_shuffle_ps` 0x4E / 0xB1; N = 8 on
 /// AVX2: `_mm256_permute2f128_ps` then `_mm256_shuffle_ps` 0x4E / 0xB1): lane l adds lane
-/// l + N/2, then l + N/4, ... and lane 0 is the result.
+/// l + N/2, then l + N/4, ... and lane 0 is the result. `v` holds the N lanes (N a power of
+/// two; an array's length is known where this is inlined).
 #[inline(always)]
-fn tree_reduce<const N: usize>(v: &mut [f32; N]) -> f32 {
-    let mut w = N;
+pub(crate) fn tree_reduce(v: &mut [f32]) -> f32 {
+    debug_assert!(v.len().is_power_of_two());
+    let mut w = v.len();
     while w > 1 {
         let half = w / 2;
         for l in 0..half {

@@ -51,7 +51,7 @@
 //! `e_i = exp(x_i − m)`, `s = Σ e_i` left to right from `e_0`, `y_i = e_i / s`; backward
 //! `dot = Σ dy_i·y_i` left to right from 0, `dx_i = y_i·(dy_i − dot)`.
 
-use crate::kernels::torch_ops::exp_shifted_f32;
+use crate::kernels::torch_ops::{exp_shifted_f32, tree_reduce};
 use crate::ops::real::Real;
 
 /// Scalar types with a softmax kernel: f32 is torch's CPU kernel, f64 the truth (module doc).
@@ -108,15 +108,7 @@ fn lane_sum(
     for (l, i) in (full..n).enumerate() {
         v[l] = tail(v[l], i);
     }
-    let mut w = lanes;
-    while w > 1 {
-        let half = w / 2;
-        for l in 0..half {
-            v[l] += v[l + half];
-        }
-        w = half;
-    }
-    v[0]
+    tree_reduce(&mut v[..lanes])
 }
 
 /// Maximum of a row, NaN propagating (`vec::maximum`).
