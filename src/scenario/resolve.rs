@@ -43,6 +43,29 @@ pub enum Split {
     },
 }
 
+impl Split {
+    /// Whether every rank holds the same part of both tensors: both whole, or both split on
+    /// one axis into the same ranges, whichever layer split them.
+    pub fn alike(&self, other: &Split) -> bool {
+        match (self, other) {
+            (Split::Replicated, Split::Replicated) => true,
+            (
+                Split::Axis {
+                    axis: a1,
+                    ranges: r1,
+                    ..
+                },
+                Split::Axis {
+                    axis: a2,
+                    ranges: r2,
+                    ..
+                },
+            ) => a1 == a2 && r1 == r2,
+            _ => false,
+        }
+    }
+}
+
 /// What a tensor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -950,22 +973,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             ),
                         ));
                     }
-                    let same = match (&t.split, &x.split) {
-                        (
-                            Split::Axis {
-                                axis: a1,
-                                ranges: r1,
-                                ..
-                            },
-                            Split::Axis {
-                                axis: a2,
-                                ranges: r2,
-                                ..
-                            },
-                        ) => a1 == a2 && r1 == r2,
-                        (a, b) => a == b,
-                    };
-                    if !same {
+                    if !t.split.alike(&x.split) {
                         return Err(ctx.err(
                             &format!("{lp}.inputs"),
                             format!(
@@ -1046,23 +1054,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 // The same shards on every rank (who split them does not matter: SwiGLU's
                 // gate and up are two column-parallel layers of one out size).
-                let same = match (&x.split, &y.split) {
-                    (Split::Replicated, Split::Replicated) => true,
-                    (
-                        Split::Axis {
-                            axis: a1,
-                            ranges: r1,
-                            ..
-                        },
-                        Split::Axis {
-                            axis: a2,
-                            ranges: r2,
-                            ..
-                        },
-                    ) => a1 == a2 && r1 == r2,
-                    _ => false,
-                };
-                if !same {
+                if !x.split.alike(&y.split) {
                     return Err(ctx.err(
                         &format!("{lp}.inputs"),
                         format!(
