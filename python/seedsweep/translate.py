@@ -590,7 +590,8 @@ class Translator:
         if s.op == "aten._softmax":
             return self.parse_softmax(s, side)
         if s.op in ("aten.transpose", "aten.permute") and isinstance(s.args[0], Sym) \
-                and (s.args[0].op in ("aten.bmm", "getitem") or unwrap(s.args[0]).op == "aten.bmm"):
+                and (unwrap(s.args[0]).op == "aten.bmm" or (s.args[0].op == "getitem" and isinstance(
+                    s.args[0].args[0], Sym) and s.args[0].args[0].op in SDPA_FUSED)):
             return self.parse_sdpa(s, side)
         if s.op == "getitem" and isinstance(s.args[0], Sym) and s.args[0].op in SDPA_FUSED:
             self.fail(sdpa_fused_message(s.args[0].op), s.args[0].line)
