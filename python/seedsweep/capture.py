@@ -245,7 +245,7 @@ def diagnose(path, tr, until):
                 sym = next((x for x in syms if tr.micro_of(x) == lab), None)
                 if sym is None or "value" not in sym.meta:
                     continue
-                theirs, ops, cname = sym.meta["value"].reshape(-1), [(tr.aten_of(sym), sym.line)], loss_check
+                theirs, ops, cname = sym.meta["value"].reshape(-1), [tr.aten_of(sym)], loss_check
                 what = f"the loss ({tr.loss_spec[0]})"
             else:
                 got = outs.get((comp, li, lab))

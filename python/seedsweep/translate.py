@@ -921,7 +921,9 @@ class Translator:
             scale = min(ok, key=lambda c: (len(repr(c)), abs(c - f * f))) if ok else None
             if scale is None:
                 return refuse(f"a scale factor {f!r} that is the square root of no double", qs)
-        return self.whole_or_part(("sdpa", total, causal, scale), heads, s, side)
+        # the layer's line: the F.scaled_dot_product_attention call (its bmm), not the read-back
+        call = Sym(s.op, s.args, o.line or s.line, s.meta)
+        return self.whole_or_part(("sdpa", total, causal, scale), heads, call, side)
 
     def parse_input_slice(self, s):
         """A rank's slice of a whole activation on its last dim (`h[..., lo:hi]`): the input of a
@@ -1424,10 +1426,16 @@ class Translator:
         return self.label_str(divmod(gm, self.micro), "micro-step")
 
     def aten_of(self, sym):
+        """(the test's op behind a value, its source line)."""
+        sym = unwrap(sym)
+        if sym.op in ("aten.transpose", "aten.permute") and isinstance(sym.args[0], Sym) \
+                and unwrap(sym.args[0]).op == "aten.bmm":
+            return ("F.scaled_dot_product_attention (the math path: bmm, _safe_softmax, bmm)",
+                    unwrap(sym.args[0]).line)
         op = sym.meta.get("overload") or sym.op
         if sym.op == "getitem" and isinstance(sym.args[0], Sym):
             op = sym.args[0].meta.get("overload") or sym.args[0].op
-        return op
+        return (op, sym.line)
 
     def layer_outputs(self):
         """{(computation, layer index, micro-step label): (value as a flat float32 tensor or None,
@@ -1445,7 +1453,7 @@ class Translator:
                 key = (comp, v[1], lab)
                 if key not in out or (out[key][0] is None and "value" in sym.meta):
                     val = sym.meta.get("value")
-                    out[key] = (None if val is None else val.reshape(-1), [(self.aten_of(sym), sym.line)])
+                    out[key] = (None if val is None else val.reshape(-1), [self.aten_of(sym)])
             else:
                 parts.setdefault((comp, v[1], lab), {}).setdefault(v[2], sym)
         for key, by_rank in parts.items():
@@ -1456,7 +1464,7 @@ class Translator:
             root = self.col_root(li) if spec[0] != "linear" else li
             rs = self.shard_ranges.get(self.layers[root]["spec"][1], [])
             syms = [by_rank.get(rg) for rg in rs]
-            ops = [(self.aten_of(x), x.line) for x in syms if x is not None]
+            ops = [self.aten_of(x) for x in syms if x is not None]
             if not rs or any(x is None or "value" not in x.meta for x in syms):
                 out[key] = (None, ops)
                 continue

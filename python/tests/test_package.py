@@ -238,7 +238,8 @@ def test_mirror_proof_names_the_first_op_that_differs(tmp_path):
         src = f.read().splitlines()
     ref_line = 1 + next(i for i, l in enumerate(src) if "ref_out = fc2(F.gelu(fc1(x)))" in l)
     out = tmp_path / "out.toml"
-    r = run(["tests/data/mistranslate.py", "examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
+    r = run(["tests/data/mistranslate.py", 'op = "gelu"', 'op = "gelu-tanh"',
+             "examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]", "-o", str(out)])
     assert r.returncode == 3, r.stdout + r.stderr
     verdict = r.stdout.strip().splitlines()[-1]
     assert verdict.startswith("mirror NOT exact: 0 of 36 checked tensors equal; first difference: sharded fc2_out "
@@ -247,3 +248,22 @@ def test_mirror_proof_names_the_first_op_that_differs(tmp_path):
     assert (f"first op whose output differs: layer `gelu1` (gelu) in the reference computation at micro-step 0.0, "
             f"the test's aten.gelu.default at examples/test_tp_mlp.py:{ref_line}:") in verdict, verdict
     assert f"# {verdict}\n" in out.read_text()
+
+
+def test_mirror_proof_names_a_mistranslated_attention(tmp_path):
+    # The attention example with `causal = true` dropped from its sdpa layer: q, k and v still
+    # equal the test's, the attention is the first op that differs, named with the line of the
+    # F.scaled_dot_product_attention call.
+    with open(os.path.join(PKG, "examples", "test_tp_attention.py")) as f:
+        src = f.read().splitlines()
+    call = 1 + next(i for i, l in enumerate(src) if "F.scaled_dot_product_attention(" in l)
+    out = tmp_path / "out.toml"
+    r = run(["tests/data/mistranslate.py", "causal = true", "",
+             "examples/test_tp_attention.py::test_tp_attention_adamw", "-o", str(out)])
+    assert r.returncode == 3, r.stdout + r.stderr
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("mirror NOT exact: 0 of 36 checked tensors equal; first difference: sharded wo_out "), \
+        verdict
+    assert ("first op whose output differs: layer `sdpa1` (sdpa) in the reference computation at micro-step 0, the "
+            "test's F.scaled_dot_product_attention (the math path: bmm, _safe_softmax, bmm) at "
+            f"examples/test_tp_attention.py:{call}:") in verdict, verdict
