@@ -12,7 +12,9 @@ for node in \
   "examples/test_tp_mlp.py::test_tp_mlp_adamw[tight]" \
   "examples/test_tp_classifier.py::test_tp_classifier_sgd[default]" \
   "examples/test_tp_prenorm_block.py::test_tp_prenorm_block_adam" \
-  "examples/test_row_parallel_head.py::test_row_parallel_head_sgd"; do
+  "examples/test_row_parallel_head.py::test_row_parallel_head_sgd" \
+  "examples/test_tp_attention.py::test_tp_attention_adamw" \
+  "examples/test_tp_swiglu.py::test_tp_swiglu_adamw"; do
   file=${node%%::*}; rest=${node#*::}; name=${rest%%[*}
   param=""; case $rest in *"["*) param=${rest#*[}; param=".${param%]}";; esac
   out="examples/captures/$(basename "$file" .py).$name$param.toml"

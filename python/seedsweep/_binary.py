@@ -15,12 +15,16 @@ def binary():
     if here.is_file():
         return str(here)
     try:
-        from importlib.metadata import PackageNotFoundError, distribution
+        from importlib.metadata import distributions
         name = "seedsweep/bin/" + ("seedsweep.exe" if os.name == "nt" else "seedsweep")
-        installed = Path(distribution("seedsweep").locate_file(name))
-        if installed.is_file():
-            return str(installed)
-    except (ImportError, PackageNotFoundError):
+        # every distribution of that name on sys.path, not only the first: from `python/`, the
+        # `seedsweep.egg-info` a `pip install ./python` leaves in the source tree comes first
+        # and has no binary
+        for dist in distributions(name="seedsweep"):
+            installed = Path(dist.locate_file(name))
+            if installed.is_file():
+                return str(installed)
+    except ImportError:
         pass
     found = shutil.which("seedsweep")
     if found:

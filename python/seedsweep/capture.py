@@ -148,29 +148,133 @@ def mirror_proof(path, tr, keep_dump=None):
     n = len(recorded)
     exact = 0
     first = None
+    first_tensor = None
     for cname, label, comp, value, line in recorded:
+        where = f"{comp} {cname} ({tr.checks[cname]['tensor']}) at step {label} ({line})"
         f = os.path.join(folder, f"{comp}__{cname}__step{label}__value.npy")
+        why = None
         if not os.path.exists(f):
-            first = first or f"{comp} {cname} at step {label} ({line}): seedsweep recorded no such tensor"
-            continue
-        ours = np.load(f)
-        theirs = value.detach().contiguous().numpy()
-        if ours.size != theirs.size:
-            first = first or f"{comp} {cname} at step {label} ({line}): {ours.size} elements vs the test's {theirs.size}"
-            continue
-        a = ours.reshape(-1).view(np.uint32)
-        b = theirs.reshape(-1).astype(np.float32).view(np.uint32)
-        diff = np.nonzero(a != b)[0]
-        if diff.size == 0:
-            exact += 1
-        elif first is None:
-            i = int(diff[0])
-            first = (f"{comp} {cname} at step {label} ({line}) differs first at flat index {i}: seedsweep "
-                     f"{float(ours.reshape(-1)[i])!r} vs the test's {float(theirs.reshape(-1)[i])!r} "
-                     f"({diff.size} of {a.size} elements differ)")
+            why = f"{where}: seedsweep recorded no such tensor"
+        else:
+            ours = np.load(f)
+            theirs = value.detach().contiguous().numpy()
+            if ours.size != theirs.size:
+                why = f"{where}: {ours.size} elements vs the test's {theirs.size}"
+            else:
+                a = ours.reshape(-1).view(np.uint32)
+                b = theirs.reshape(-1).astype(np.float32).view(np.uint32)
+                diff = np.nonzero(a != b)[0]
+                if diff.size == 0:
+                    exact += 1
+                    continue
+                i = int(diff[0])
+                why = (f"{where} differs first at flat index {i}: seedsweep {float(ours.reshape(-1)[i])!r} vs the "
+                       f"test's {float(theirs.reshape(-1)[i])!r} ({diff.size} of {a.size} elements differ)")
+        if first is None:
+            first, first_tensor, first_comp = why, tr.checks[cname]["tensor"], comp
+            # the last micro-step whose forward ran before this tensor was computed
+            st, _, m = label.partition(".")
+            at = tr.checks[cname]["at"]
+            until = (int(st), int(m) if m else (tr.micro - 1 if at == "step" else 0))
     if exact == n:
         return (f"mirror exact on {n} of {n} checked tensors", True)
-    return (f"mirror NOT exact: {exact} of {n} checked tensors equal; first difference: {first}", False)
+    verdict = f"mirror NOT exact: {exact} of {n} checked tensors equal; first difference: {first}"
+    if first_tensor is not None:
+        verdict += f"; that tensor comes from {tr.producer(first_tensor, first_comp)}"
+    verdict += "; " + diagnose(path, tr, until)
+    return (verdict, False)
+
+
+def micro_key(label):
+    st, _, m = label.partition(".")
+    return (int(st), int(m) if m else 0)
+
+
+def diagnose(path, tr, until):
+    """Names the first op whose output differs: reruns seedsweep at the test's seed on a copy of
+    the file with a check on every layer's output (and the loss) at every micro-step, and
+    compares each, in forward order, with the output of the test's own op (the reference's,
+    then the sharded computation's rank shards concatenated), over the micro-steps up to
+    `until` ((step, micro-step), the last forward before the first differing checked tensor).
+    Returns one sentence."""
+    import numpy as np
+    from ._binary import run_binary
+
+    outs = tr.layer_outputs()
+    text = open(path).read()
+    have = {c["tensor"]: name for name, c in tr.checks.items() if c.get("at") == "micro-step"}
+    extra = []
+    names = {}
+    for li, l in enumerate(tr.layers):
+        t = f"{l['name']}.out"
+        if t in have:
+            names[li] = have[t]
+            continue
+        cname = f"diagnose_{l['name']}_out"
+        names[li] = cname
+        extra.append(f'[[checks]]\nname = "{cname}"\ntensor = "{t}"\nat = "micro-step"\n')
+    loss_check = have.get("loss")
+    if loss_check is None:
+        loss_check = "diagnose_loss"
+        extra.append(f'[[checks]]\nname = "{loss_check}"\ntensor = "loss"\nat = "micro-step"\n')
+    i = text.find("\n[[checks]]")
+    if i < 0:
+        return "the layers' outputs were not compared (no [[checks]] table)"
+    text = text[:i + 1] + "\n".join(extra) + "\n" + text[i + 1:]
+    work = tempfile.mkdtemp(prefix="seedsweep-diagnose-")
+    diag = os.path.join(work, "diagnose.toml")
+    with open(diag, "w") as f:
+        f.write(text)
+    dump = os.path.join(work, "dump")
+    r = run_binary(["repro", "--config", diag, "--scenario", tr.name, "--param", tr.param_id,
+                    "--seed", str(tr.init_seed), "--profile", tr.profile, "--policy", "test",
+                    "--dump", dump, "--quiet"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"the layers' outputs were not compared (seedsweep repro exited {r.returncode}: {r.stderr.strip()[-300:]})"
+    cands = [d for d in os.listdir(dump) if os.path.isdir(os.path.join(dump, d))]
+    if len(cands) != 1:
+        return "the layers' outputs were not compared (no dump folder)"
+    folder = os.path.join(dump, cands[0])
+    labels = sorted((x for x in {k[2] for k in outs} if micro_key(x) <= until), key=micro_key)
+    compared = 0
+    for lab in labels:
+        rows = [(li, comp) for li in range(len(tr.layers)) for comp in ("reference", "sharded")]
+        for li, comp in rows + [("loss", "reference"), ("loss", "sharded")]:
+            if li == "loss":
+                syms = tr.loss_syms["ref" if comp == "reference" else "tp"]
+                sym = next((x for x in syms if tr.micro_of(x) == lab), None)
+                if sym is None or "value" not in sym.meta:
+                    continue
+                theirs, ops, cname = sym.meta["value"].reshape(-1), [tr.aten_of(sym)], loss_check
+                what = f"the loss ({tr.loss_spec[0]})"
+            else:
+                got = outs.get((comp, li, lab))
+                if got is None or got[0] is None:
+                    continue
+                theirs, ops = got
+                cname = names[li]
+                l = tr.layers[li]
+                what = f"layer `{l['name']}` ({l['spec'][0]}{', ' + l['parallel'] if l['parallel'] != 'none' else ''})"
+            f = os.path.join(folder, f"{comp}__{cname}__step{lab}__value.npy")
+            if not os.path.exists(f):
+                continue
+            ours = np.load(f).reshape(-1)
+            t = theirs.detach().contiguous().numpy().astype(np.float32).reshape(-1)
+            if ours.size != t.size:
+                continue
+            compared += 1
+            diff = np.nonzero(ours.view(np.uint32) != t.view(np.uint32))[0]
+            if diff.size:
+                j = int(diff[0])
+                src = ", ".join(f"{op} at {line}" for op, line in ops)
+                return (f"first op whose output differs: {what} in the {comp} computation at micro-step {lab}, "
+                        f"the test's {src}: {diff.size} of {t.size} elements differ, first at flat index {j} "
+                        f"(seedsweep {float(ours[j])!r} vs the test's {float(t[j])!r})")
+    if not compared:
+        return "the layers' outputs were not compared (no recorded values)"
+    last = tr.label_str(until, "micro-step")
+    return (f"every layer's output and the loss equal the test's bit for bit up to micro-step {last} ({compared} "
+            "tensors compared): the difference arises in a backward or an optimizer step, not in the forward ops")
 
 
 def main(argv):

@@ -96,6 +96,19 @@ _DRAWS = {"aten.randn", "aten.randint", "aten.normal_", "aten.uniform_", "aten.r
 _FACTORIES = {"aten.empty", "aten.zeros", "aten.ones", "aten.full", "aten.arange", "aten.empty_like",
               "aten.zeros_like", "aten.ones_like", "aten.full_like", "aten.scalar_tensor", "aten.empty_strided"}
 
+# F.scaled_dot_product_attention's fused kernels: the language's `sdpa` is the MATH backend's
+# decomposition (`_scaled_dot_product_attention_math`), which a dispatch mode sees op by op
+SDPA_FUSED = {"aten._scaled_dot_product_flash_attention_for_cpu", "aten._scaled_dot_product_flash_attention",
+              "aten._scaled_dot_product_efficient_attention", "aten._scaled_dot_product_cudnn_attention",
+              "aten._scaled_dot_product_fused_attention_overrideable"}
+
+
+def sdpa_fused_message(name):
+    return (f"F.scaled_dot_product_attention ran {name} (a fused kernel: torch's default CPU backend is the "
+            "flash kernel), which the language does not model; run the attention under "
+            "`with torch.nn.attention.sdpa_kernel(SDPBackend.MATH):`, the math path the language's sdpa is")
+
+
 MODULE_KINDS = (nn.Linear, nn.Embedding, nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))
 
 
@@ -106,9 +119,15 @@ def op_name(func):
     return ".".join(parts[:2]) if len(parts) >= 2 else s
 
 
+# the forward ops' output values are kept (a copy each) up to this many bytes, so that a mirror
+# that is not exact can name the first op whose output differs (`capture.diagnose`)
+VALUE_BUDGET = int(os.environ.get("SEEDSWEEP_CAPTURE_VALUE_BYTES", 256 << 20))
+
+
 class Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
+        self.value_bytes = 0
         self.events = []
         self.node = {}          # id(tensor) -> Sym
         self.keep = []          # strong references, so that ids stay unique
@@ -132,6 +151,17 @@ class Recorder(TorchDispatchMode):
     def bind(self, t, s):
         self.node[id(t)] = s
         self.keep.append(t)
+
+    def keep_value(self, s, out):
+        """Stores a copy of a forward op's float output in `s.meta["value"]` (within the
+        budget) and the event position it ran at (`s.meta["ev"]`: ops after the k-th data seed
+        belong to that micro-step)."""
+        s.meta["ev"] = len(self.events)
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.device.type == "cpu":
+            n = out.numel() * out.element_size()
+            if self.value_bytes + n <= VALUE_BUDGET:
+                self.value_bytes += n
+                s.meta["value"] = out.detach().clone()
 
     def arg(self, a):
         if isinstance(a, torch.Tensor):
@@ -173,7 +203,9 @@ class Recorder(TorchDispatchMode):
             return out
         if name == "aten.clone" and args and isinstance(out, torch.Tensor):
             # a copy: the same values, but its own tensor (a leaf of the sharded copy, a rank's input)
-            self.bind(out, Sym("copy", (self.sym(args[0]),), user_line(3)))
+            c = Sym("copy", (self.sym(args[0]),), user_line(3))
+            self.keep_value(c, out)
+            self.bind(out, c)
             return out
         if isinstance(out, torch.Tensor) and out.device.type != "cpu":
             self.events.append({"ev": "unsupported", "line": user_line(3),
@@ -199,6 +231,8 @@ class Recorder(TorchDispatchMode):
             self.bind(out, s)
             return out
         line = user_line(3)
+        if name in SDPA_FUSED:
+            self.events.append({"ev": "unsupported", "line": line, "what": sdpa_fused_message(name)})
         if name.endswith("_") or name in ("aten.copy_", "aten._foreach_mul_", "aten._foreach_div_"):
             # an in-place op on a gradient or a parameter outside backward and the optimizer's
             # step (clipping, scaling, zero_grad(set_to_none=False), a hand-made update):
@@ -220,11 +254,14 @@ class Recorder(TorchDispatchMode):
                  "shape": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
                  "overload": str(func)})
         if isinstance(out, torch.Tensor):
+            self.keep_value(s, out)
             self.bind(out, s)
         elif isinstance(out, (tuple, list)):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
-                    self.bind(o, Sym("getitem", (s, i), line))
+                    g = Sym("getitem", (s, i), line)
+                    self.keep_value(g, o)
+                    self.bind(o, g)
         return out
 
     # -- patches -----------------------------------------------------------------------------

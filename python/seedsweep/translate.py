@@ -15,7 +15,7 @@ Nothing is guessed: a form that would compute other bits (an `F.linear` on a sha
 import math
 import re
 
-from .record import Sym
+from .record import SDPA_FUSED, Sym, sdpa_fused_message
 
 ACTS = {"aten.tanh": "tanh", "aten.relu": "relu", "aten.silu": "silu"}
 TORCH_DEFAULT_TOL = {"float32": (1.3e-6, 1e-5)}
@@ -66,6 +66,7 @@ class Translator:
         self.tp = 1
         self.shard_ranges = {}    # module index -> [(lo, hi)] in rank order
         self.rank_order_sum = False
+        self.produced = []        # [(side, Sym, parsed value)]: the test's op behind each layer output
 
     def fail(self, what, line):
         self.errors.append((what, line))
@@ -466,6 +467,8 @@ class Translator:
             return memo[key]
         v = self._parse(s, side)
         memo[key] = v
+        if v is not None and v[0] in ("layer", "part") and isinstance(s, Sym):
+            self.produced.append((side, s, v))
         return v
 
     def layer(self, spec, line):
@@ -582,6 +585,17 @@ class Translator:
             return None if li is None else ("layer", li)
         if s.op == "aten.add":
             return self.parse_add(s, side)
+        if s.op == "aten.mul":
+            return self.parse_mul(s, side)
+        if s.op == "aten._softmax":
+            return self.parse_softmax(s, side)
+        if s.op in ("aten.transpose", "aten.permute") and isinstance(s.args[0], Sym) \
+                and (unwrap(s.args[0]).op == "aten.bmm" or (s.args[0].op == "getitem" and isinstance(
+                    s.args[0].args[0], Sym) and s.args[0].args[0].op in SDPA_FUSED)):
+            return self.parse_sdpa(s, side)
+        if s.op == "getitem" and isinstance(s.args[0], Sym) and s.args[0].op in SDPA_FUSED:
+            self.fail(sdpa_fused_message(s.args[0].op), s.args[0].line)
+            return None
         if s.op == "slice" and side == "tp":
             return self.parse_input_slice(s)
         if s.op == "aten.cat" and side == "tp":
@@ -598,6 +612,7 @@ class Translator:
     def find_layer(self, spec, line):
         for i, l in enumerate(self.layers):
             if l["spec"] == spec:
+                l.setdefault("tp_line", line)
                 return i
         self.fail(f"the sharded computation runs {spec[0]} where the reference does not", line)
         return None
@@ -687,6 +702,229 @@ class Translator:
         self.set_parallel(li, "row", s.line)
         return ("rowpart", li, rg)
 
+    # -- shapes of the language's values ---------------------------------------------------
+    def shape_of(self, v):
+        """The shape of a parsed value as the language sees it (inputs' drawn shapes through
+        the layers; a rank's part has its shard's width in the last dim)."""
+        if v[0] == "input":
+            return list(next(i["shape"] for i in self.inputs if i["name"] == v[1]))
+        if v[0] == "part":
+            lo, hi = v[2]
+            return self.shape_of(("layer", v[1]))[:-1] + [hi - lo]
+        spec = self.layers[v[1]]["spec"]
+        op = spec[0]
+        if op == "linear":
+            return self.shape_of(spec[2])[:-1] + [self.module(spec[1])["cfg"]["out_features"]]
+        if op == "embedding":
+            return self.shape_of(spec[2]) + [self.module(spec[1])["cfg"]["embedding_dim"]]
+        if op == "layernorm":
+            return self.shape_of(spec[2])
+        return self.shape_of(spec[1])
+
+    def whole_or_part(self, op, vals, s, side):
+        """A layer of `op` over whole values, or over parts of one rank split alike (the
+        language's elementwise ops and sdpa follow their operands' sharding); `vals` the
+        parsed operands, the spec's extra keys after them are in `op` (a tuple)."""
+        key = op if isinstance(op, tuple) else (op,)
+        if all(v[0] in ("input", "layer") for v in vals):
+            spec = (key[0], *vals, *key[1:])
+            if side == "ref":
+                return ("layer", self.layer(spec, s.line))
+            li = self.find_layer(spec, s.line)
+            return None if li is None else ("layer", li)
+        if side == "tp" and all(v[0] == "part" for v in vals):
+            rgs = {v[2] for v in vals}
+            widths = {self.shape_of(("layer", v[1]))[-1] for v in vals}
+            if len(rgs) != 1 or len(widths) != 1:
+                self.fail(f"{key[0]} of rank shards that are not split alike (columns {sorted(rgs)} of layers of "
+                          f"widths {sorted(widths)})", s.line)
+                return None
+            li = self.find_layer((key[0], *(("layer", v[1]) for v in vals), *key[1:]), s.line)
+            return None if li is None else ("part", li, vals[0][2])
+        self.fail(f"{key[0]} of {' and '.join(v[0] for v in vals)} values (both whole, or both one rank's shards "
+                  "of column-parallel outputs split alike)", s.line)
+        return None
+
+    def parse_mul(self, s, side):
+        """`a * b` of two activations (SwiGLU's `silu(gate) * up`): the language's `mul`."""
+        a, b = s.args[0], s.args[1]
+        if s.meta.get("overload") != "aten.mul.Tensor" or not isinstance(a, Sym) or not isinstance(b, Sym):
+            self.fail(f"{s.meta.get('overload', s.op)} by a constant {b!r} (the language's mul multiplies two "
+                      "activations)", s.line)
+            return None
+        av, bv = self.parse(a, side), self.parse(b, side)
+        if av is None or bv is None:
+            return None
+        if self.shape_of(av) != self.shape_of(bv):
+            self.fail(f"mul of shapes {self.shape_of(av)} and {self.shape_of(bv)} (a broadcast; the language "
+                      "multiplies tensors of one shape)", s.line)
+            return None
+        return self.whole_or_part("mul", [av, bv], s, side)
+
+    def parse_softmax(self, s, side):
+        """`F.softmax(x, -1)`: aten._softmax(x, last dim, half_to_float=False)."""
+        x = self.parse(s.args[0], side)
+        if x is None:
+            return None
+        dim, half = s.args[1], s.args[2] if len(s.args) > 2 else False
+        nd = len(self.shape_of(x))
+        if half or dim % nd != nd - 1:
+            self.fail(f"softmax over dim {dim} of a {nd}-d tensor{' to float' if half else ''}: the language's "
+                      "softmax is over the last dim", s.line)
+            return None
+        if x[0] == "part":
+            self.fail("softmax of a column-parallel shard: it needs the whole last dim (gather it first)", s.line)
+            return None
+        return self.whole_or_part("softmax", [x], s, side)
+
+    def parse_sdpa(self, s, side):
+        """`F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)` under
+        `sdpa_kernel(SDPBackend.MATH)`, fed by the heads of three `[batch, seq, heads·head_dim]`
+        activations and read back the same way, as torch 2.15's math path
+        (`_scaled_dot_product_attention_math`) runs on the CPU and a dispatch mode sees it:
+
+            qh = x_q.view(B, S, H, D).transpose(1, 2)          (the test's; likewise kh, vh)
+            qs = qh * f                                        aten.mul.Scalar, f = sqrt(scale)
+            ks = kh.transpose(-2, -1) * f
+            a  = bmm(qs, ks)                                   (expand / clone / view around it)
+            a  = a + where(tril(ones(S, S)), 0, -inf)           only when causal
+            p  = _safe_softmax(a, -1)
+            o  = bmm(p, vh)
+            out = o.transpose(1, 2).reshape(B, S, H·D)         (the test's)
+
+        Every node is matched; anything else (a mask, dropout, another head layout, a fused
+        kernel) is refused with its line."""
+        line = s.line
+        where = "F.scaled_dot_product_attention"
+
+        def perm(t):
+            """(src, dims) for a transpose of two dims or a permute, else None."""
+            if isinstance(t, Sym) and t.op == "aten.transpose":
+                return t.args[0], tuple(t.args[1:3])
+            if isinstance(t, Sym) and t.op == "aten.permute":
+                return t.args[0], tuple(t.args[1])
+            return None
+
+        def swaps12(t):
+            p = perm(t)
+            if p is None:
+                return False
+            dims = tuple(d % 4 for d in p[1])
+            return dims in ((1, 2), (2, 1)) if len(dims) == 2 else dims == (0, 2, 1, 3)
+
+        def strip(t):
+            """Skips the value-preserving expand (no broadcast) / clone / view around bmm."""
+            while isinstance(t, Sym):
+                if t.op == "copy":
+                    t = t.args[0]
+                elif t.op == "aten.expand" and isinstance(t.args[0], Sym) \
+                        and t.args[0].meta.get("shape") == t.meta.get("shape"):
+                    t = t.args[0]
+                else:
+                    break
+            return t
+
+        def refuse(what, at=None):
+            self.fail(f"{where}: {what}", (at.line if isinstance(at, Sym) and at.line else line))
+            return None
+
+        # the output: o.transpose(1, 2) of the [B, H, S, D] product
+        src = s.args[0]
+        if isinstance(src, Sym) and src.op == "getitem" and isinstance(src.args[0], Sym) \
+                and src.args[0].op in SDPA_FUSED:
+            self.fail(sdpa_fused_message(src.args[0].op), src.args[0].line)
+            return None
+        o = strip(src)
+        if not swaps12(s) or not (isinstance(o, Sym) and o.op == "aten.bmm"):
+            return refuse("its output read other than as out.transpose(1, 2) back to [batch, seq, heads*head_dim]")
+        out_shape = s.meta.get("shape")
+        if not out_shape or len(out_shape) != 4:
+            return refuse(f"an output of shape {out_shape}; the language's attention is 4-d [batch, heads, seq, "
+                          "head_dim] inside, [batch, seq, heads*head_dim] outside")
+        B, S, H, D = out_shape
+        p, vt = strip(o.args[0]), strip(o.args[1])
+        if not (isinstance(p, Sym) and p.op in ("aten._safe_softmax", "aten._softmax")):
+            return refuse("the attention weights are not softmax(q·kᵀ) (an attention mask, dropout or another "
+                          "formula)", o)
+        pdim = p.args[1] if len(p.args) > 1 else -1
+        if pdim % 4 != 3 or (len(p.args) > 2 and p.args[2] not in (None, False)):
+            return refuse(f"a softmax over dim {pdim}", p)
+        a = p.args[0]
+        causal = False
+        if isinstance(a, Sym) and a.op == "aten.add":
+            causal = True
+            added = a
+            a, mask = a.args[0], a.args[1]
+            ok = isinstance(mask, Sym) and mask.op == "aten.where" and len(mask.args) == 3
+            if ok:
+                cond, yes, no = mask.args
+                ok = (isinstance(cond, Sym) and cond.op == "aten.tril" and (len(cond.args) < 2 or cond.args[1] == 0)
+                      and isinstance(cond.args[0], Sym) and cond.args[0].op == "aten.ones"
+                      and list(cond.args[0].args[0]) == [S, S]
+                      and all(isinstance(x, Sym) and x.op == "aten.scalar_tensor" for x in (yes, no))
+                      and yes.args[0] == 0.0 and no.args[0] == float("-inf"))
+            if not ok:
+                at = f" (the mask made at {mask.line})" if isinstance(mask, Sym) and mask.line else ""
+                return refuse(f"an attention mask other than is_causal=True's{at}; attn_mask is not in the language",
+                              added)
+        scores = strip(a)
+        if not (isinstance(scores, Sym) and scores.op == "aten.bmm"):
+            return refuse("scores that are not one bmm of the scaled q and kᵀ", a)
+        qs, ks = strip(scores.args[0]), strip(scores.args[1])
+        fs = []
+        for t in (qs, ks):
+            if not (isinstance(t, Sym) and t.op == "aten.mul" and t.meta.get("overload") == "aten.mul.Scalar"):
+                return refuse("q or kᵀ not scaled by sqrt(scale) as the math path does (enable_gqa, or another "
+                              "backend)", t)
+            fs.append(t.args[1])
+        if fs[0] != fs[1]:
+            return refuse(f"q and kᵀ scaled by {fs[0]!r} and {fs[1]!r}", qs)
+        f = float(fs[0])
+        qh = qs.args[0]
+        kp = perm(ks.args[0])
+        if kp is None or tuple(d % 4 for d in kp[1]) not in ((2, 3), (3, 2)):
+            return refuse("a key not transposed as kᵀ by the math path", ks)
+        kh = kp[0]
+        heads = []
+        for name, h in (("q", qh), ("k", kh), ("v", vt)):
+            if not swaps12(h) or h.meta.get("shape") != (B, H, S, D):
+                return refuse(f"{name} is not x.view(batch, seq, heads, head_dim).transpose(1, 2) of a "
+                              f"[batch, seq, heads*head_dim] activation (recorded shape {h.meta.get('shape')})", h)
+            x = self.parse(h.args[0], side)
+            if x is None:
+                return None
+            if self.shape_of(x) != [B, S, H * D]:
+                return refuse(f"{name} comes from a tensor of shape {self.shape_of(x)}, viewed as [{B}, {S}, {H}, "
+                              f"{D}] (the language views [batch, seq, heads*head_dim])", h)
+            heads.append(x)
+        if len({repr(v) for v in heads}) != 3:
+            return refuse("q, k and v are not three different tensors (the language's sdpa reads three layers)")
+        # the language's heads count the whole layer's heads: a rank's part holds H of them
+        total = H
+        if heads[0][0] == "part":
+            width = self.shape_of(("layer", heads[0][1]))[-1]
+            if width % D:
+                return refuse(f"a rank's q holds {H} heads of {D} of a layer {width} wide: not whole heads")
+            total = width // D
+        default_f = math.sqrt(1.0 / math.sqrt(D))
+        if f == default_f:
+            scale = None
+        else:
+            # the test's scale is a double whose sqrt is f: of the doubles near f*f with that
+            # sqrt, the one with the shortest decimal form (`scale=0.3`, not 0.29999999999999993)
+            lo = hi = f * f
+            cands = [f * f]
+            for _ in range(4):
+                lo, hi = math.nextafter(lo, -math.inf), math.nextafter(hi, math.inf)
+                cands += [lo, hi]
+            ok = [c for c in cands if c > 0 and math.sqrt(c) == f]
+            scale = min(ok, key=lambda c: (len(repr(c)), abs(c - f * f))) if ok else None
+            if scale is None:
+                return refuse(f"a scale factor {f!r} that is the square root of no double", qs)
+        # the layer's line: the F.scaled_dot_product_attention call (its bmm), not the read-back
+        call = Sym(s.op, s.args, o.line or s.line, s.meta)
+        return self.whole_or_part(("sdpa", total, causal, scale), heads, call, side)
+
     def parse_input_slice(self, s):
         """A rank's slice of a whole activation on its last dim (`h[..., lo:hi]`): the input of a
         row-parallel matmul, ("inslice", whole value, (lo, hi)); anything else is refused."""
@@ -756,6 +994,12 @@ class Translator:
                 return ("layer", self.layer(spec, s.line))
             li = self.find_layer(spec, s.line)
             return None if li is None else ("layer", li)
+        if av[0] == "part" and bv[0] == "part":
+            # two activations of one rank split alike (the language's `add` with `inputs`)
+            if self.shape_of(av) != self.shape_of(bv):
+                self.fail(f"add of shapes {self.shape_of(av)} and {self.shape_of(bv)}", s.line)
+                return None
+            return self.whole_or_part("residual-add", [av, bv], s, side)
         self.fail(f"add of {av[0]} and {bv[0]} is not in the language", s.line)
         return None
 
@@ -1060,8 +1304,16 @@ class Translator:
             L.append(f"[[layers]]   # {l['line']}")
             L.append(f"name = {toml_str(l['name'])}")
             L.append(f"op = {toml_str(op)}")
-            if op == "residual-add":
+            if op in ("residual-add", "mul"):
                 L.append(f"inputs = [{toml_str(self.ref_name(spec[1]))}, {toml_str(self.ref_name(spec[2]))}]")
+            elif op == "sdpa":
+                L.append(f"inputs = [{', '.join(toml_str(self.ref_name(v)) for v in spec[1:4])}]")
+                heads, causal, scale = spec[4:7]
+                L.append(f"heads = {heads}")
+                if causal:
+                    L.append("causal = true")
+                if scale is not None:
+                    L.append(f"scale = {fmt_float(scale)}")
             else:
                 src = spec[2] if op in ("linear", "embedding", "layernorm") else spec[1]
                 L.append(f"input = {toml_str(self.ref_name(src))}")
@@ -1161,6 +1413,91 @@ class Translator:
                 self.fail(f"shard sizes {spans}: neither Megatron's equal split nor DeepSpeed's near-even rule",
                           self.module(mi)["line"])
         return "deepspeed" if "deepspeed" in rules else "megatron"
+
+    # -- what produced a tensor, for a mirror that is not exact ------------------------------
+    def micro_of(self, sym):
+        """The micro-step label (`s.m`, or `s` with one micro-step) an op ran in, or None."""
+        ev = sym.meta.get("ev")
+        if ev is None:
+            return None
+        gm = sum(1 for d in self.data_idx if d < ev) - 1
+        if gm < 0:
+            return None
+        return self.label_str(divmod(gm, self.micro), "micro-step")
+
+    def aten_of(self, sym):
+        """(the test's op behind a value, its source line)."""
+        sym = unwrap(sym)
+        if sym.op in ("aten.transpose", "aten.permute") and isinstance(sym.args[0], Sym) \
+                and unwrap(sym.args[0]).op == "aten.bmm":
+            return ("F.scaled_dot_product_attention (the math path: bmm, _safe_softmax, bmm)",
+                    unwrap(sym.args[0]).line)
+        op = sym.meta.get("overload") or sym.op
+        if sym.op == "getitem" and isinstance(sym.args[0], Sym):
+            op = sym.args[0].meta.get("overload") or sym.args[0].op
+        return (op, sym.line)
+
+    def layer_outputs(self):
+        """{(computation, layer index, micro-step label): (value as a flat float32 tensor or None,
+        [(aten op, source line)])}: the test's own output of every layer, the sharded
+        computation's rank shards concatenated in rank order on the last dim."""
+        import torch
+        parts = {}
+        out = {}
+        for side, sym, v in self.produced:
+            comp = "reference" if side == "ref" else "sharded"
+            lab = self.micro_of(sym)
+            if lab is None:
+                continue
+            if v[0] == "layer":
+                key = (comp, v[1], lab)
+                if key not in out or (out[key][0] is None and "value" in sym.meta):
+                    val = sym.meta.get("value")
+                    out[key] = (None if val is None else val.reshape(-1), [self.aten_of(sym)])
+            else:
+                parts.setdefault((comp, v[1], lab), {}).setdefault(v[2], sym)
+        for key, by_rank in parts.items():
+            if key in out:
+                continue
+            li = key[1]
+            spec = self.layers[li]["spec"]
+            root = self.col_root(li) if spec[0] != "linear" else li
+            rs = self.shard_ranges.get(self.layers[root]["spec"][1], [])
+            syms = [by_rank.get(rg) for rg in rs]
+            ops = [self.aten_of(x) for x in syms if x is not None]
+            if not rs or any(x is None or "value" not in x.meta for x in syms):
+                out[key] = (None, ops)
+                continue
+            vals = [x.meta["value"] for x in syms]
+            widths = [hi - lo for lo, hi in rs]
+            whole = torch.cat([t.reshape(-1, w) for t, w in zip(vals, widths)], dim=1)
+            out[key] = (whole.reshape(-1), list(dict.fromkeys(ops)))
+        return out
+
+    def producer(self, tensor, comp="reference"):
+        """Words for the op that produced a check's tensor (`fc1.out`, `fc1.weight.grad`,
+        `fc1.weight`, `loss`), with the test's source line."""
+        if tensor == "loss":
+            op = self.loss_spec[0]
+            line = next((l.line for l in self.loss_syms["tp" if comp == "sharded" else "ref"]), "<run>")
+            return f"the loss ({op}, the test's line {line})"
+        parts = tensor.split(".")
+        name = parts[0]
+        li = next((i for i, l in enumerate(self.layers) if l["name"] == name), None)
+        if li is None:
+            return tensor
+        l = self.layers[li]
+        op = l["spec"][0] + (f", {l['parallel']}" if l["parallel"] != "none" else "")
+        lines = l["line"]
+        if l.get("tp_line", lines) != lines:
+            lines = f"{lines} (reference) and {l['tp_line']} (sharded)"
+        if parts[1] == "out":
+            return f"layer `{name}` ({op}) forward, the test's op at {lines}"
+        if parts[-1] == "grad":
+            return (f"the backward of layer `{name}` ({op}) into its {parts[1]} (autograd of the test's op at "
+                    f"{lines})")
+        opt = self.tp_opt if comp == "sharded" else self.ref_opt
+        return f"the optimizer step ({opt['cls']}, {opt['line']}) on layer `{name}`'s {parts[1]} ({op})"
 
     # the recorded values at every checked point, for the mirror proof
     def recorded(self):

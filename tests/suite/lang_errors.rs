@@ -99,6 +99,8 @@ fn the_base_file_and_the_shipped_files_are_valid() {
         "configs/examples/swiglu_tp2.toml",
         "configs/megatron_vocab_parallel_ce_test.toml",
         "python/examples/captures/test_row_parallel_head.test_row_parallel_head_sgd.toml",
+        "python/examples/captures/test_tp_attention.test_tp_attention_adamw.toml",
+        "python/examples/captures/test_tp_swiglu.test_tp_swiglu_adamw.toml",
     ] {
         let text = std::fs::read_to_string(f).unwrap();
         parse_file(f, &text).unwrap_or_else(|e| panic!("{e}"));
