@@ -65,6 +65,7 @@ mod optim_fixture;
 mod py_repr_fixture;
 mod revealed_orders;
 mod rng_torch_fixtures;
+mod rope_fixture;
 mod softmax_fixture;
 mod torch_corpus;
 mod torch_fixtures;
