@@ -540,6 +540,8 @@ const LAYER_KEYS: &[&str] = &[
     "heads",
     "causal",
     "scale",
+    "theta",
+    "style",
 ];
 
 const OPS: &[&str] = &[
