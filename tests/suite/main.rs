@@ -49,6 +49,7 @@ mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
 mod activations_fixture;
+mod attention_corpus;
 mod builtin_fixtures;
 mod conformance;
 mod elementwise;
