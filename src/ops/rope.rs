@@ -95,7 +95,7 @@ pub fn check_domain(
     offset: usize,
     seq: usize,
 ) -> Result<(), (&'static str, String)> {
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         return Err((
             "head_dim",
             format!("head_dim {head_dim} is odd; rotate_half pairs the two halves of a head: allowed: an even head_dim"),
@@ -264,7 +264,10 @@ impl RopeReal for f64 {
 pub fn rope_forward<R: RopeReal>(x: &[R], width: usize, t: &RopeTables, y: &mut [R]) {
     assert_eq!(x.len(), y.len(), "rope: lengths");
     let hd = t.head_dim;
-    assert!(hd % 2 == 0 && width.is_multiple_of(hd), "rope: whole heads");
+    assert!(
+        hd.is_multiple_of(2) && width.is_multiple_of(hd),
+        "rope: whole heads"
+    );
     let h = hd / 2;
     let (cos, sin) = R::rope_tables(t);
     for (r, (xr, yr)) in x
@@ -293,7 +296,10 @@ pub fn rope_forward<R: RopeReal>(x: &[R], width: usize, t: &RopeTables, y: &mut 
 pub fn rope_backward<R: RopeReal>(dy: &[R], width: usize, t: &RopeTables, dx: &mut [R]) {
     assert_eq!(dy.len(), dx.len(), "rope: lengths");
     let hd = t.head_dim;
-    assert!(hd % 2 == 0 && width.is_multiple_of(hd), "rope: whole heads");
+    assert!(
+        hd.is_multiple_of(2) && width.is_multiple_of(hd),
+        "rope: whole heads"
+    );
     let h = hd / 2;
     let (cos, sin) = R::rope_tables(t);
     for (r, (gr, dr)) in dy
