@@ -196,6 +196,77 @@ train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
       ("v_grad", "v.grad", label, "backward (v)")])
 
 
+def rope(p, batch, seq, heads, width, theta):
+    """Rotary embeddings alone (HF's rotate_half) on a drawn input."""
+    label = f"rope {batch}x{seq}x{heads}x{width // heads} theta {int(theta)}"
+    p.add(f"op-rope-{batch}x{seq}x{heads}x{width // heads}-theta{int(theta)}", f'''
+dims = {{ batch = {batch}, seq = {seq}, width = {width} }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "width"] }},
+]
+layers = [{{ name = "r", op = "rope", input = "x", heads = {heads}, theta = {theta} }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("out", "r.out", label, "forward"),
+      ("x_grad", "x.grad", label, "backward")])
+
+
+def rope_sdpa(p, batch, seq, heads, width, theta):
+    """Rotary embeddings on q and k before a causal sdpa, on drawn q, k, v."""
+    label = f"rope on q, k + causal sdpa {batch}x{seq}x{heads}x{width // heads}"
+    p.add(f"op-rope-sdpa-{batch}x{seq}x{heads}x{width // heads}", f'''
+dims = {{ batch = {batch}, seq = {seq}, width = {width} }}
+inputs = [
+  {{ name = "q", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "k", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "v", draw = "randn", shape = ["batch", "seq", "width"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "width"] }},
+]
+layers = [
+  {{ name = "qr", op = "rope", input = "q", heads = {heads}, theta = {theta} }},
+  {{ name = "kr", op = "rope", input = "k", heads = {heads}, theta = {theta} }},
+  {{ name = "a", op = "sdpa", inputs = ["qr", "kr", "v"], heads = {heads}, causal = true }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+''', [("qr_out", "qr.out", label, "forward (rope on q)"),
+      ("out", "a.out", label, "forward"),
+      ("q_grad", "q.grad", label, "backward (q, through rope)"),
+      ("k_grad", "k.grad", label, "backward (k, through rope)"),
+      ("v_grad", "v.grad", label, "backward (v)")])
+
+
+def tp_rope_attention(p, tp, rule, heads, hidden, seq=6, batch=2, theta=10000.0):
+    """Megatron's attention with rotary q and k: column-parallel q, k, v holding whole heads,
+    rope on q and k per rank, causal sdpa, row-parallel output projection."""
+    label = f"head-sharded rope + causal sdpa tp {tp} ({heads} heads)"
+    p.add(f"tp{tp}-rope-attention-{rule}-{heads}x{hidden}", f'''
+dims = {{ batch = {batch}, seq = {seq}, hidden = {hidden}, heads = {heads} }}
+parallel = {{ tp = {tp}, shard_rule = "{rule}" }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["batch", "seq", "hidden"], grad = true }},
+  {{ name = "t", draw = "randn", shape = ["batch", "seq", "hidden"] }},
+]
+layers = [
+  {{ name = "q", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "k", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "v", op = "linear", input = "x", out = "hidden", parallel = "column" }},
+  {{ name = "qr", op = "rope", input = "q", heads = "heads", theta = {theta} }},
+  {{ name = "kr", op = "rope", input = "k", heads = "heads", theta = {theta} }},
+  {{ name = "attn", op = "sdpa", inputs = ["qr", "kr", "v"], heads = "heads", causal = true }},
+  {{ name = "o", op = "linear", out = "hidden", parallel = "row" }},
+]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 2, optimizer = "sgd", lr = 0.1 }}
+''', [("qr_out", "qr.out", label, "forward (rope on q)"),
+      ("attn_out", "attn.out", label, "forward"),
+      ("o_out", "o.out", label, "forward (row-parallel output)"),
+      ("q_grad", "q.out.grad", label, "backward (q, through rope)"),
+      ("x_grad", "x.grad", label, "backward (input, three column layers)"),
+      ("q_w", "q.weight", label, "step (q weight)")])
+
+
 def tp_attention(p, tp, rule, heads, hidden, seq=5, batch=2):
     """Megatron's attention: column-parallel q, k, v holding whole heads, causal sdpa per
     rank, a row-parallel output projection. Another seq or batch than (5, 2): the attention's
@@ -294,6 +365,16 @@ def main():
     sdpa(p, 2, 16, 2, 32, True)
     sdpa(p, 1, 16, 4, 64, True)
     tp_attention(p, 2, "megatron", 2, 32, seq=16, batch=1)
+    # rotary embeddings: tiny head_dim (2), a vector of cos/sin (8), two vectors of pow (64),
+    # other thetas; then on q and k before sdpa, unsharded and head-sharded at tp 2
+    rope(p, 2, 5, 2, 8, 10000.0)
+    rope(p, 1, 7, 3, 6, 1000000.0)
+    rope(p, 1, 9, 4, 8, 500000.0)
+    rope(p, 1, 16, 1, 64, 100000.0)
+    rope_sdpa(p, 2, 6, 2, 16, 10000.0)
+    rope_sdpa(p, 1, 16, 2, 32, 500000.0)
+    tp_rope_attention(p, 2, "megatron", 4, 16)
+    tp_rope_attention(p, 2, "megatron", 2, 32, seq=8, batch=1, theta=500000.0)
     for name, text in p.files.items():
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)

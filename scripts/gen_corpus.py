@@ -15,6 +15,9 @@ What a file may draw (docs/scenario-language.md):
   probability P, a SwiGLU block (`silu`-or-other(gate) `mul` up, gate and up of one
   parallelism, then the down projection), the residual spelt `add`, and fixed inputs
   (`draw = "fixed"`: the model input or mse target as float `values`, the labels as int64);
+  with `--attention P` (default 0: off) also, in a 3-D file with probability P, an attention
+  block after the MLP: q, k, v projections (head-sharded column layers under the Megatron
+  rule), `rope` on q and k, `sdpa`, and the output projection;
 - losses: cross-entropy (plain, and vocab-parallel behind a column head), mse, sum;
 - train: steps, micro-steps, sgd / momentum / nesterov / adam / adamw with their options;
 - parallel: tp 1-4 under both shard rules (uneven DeepSpeed shards, grains), or dp 2-4 with
@@ -66,11 +69,54 @@ def array_table(name, kv):
 
 
 class Gen:
-    def __init__(self, rng, index, elementwise=0.0, prefix="fuzz"):
+    def __init__(self, rng, index, elementwise=0.0, prefix="fuzz", attention=0.0):
         self.r = rng
         self.i = index
         self.elem = elementwise
+        self.attn = attention
         self.prefix = prefix
+
+    def attn_chance(self):
+        """An attention block's draw, only with --attention (no draw without it, so that the
+        files of earlier versions regenerate unchanged)."""
+        return self.attn > 0 and self.chance(self.attn)
+
+    def attention(self, dims, tp, rule, cur):
+        """An attention block on the whole 3-D tensor `cur` ([lead0, lead1, hidden]): q, k, v
+        projections to `attn` = heads x head_dim features (column-parallel, holding whole heads,
+        when the Megatron rule splits on head boundaries), rope on q and k (each with
+        probability 0.7, measured thetas), sdpa (causal or not), the output projection back to
+        `hidden` (row-parallel after column layers)."""
+        r = self
+        head_dim = r.pick([2, 4, 6, 8])
+        heads = r.pick([1, 2, 4]) * (tp if tp > 1 and rule == "megatron" else 1)
+        dims["heads"] = heads
+        dims["attn"] = heads * head_dim
+        par = "column" if tp > 1 and rule == "megatron" and r.chance(0.7) else None
+        layers = []
+        for n in ("q", "k", "v"):
+            l = {"name": n, "op": "linear", "input": cur, "out": "attn"}
+            if par:
+                l["parallel"] = par
+            layers.append(l)
+        qk = []
+        theta = r.pick([10000.0, 500000.0, 1000000.0])
+        for n in ("q", "k"):
+            if r.chance(0.7):
+                layers.append({"name": n + "r", "op": "rope", "input": n, "heads": "heads",
+                               "theta": theta})
+                qk.append(n + "r")
+            else:
+                qk.append(n)
+        s = {"name": "attn_sdpa", "op": "sdpa", "inputs": qk + ["v"], "heads": "heads"}
+        if r.chance(0.5):
+            s["causal"] = True
+        layers.append(s)
+        o = {"name": "o", "op": "linear", "out": "hidden"}
+        if par:
+            o["parallel"] = "row"
+        layers.append(o)
+        return layers
 
     def elem_chance(self):
         """A new feature's draw, only with --elementwise (no draw at all without it, so that
@@ -99,7 +145,8 @@ class Gen:
             v = r.r.randint(lo, hi)
             return max(m, (v // m) * m) if m > 1 else v
 
-        three_d = dp == 1 and r.chance(0.3)
+        # (--attention makes more files 3-D: its block needs [batch, seq, hidden])
+        three_d = dp == 1 and (r.chance(0.3) or r.attn_chance())
         dims = {}
         if three_d:
             dims["lead"] = [r.pick([1, 2, 3]), r.pick([2, 3, 4])]
@@ -199,6 +246,9 @@ class Gen:
         if r.chance(0.3):
             layers.append({"name": "act2", "op": r.pick(ACTS + ["softmax"])})
             cur = "act2"
+        if three_d and r.attn_chance():
+            layers += r.attention(dims, tp, rule, cur)
+            cur = "o"
         # the head and the loss
         loss_kind = r.pick(["cross-entropy", "cross-entropy", "mse", "sum"])
         loss = {}
@@ -381,6 +431,8 @@ def main():
     ap.add_argument("--seedsweep", required=True, help="the seedsweep binary that checks every file")
     ap.add_argument("--elementwise", type=float, default=0.0,
                     help="probability of each of SwiGLU (mul), `add` and fixed inputs (default 0: off)")
+    ap.add_argument("--attention", type=float, default=0.0,
+                    help="probability of an attention block (q, k, v, rope, sdpa, o) in a 3-D file (default 0: off)")
     ap.add_argument("--prefix", default="fuzz", help="file name prefix (default fuzz)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -389,7 +441,7 @@ def main():
     while made < a.count:
         idx = a.start + made
         rng = R(a.seed * 1_000_003 + idx * 7919 + attempt)
-        g = Gen(rng, idx, a.elementwise, a.prefix)
+        g = Gen(rng, idx, a.elementwise, a.prefix, a.attention)
         g.r = rng
         name, text = g.file()
         path = os.path.join(a.out, f"{name}.toml")

@@ -98,7 +98,8 @@ def enc(t, hex_limit):
 # ---------------------------------------------------------------------------------------
 
 LAYER_KEYS = {"name", "op", "input", "inputs", "parallel", "attr", "out", "bias", "tie", "num",
-              "dim", "padding_idx", "eps", "affine", "heads", "causal", "scale"}
+              "dim", "padding_idx", "eps", "affine", "heads", "causal", "scale", "theta",
+              "style"}
 TABLES = ("parallel", "train", "loss", "data", "init")
 
 
@@ -691,6 +692,8 @@ class Run:
                 y = self.norm(l, name, op, par, x)
             elif op == "sdpa":
                 y = self.sdpa(l, name, [env[t] for t in l["inputs"]])
+            elif op == "rope":
+                y = self.rope(l, name, x)
             elif op == "softmax":
                 if isinstance(x, Sharded):
                     raise Unsupported(f"layers.{name}: a softmax on a sharded input")
@@ -783,6 +786,42 @@ class Run:
                 raise Unsupported(f"layers.{name}: q, k, v sharded differently")
             return Sharded([attend(*ps) for ps in zip(*(t.parts for t in qkv))], qkv[0].ranges, -1)
         return attend(*qkv)
+
+    def rope(self, l, name, x):
+        """Rotary embeddings as HF Llama writes them: fp32 tables from
+        `inv_freq = 1.0 / (theta ** (arange(0, dim, 2).float() / dim))`, `outer(t, inv_freq)`,
+        `cat((freqs, freqs), -1)`, `.cos()`, `.sin()` (positions 0..seq), then
+        `(q * cos) + (rotate_half(q) * sin)` on the [batch, seq, heads, head_dim] view;
+        rank by rank on a head-sharded (column-parallel) input."""
+        if l.get("style", "half") != "half":
+            raise Unsupported(f"layers.{name}.style = {l['style']!r}")
+        heads = self.m.ival(l["heads"], "heads")
+        theta = l.get("theta", 10000.0)
+        if isinstance(x, Sharded):
+            if x.dim != -1:
+                raise Unsupported(f"layers.{name}: rope on a sequence-sharded input")
+            width, seq = sum(hi - lo for lo, hi in x.ranges), x.parts[0].shape[1]
+        else:
+            width, seq = x.shape[-1], x.shape[1]
+        d = width // heads
+        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
+        freqs = torch.outer(torch.arange(seq).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+        def rotate_half(t):
+            t1 = t[..., : t.shape[-1] // 2]
+            t2 = t[..., t.shape[-1] // 2 :]
+            return torch.cat((-t2, t1), dim=-1)
+
+        def apply(t):
+            b, s, w = t.shape
+            q = t.reshape(b, s, w // d, d)
+            return ((q * cos) + (rotate_half(q) * sin)).reshape(b, s, w)
+
+        if isinstance(x, Sharded):
+            return Sharded([apply(p) for p in x.parts], x.ranges, -1)
+        return apply(x)
 
     def next_consumer(self, li):
         name = self.m.layers[li]["name"]

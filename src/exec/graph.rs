@@ -30,6 +30,7 @@ use crate::ops::norm::{
 };
 use crate::ops::optim::{step, OptState};
 use crate::ops::real::Real;
+use crate::ops::rope::{rope_backward, rope_forward};
 use crate::ops::softmax::SoftmaxReal;
 use crate::ops::tp::{
     column_parallel_backward, column_parallel_forward, row_parallel_backward, row_parallel_forward,
@@ -936,6 +937,13 @@ impl Plan {
                 );
                 bf.acts[out.0] = y;
             }
+            Op::Rope { x, out, ref tables } => {
+                // Elementwise per head, each row at its position: a rank's heads (whole, from
+                // a column-parallel layer) give the same bits as the whole tensor's.
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                rope_forward(&bf.acts[x.0], g.width(x), tables, &mut y);
+                bf.acts[out.0] = y;
+            }
             Op::Softmax { x, out } => {
                 // Row by row, so a rank's rows give the same bits as the whole tensor's: the
                 // sharded computation needs no split of its own.
@@ -1357,6 +1365,14 @@ impl Plan {
                     }
                 }
                 bf.attn_grads = [gq, gk, gv];
+            }
+            Op::Rope { x, ref tables, .. } => {
+                if !self.needs_grad[x.0] {
+                    return;
+                }
+                let mut dx = self.act_grad_target(bf, x.0);
+                rope_backward(&bf.dacts[out.0], g.width(x), tables, &mut dx);
+                self.act_grad_done(bf, x.0, dx);
             }
             Op::Softmax { x, .. } => {
                 if !self.needs_grad[x.0] {

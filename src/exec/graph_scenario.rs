@@ -380,7 +380,11 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. } | Op::Binary { .. } | Op::Softmax { .. } | Op::Sdpa { .. } => {}
+            Op::Activation { .. }
+            | Op::Binary { .. }
+            | Op::Softmax { .. }
+            | Op::Sdpa { .. }
+            | Op::Rope { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -446,6 +450,8 @@ fn act_parts(g: &ResolvedGraph) -> Vec<TorchParts> {
             // Head-sharded: each rank's output holds its heads' columns, as q's; the ranks'
             // head groups decide the layout of torch's batched products.
             Op::Sdpa { q, .. } => (held[q.0].clone(), held[q.0].clone()),
+            // Elementwise per head: each rank rotates the heads it holds.
+            Op::Rope { x, .. } => (held[x.0].clone(), held[x.0].clone()),
             _ => (TorchParts::Whole, TorchParts::Whole),
         };
         held[out.0] = out_parts;
@@ -537,9 +543,10 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
             Op::Norm {
                 weight: Some(_), ..
             } => needs_grad[out.0] = true,
-            Op::Activation { x, .. } | Op::Norm { x, .. } | Op::Softmax { x, .. } => {
-                needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0]
-            }
+            Op::Activation { x, .. }
+            | Op::Norm { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::Rope { x, .. } => needs_grad[out.0] = needs_grad[out.0] || needs_grad[x.0],
             Op::Binary { a, b, .. } => {
                 needs_grad[out.0] = needs_grad[out.0] || needs_grad[a.0] || needs_grad[b.0]
             }
@@ -596,7 +603,8 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                             Op::Linear { x: r, .. }
                             | Op::Activation { x: r, .. }
                             | Op::Norm { x: r, .. }
-                            | Op::Softmax { x: r, .. } => r == x,
+                            | Op::Softmax { x: r, .. }
+                            | Op::Rope { x: r, .. } => r == x,
                             Op::Binary { a, b, .. } => a == x || b == x,
                             Op::Sdpa { q, k, v, .. } => q == x || k == x || v == x,
                             Op::Embedding { .. } => false,

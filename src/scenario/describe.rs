@@ -96,6 +96,7 @@ fn describe_layer(l: &super::spec::Layer) -> String {
             k => format!("{}(+ {other})", k.name()),
         },
         Op::Softmax => "softmax(dim=-1)".to_string(),
+        Op::Rope { heads, theta } => format!("rope(heads={heads}, theta={theta}, rotate_half)"),
         Op::Sdpa {
             k,
             v,

@@ -447,6 +447,15 @@ pub enum Op {
         /// The scale as the test passes it (torch's default `1/sqrt(head_dim)` resolved).
         scale: f64,
     },
+    /// Rotary position embeddings ([`crate::ops::rope`]) on `[batch, seq, heads·head_dim]`.
+    Rope {
+        /// Input.
+        x: TensorId,
+        /// Output (same shape).
+        out: TensorId,
+        /// The cos and sin tables of the positions `0..seq`, built once per scenario.
+        tables: std::sync::Arc<crate::ops::rope::RopeTables>,
+    },
 }
 
 /// Elementwise ops of two tensors.
@@ -903,7 +912,8 @@ impl Op {
             | Op::Norm { out, .. }
             | Op::Binary { out, .. }
             | Op::Softmax { out, .. }
-            | Op::Sdpa { out, .. } => out,
+            | Op::Sdpa { out, .. }
+            | Op::Rope { out, .. } => out,
         }
     }
 }

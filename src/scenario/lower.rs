@@ -348,6 +348,18 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 b: tid(other),
                 out,
             },
+            Op::Rope { heads, theta } => {
+                let x = tid(&l.input);
+                let shape = &tensors[x.0].shape;
+                let head_dim = shape.last().copied().unwrap_or(0) / heads.max(&1);
+                let tables = crate::ops::rope::RopeTables::new(*theta, head_dim, 0, shape[1])
+                    .expect("resolve checked the measured domain");
+                ir::Op::Rope {
+                    x,
+                    out,
+                    tables: std::sync::Arc::new(tables),
+                }
+            }
             Op::Softmax => ir::Op::Softmax {
                 x: tid(&l.input),
                 out,

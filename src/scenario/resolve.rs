@@ -1025,6 +1025,69 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 (x.shape.clone(), x.split.clone())
             }
+            Op::Rope { heads, theta } => {
+                needs_f32(&x)?;
+                if x.shape.len() != 3 {
+                    return Err(ctx.err(
+                        &format!("{lp}.input"),
+                        format!(
+                            "`{}` has shape {:?}; allowed: a 3-D tensor [batch, seq, heads·head_dim] (rope views it [batch, seq, heads, head_dim], positions along seq)",
+                            x.name, x.shape
+                        ),
+                    ));
+                }
+                let width = x.shape[2];
+                if *heads == 0 || !width.is_multiple_of(*heads) {
+                    return Err(ctx.err(
+                        &format!("{lp}.heads"),
+                        format!(
+                            "{heads} heads do not divide the width {width} of `{}`; allowed: a number of heads that divides {width}",
+                            x.name
+                        ),
+                    ));
+                }
+                let head_dim = width / heads;
+                if let Err((k, msg)) =
+                    crate::ops::rope::check_domain(*theta, head_dim, 0, x.shape[1])
+                {
+                    let (key, what) = match k {
+                        "theta" => ("theta", String::new()),
+                        "seq" => ("input", format!(" (`{}` has seq {})", x.name, x.shape[1])),
+                        _ => (
+                            "heads",
+                            format!(" ({heads} heads of width {width} give head_dim {head_dim})"),
+                        ),
+                    };
+                    return Err(ctx.err(&format!("{lp}.{key}"), format!("{msg}{what}")));
+                }
+                if let Split::Axis { axis, ranges, by } = &x.split {
+                    if *axis != 2 {
+                        return Err(ctx.err(
+                            &format!("{lp}.input"),
+                            format!(
+                                "`{}` is {} ({by}); allowed: whole, or split on its last dim by a column-parallel layer (head-sharded)",
+                                x.name,
+                                split_desc(&x.split)
+                            ),
+                        ));
+                    }
+                    if let Some(r) = ranges.iter().find(|r| {
+                        !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim)
+                    }) {
+                        return Err(ctx.err(
+                            &format!("{lp}.heads"),
+                            format!(
+                                "the shard rule splits `{}`'s {width} features at {}..{}, inside a head of {head_dim} features ({heads} heads over tp = {}); allowed: a number of heads whose features the shard rule splits on head boundaries",
+                                x.name,
+                                r.start,
+                                r.end,
+                                ranges.len()
+                            ),
+                        ));
+                    }
+                }
+                (x.shape.clone(), x.split.clone())
+            }
             Op::Softmax => {
                 needs_f32(&x)?;
                 whole(&x, "a softmax over the last dim")?;

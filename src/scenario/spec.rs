@@ -212,6 +212,14 @@ pub enum Op {
         /// `scale` (`None`: torch's default `1/sqrt(head_dim)`).
         scale: Option<f64>,
     },
+    /// Rotary position embeddings, HF's `rotate_half` style, on `[batch, seq, heads·head_dim]`
+    /// ([`crate::ops::rope`]).
+    Rope {
+        /// Heads.
+        heads: usize,
+        /// The frequency base.
+        theta: f64,
+    },
 }
 
 /// An elementwise op of two tensors.
@@ -248,6 +256,7 @@ impl Op {
             Self::Binary { kind, .. } => kind.name(),
             Self::Softmax => "softmax",
             Self::Sdpa { .. } => "sdpa",
+            Self::Rope { .. } => "rope",
         }
     }
 }
@@ -531,6 +540,8 @@ const LAYER_KEYS: &[&str] = &[
     "heads",
     "causal",
     "scale",
+    "theta",
+    "style",
 ];
 
 const OPS: &[&str] = &[
@@ -546,6 +557,7 @@ const OPS: &[&str] = &[
     "residual-add",
     "softmax",
     "sdpa",
+    "rope",
     "add",
     "mul",
 ];
@@ -558,6 +570,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "layernorm" | "rmsnorm" => &["eps", "affine"],
         "residual-add" | "add" | "mul" => &["inputs"],
         "sdpa" => &["inputs", "heads", "causal", "scale"],
+        "rope" => &["heads", "theta", "style"],
         _ => &[],
     }
 }
@@ -1107,6 +1120,13 @@ fn parse_layers(
                     heads: o.size("heads", dims)?,
                     causal: o.bool("causal", false)?,
                     scale: o.opt_float("scale", |v| v > 0.0, "a number > 0")?,
+                }
+            }
+            "rope" => {
+                o.choice("style", &["half"], "half")?;
+                Op::Rope {
+                    heads: o.size("heads", dims)?,
+                    theta: o.float("theta", |v| v > 0.0, "a number > 0", 10000.0)?,
                 }
             }
             "tanh" => Op::Act(Act::Tanh),

@@ -386,6 +386,22 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     ));
                 }
             }
+            Op::Rope { x, ref tables, .. } => {
+                read(x)?;
+                let shape = &g.tensors[x.0].shape;
+                if g.tensors[out.0].shape != *shape
+                    || shape.len() != 3
+                    || tables.seq != shape[1]
+                    || tables.head_dim == 0
+                    || !shape[2].is_multiple_of(tables.head_dim)
+                {
+                    return Err(err(
+                        file,
+                        key("out"),
+                        "must have the input's [batch, seq, heads·head_dim] shape",
+                    ));
+                }
+            }
             Op::Softmax { x, .. } => {
                 read(x)?;
                 if g.tensors[x.0].shape != g.tensors[out.0].shape {

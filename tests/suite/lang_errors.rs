@@ -1001,3 +1001,106 @@ fn reference_layouts_are_checked_like_the_sharded_one() {
     let msg = err(&hsdp("dp_shard = 8 ", "dp_replicate = 2\ndp_shard = 4 "));
     assert_names(&msg, "parallel.reference", &["another layout"]);
 }
+
+/// ATTN with rotary embeddings on q and k (layers[3] and [4]) before the sdpa.
+fn rope_attn(from: &str, to: &str) -> String {
+    let base = attn(
+        "  { name = \"attn\", op = \"sdpa\", inputs = [\"q\", \"k\", \"v\"]",
+        "  { name = \"qr\", op = \"rope\", input = \"q\", heads = \"heads\" },\n  { name = \"kr\", op = \"rope\", input = \"k\", heads = \"heads\", theta = 500000 },\n  { name = \"attn\", op = \"sdpa\", inputs = [\"qr\", \"kr\", \"v\"]",
+    );
+    assert!(base.contains(from), "{from}");
+    base.replacen(from, to, 1)
+}
+
+/// Rotary embeddings alone on a `[1, seq, width]` input.
+fn rope_alone(seq: usize, width: usize, layer: &str) -> String {
+    format!(
+        r#"
+name = "rope"
+inputs = [
+  {{ name = "x", draw = "randn", shape = [1, {seq}, {width}], grad = true }},
+  {{ name = "t", draw = "randn", shape = [1, {seq}, {width}] }},
+]
+layers = [{{ name = "r", op = "rope", input = "x", {layer} }}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.1 }}
+checks = [{{ name = "out", tensor = "r.out" }}]
+"#
+    )
+}
+
+#[test]
+fn rope_heads_theta_and_positions_are_checked() {
+    parse_file(FILE, &rope_attn("", "")).unwrap_or_else(|e| panic!("{e}"));
+    parse_file(FILE, &rope_alone(4096, 128, "heads = 1, theta = 1e6"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // heads that do not divide the width
+    let msg = err(&rope_attn(
+        "input = \"q\", heads = \"heads\"",
+        "input = \"q\", heads = 5",
+    ));
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["5 heads do not divide the width 16"],
+    );
+    // an odd head_dim: 16 heads of 1 feature
+    let msg = err(&rope_attn(
+        "input = \"k\", heads = \"heads\"",
+        "input = \"k\", heads = 16",
+    ));
+    assert_names(
+        &msg,
+        "layers[4].heads",
+        &["head_dim 1 is odd", "allowed: an even head_dim"],
+    );
+    // the shard rule splits inside a head: 2 heads of 8 features over tp 4
+    let msg = err(&rope_attn(
+        "input = \"q\", heads = \"heads\"",
+        "input = \"q\", heads = 2",
+    )
+    .replace("tp = 2,", "tp = 4,"));
+    assert_names(
+        &msg,
+        "layers[3].heads",
+        &["inside a head of 8 features", "tp = 4"],
+    );
+    // outside the measured tables: head_dim, theta, positions
+    let msg = err(&rope_alone(4, 68, "heads = 2"));
+    assert_names(
+        &msg,
+        "layers[0].heads",
+        &[
+            "head_dim 34 is outside the measured tables",
+            "allowed: one of",
+        ],
+    );
+    let msg = err(&rope_alone(4, 8, "heads = 1, theta = 20000"));
+    assert_names(
+        &msg,
+        "layers[0].theta",
+        &["theta = 20000 is outside the measured tables", "10000.0"],
+    );
+    let msg = err(&rope_alone(4097, 8, "heads = 1"));
+    assert_names(
+        &msg,
+        "layers[0].input",
+        &["positions 0..4097", "positions below 4096", "seq 4097"],
+    );
+    let msg = err(&rope_alone(4, 8, "heads = 1, theta = -1"));
+    assert_names(&msg, "layers[0].theta", &["a number > 0"]);
+    let msg = err(&rope_alone(4, 8, "heads = 1, style = \"interleaved\""));
+    assert!(
+        msg.contains("layers[0].style") && msg.contains("half"),
+        "{msg}"
+    );
+    let msg = err(&rope_alone(4, 8, "theta = 10000"));
+    assert!(msg.contains("layers[0].heads"), "{msg}");
+    // a 2-D input
+    let msg = err(&rope_alone(4, 8, "heads = 1").replace("[1, 4, 8]", "[4, 8]"));
+    assert_names(
+        &msg,
+        "layers[0].input",
+        &["a 3-D tensor [batch, seq, heads·head_dim]"],
+    );
+}

@@ -49,6 +49,7 @@ mod vocab_parallel_embedding;
 
 // Bit for bit against PyTorch, MKL and Python.
 mod activations_fixture;
+mod attention_corpus;
 mod builtin_fixtures;
 mod conformance;
 mod elementwise;
@@ -65,6 +66,7 @@ mod optim_fixture;
 mod py_repr_fixture;
 mod revealed_orders;
 mod rng_torch_fixtures;
+mod rope_fixture;
 mod softmax_fixture;
 mod torch_corpus;
 mod torch_fixtures;
