@@ -124,6 +124,60 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                     );
                 }
             }
+            Op::Moe { x, act, ffn, .. } => {
+                add(
+                    format!("`{}`: top-k among equal router probabilities", layer.name),
+                    "torch's CPU topk does not promise an order among equal values; seedsweep \
+                     takes the lower expert first (src/ops/moe.rs). Only a token with two \
+                     equal probabilities at the k-th place can differ",
+                );
+                let other_reader = g.layers.iter().any(|l| {
+                    !std::ptr::eq(l, layer)
+                        && match l.op {
+                            Op::Linear { x: r, .. }
+                            | Op::Activation { x: r, .. }
+                            | Op::Norm { x: r, .. }
+                            | Op::Softmax { x: r, .. }
+                            | Op::Moe { x: r, .. } => r == *x,
+                            Op::Binary { a, b, .. } => a == *x || b == *x,
+                            Op::Sdpa { q, k, v, .. } => q == *x || k == *x || v == *x,
+                            Op::Embedding { .. } => false,
+                        }
+                });
+                if other_reader {
+                    add(
+                        format!("`{}`: its input's gradient with another reader", layer.name),
+                        "autograd adds the experts' and the router's input gradients one by one \
+                         into the input's buffer, interleaved with the other reader's; seedsweep \
+                         hands the moe layer's sum over as one contribution",
+                    );
+                }
+                if !matches!(
+                    g.train.optimizer,
+                    crate::scenario::ir::Optimizer::Sgd { weight_decay, momentum, .. }
+                        if weight_decay == 0.0 && momentum == 0.0
+                ) {
+                    add(
+                        format!("`{}`: an expert no token chose", layer.name),
+                        "seedsweep gives it a zero gradient; torch leaves its .grad None and the \
+                         optimizer skips it, which differs from a zero step under momentum, \
+                         Adam or weight decay",
+                    );
+                }
+                if threads > 1
+                    && matches!(act, Activation::GeluTanh | Activation::Silu)
+                    && g.rows(*x) * ffn >= 16_384
+                {
+                    add(
+                        format!(
+                            "`{}`: the experts' {act:?} at {threads} threads",
+                            layer.name
+                        ),
+                        "an expert's activation on 16,384 or more elements: ATen splits it into \
+                         per-thread ranges, each with its own scalar tail; not modelled",
+                    );
+                }
+            }
             // LayerNorm and RMSNorm have no gap: bit-exact at 1, 2, 4 and 8 threads
             // (src/ops/norm.rs, tests/suite/norm_fixture.rs); nor has the embedding's backward
             // (exact in the conformance probes).

@@ -24,6 +24,7 @@ use crate::ops::layers::{
     tanh_inplace,
 };
 use crate::ops::loss;
+use crate::ops::moe::{moe_backward, moe_forward, MoeBufs, MoeCfg, MoeWeights};
 use crate::ops::norm::{
     elementwise_mul, layer_norm, layer_norm_backward_threads, residual_add, rms_norm,
     rms_norm_backward, sequence_parallel_norm_backward,
@@ -181,6 +182,9 @@ pub struct Bufs<R> {
     /// Per layer: an attention layer's saved scaled q, kᵀ and probabilities and its scratch
     /// ([`sdpa_forward`]); empty for other layers.
     attn: Vec<AttnBufs<R>>,
+    /// Per layer: a moe layer's saved routing, expert activations and scratch
+    /// ([`moe_forward`]); empty for other layers.
+    pub(crate) moe: Vec<MoeBufs<R>>,
     /// An attention layer's q, k and v gradients before they are handed on.
     attn_grads: [Vec<R>; 3],
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
@@ -936,6 +940,20 @@ impl Plan {
                 );
                 bf.acts[out.0] = y;
             }
+            Op::Moe { x, out, .. } => {
+                // `shards`: the expert-parallel ranks' token blocks (one block unsharded).
+                let c = self.moe_cfg(op);
+                if bf.moe.len() <= li {
+                    bf.moe.resize_with(li + 1, MoeBufs::default);
+                }
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let Bufs {
+                    params, acts, moe, ..
+                } = bf;
+                let w = self.moe_weights(op, params);
+                moe_forward(be, &c, &w, &acts[x.0], shards, &mut y, &mut moe[li]);
+                bf.acts[out.0] = y;
+            }
             Op::Softmax { x, out } => {
                 // Row by row, so a rank's rows give the same bits as the whole tensor's: the
                 // sharded computation needs no split of its own.
@@ -1358,6 +1376,42 @@ impl Plan {
                 }
                 bf.attn_grads = [gq, gk, gv];
             }
+            Op::Moe { x, router, .. } => {
+                let c = self.moe_cfg(op);
+                let want_dx = self.needs_grad[x.0];
+                let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
+                {
+                    let Bufs {
+                        params,
+                        acts,
+                        dacts,
+                        moe,
+                        ..
+                    } = &mut *bf;
+                    let w = self.moe_weights(op, params);
+                    moe_backward(
+                        be,
+                        &c,
+                        &w,
+                        &acts[x.0],
+                        &dacts[out.0],
+                        shards,
+                        dx.as_deref_mut(),
+                        &mut moe[li],
+                    );
+                }
+                let mut dws = std::mem::take(&mut bf.moe[li].dw);
+                for (i, dw) in dws.iter_mut().enumerate() {
+                    let s = self.storage[router.0 + i];
+                    let mut t = self.grad_target(bf, s);
+                    t.copy_from_slice(dw);
+                    self.grad_done(bf, s, t);
+                }
+                bf.moe[li].dw = dws;
+                if let Some(dx) = dx {
+                    self.act_grad_done(bf, x.0, dx);
+                }
+            }
             Op::Softmax { x, .. } => {
                 if !self.needs_grad[x.0] {
                     return;
@@ -1427,6 +1481,46 @@ impl Plan {
         match (sharded, &self.act_parts[li]) {
             (true, TorchParts::Columns(r)) => r,
             _ => &[],
+        }
+    }
+
+    /// The shape and options of moe layer `op`.
+    fn moe_cfg(&self, op: &Op) -> MoeCfg {
+        let Op::Moe {
+            x,
+            experts,
+            top_k,
+            ffn,
+            act,
+            gated,
+            norm_topk,
+            ..
+        } = *op
+        else {
+            unreachable!("moe_cfg of a moe layer")
+        };
+        MoeCfg {
+            tokens: self.graph.rows(x),
+            hidden: self.graph.width(x),
+            ffn,
+            experts,
+            top_k,
+            act,
+            gated,
+            norm_topk,
+        }
+    }
+
+    /// Moe layer `op`'s weights in `params`.
+    fn moe_weights<'a, R>(&'a self, op: &Op, params: &'a [Vec<R>]) -> MoeWeights<'a, R> {
+        let Op::Moe { router, gated, .. } = *op else {
+            unreachable!("moe_weights of a moe layer")
+        };
+        MoeWeights {
+            params,
+            storage: &self.storage,
+            router,
+            gated,
         }
     }
 

@@ -380,7 +380,11 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
                     uses[storage[p.0]] += 1;
                 }
             }
-            Op::Activation { .. } | Op::Binary { .. } | Op::Softmax { .. } | Op::Sdpa { .. } => {}
+            Op::Activation { .. }
+            | Op::Binary { .. }
+            | Op::Softmax { .. }
+            | Op::Sdpa { .. }
+            | Op::Moe { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -489,6 +493,21 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                 continue;
             }
             Op::Embedding { .. } => needs_grad[out.0] = true,
+            Op::Moe { x, ep, .. } => {
+                // The expert-parallel ranks' token blocks (one block unsharded).
+                needs_grad[out.0] = true;
+                let rows = g.rows(x);
+                whole.push(one(0..rows));
+                sharded.push(if ep > 1 {
+                    g.parallel
+                        .shard_rule
+                        .ranges(rows, ep)
+                        .unwrap_or_else(|| one(0..rows))
+                } else {
+                    one(0..rows)
+                });
+                continue;
+            }
             Op::Linear { x, parallel, .. } => {
                 needs_grad[out.0] = true;
                 let k = g.width(x);
@@ -596,7 +615,8 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                             Op::Linear { x: r, .. }
                             | Op::Activation { x: r, .. }
                             | Op::Norm { x: r, .. }
-                            | Op::Softmax { x: r, .. } => r == x,
+                            | Op::Softmax { x: r, .. }
+                            | Op::Moe { x: r, .. } => r == x,
                             Op::Binary { a, b, .. } => a == x || b == x,
                             Op::Sdpa { q, k, v, .. } => q == x || k == x || v == x,
                             Op::Embedding { .. } => false,
