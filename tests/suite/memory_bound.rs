@@ -87,6 +87,8 @@ fn the_bound_covers_peak_resident_memory() {
         "configs/fsdp_zero2_grad_acc.toml",
         "configs/megatron_tp_mlp.toml",
         "configs/megatron_vocab_parallel_cross_entropy.toml",
+        "configs/maxtext_moe_dense_test.toml",
+        "tests/data/moe/moe_gated_norm.toml",
         "configs/examples/megatron_mlp_tp4.toml",
         "configs/examples/row_parallel_head_tp4.toml",
         "configs/examples/tp2_prenorm_block.toml",
