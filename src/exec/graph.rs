@@ -546,6 +546,9 @@ impl Plan {
                 inputs,
                 bf,
             );
+            if let Op::Moe { top_k, .. } = layer.op {
+                trace.record_routing(&bf.moe[li].topi, top_k);
+            }
         }
         let loss = self.loss(be, cx, inputs, cx.scale, bf);
         for &c in &self.by_phase[0] {
