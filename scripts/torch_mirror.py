@@ -1145,7 +1145,12 @@ class Run:
                     (loss / m.micro if m.micro > 1 else loss).backward()
                     losses.append(loss.detach().reshape(1))
                     acts_r.append(acts)
-                    local.append({k: rep.leaves[k][0][0].grad.detach().clone() for k in names})
+                    # an expert no token of this rank chose has no .grad: DDP (with
+                    # find_unused_parameters) reduces zeros for it, as seedsweep does
+                    local.append({k: (rep.leaves[k][0][0].grad.detach().clone()
+                                      if rep.leaves[k][0][0].grad is not None
+                                      else torch.zeros_like(rep.leaves[k][0][0]))
+                                  for k in names})
                 # forward checks
                 for c in m.checks:
                     at = m.check_at(c)

@@ -173,7 +173,7 @@ fn rank_of(ranks: &[Range<usize>], t: usize) -> usize {
 
 /// Whether `a` ranks before `b` in torch's topk order (larger first, NaN largest).
 fn larger<R: Real>(a: R, b: R) -> bool {
-    let (an, bn) = (a != a, b != b);
+    let (an, bn) = (a.partial_cmp(&a).is_none(), b.partial_cmp(&b).is_none());
     match (an, bn) {
         (true, false) => true,
         (_, true) => false,
@@ -264,8 +264,8 @@ pub fn moe_forward<B: Backend>(
         if c.norm_topk {
             let s = B::R::row_sum_by(k, |j| tp[j]);
             bf.sums[tt] = s;
-            for j in 0..k {
-                bf.topw[tt * k + j] = tp[j] / s;
+            for (o, &p) in bf.topw[tt * k..(tt + 1) * k].iter_mut().zip(tp) {
+                *o = p / s;
             }
         } else {
             bf.topw[tt * k..(tt + 1) * k].copy_from_slice(tp);
