@@ -415,4 +415,48 @@ checks = [{{ name = "a", tensor = "a.out" }}]
             "{w:?}"
         );
     }
+    fn moe(optimizer: &str, residual: bool, tokens: usize) -> ResolvedGraph {
+        let extra = if residual {
+            r#", { name = "r", op = "add", inputs = ["m", "x"] }"#
+        } else {
+            ""
+        };
+        let text = format!(
+            r#"
+name = "moe"
+dims = {{ rows = {tokens}, hidden = 8 }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "hidden"] }},
+  {{ name = "t", draw = "randn", shape = ["rows", "hidden"] }},
+]
+layers = [{{ name = "m", op = "moe", input = "x", experts = 4, top_k = 2, ffn = 2048 }}{extra}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "{optimizer}", lr = 0.01 }}
+checks = [{{ name = "o", tensor = "m.out" }}]
+"#
+        );
+        let mut f = crate::scenario::load("moe.toml", &text).unwrap();
+        f.lowered.remove(0)
+    }
+
+    #[test]
+    fn moe_gaps_are_ties_unused_experts_other_readers_and_large_activations() {
+        let p = "cpu-fma+mkl-threads-1";
+        let has = |w: &[String], s: &str| w.iter().any(|x| x.contains(s));
+        // Always listed: top-k among equal probabilities.
+        let w = whats(&moe("sgd", false, 4), p);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(has(&w, "top-k among equal router probabilities"), "{w:?}");
+        // An expert no token chose, under a stateful optimizer.
+        assert!(has(
+            &whats(&moe("adam", false, 4), p),
+            "an expert no token chose"
+        ));
+        // Its input read by another layer too.
+        assert!(has(&whats(&moe("sgd", true, 4), p), "with another reader"));
+        // An expert's silu of 8 tokens x 2048 = 16,384 elements at two threads.
+        let w = whats(&moe("sgd", false, 8), "cpu-fma+mkl-threads-2");
+        assert!(has(&w, "the experts' Silu at 2 threads"), "{w:?}");
+        assert!(!has(&whats(&moe("sgd", false, 8), p), "Silu"));
+    }
 }

@@ -142,8 +142,8 @@ impl Trace {
     /// micro-step the traces recorded) whose chosen expert sets differ. Two traces of
     /// different lengths count every token of the longer one's tail.
     pub fn routing_flips(&self, other: &Trace) -> u64 {
-        let mut a = self.routing.split(|&e| e == u32::MAX);
-        let mut b = other.routing.split(|&e| e == u32::MAX);
+        let mut a = self.routing.split_inclusive(|&e| e == u32::MAX);
+        let mut b = other.routing.split_inclusive(|&e| e == u32::MAX);
         let mut flips = 0;
         loop {
             match (a.next(), b.next()) {
@@ -304,4 +304,28 @@ fn extend_widened<R: Real>(dst: &mut Vec<f64>, data: &[R]) {
 #[target_feature(enable = "avx512f")]
 unsafe fn widen_avx512(dst: &mut Vec<f64>, v: &[f32]) {
     dst.extend(v.iter().map(|&x| f64::from(x)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Trace;
+
+    #[test]
+    fn routing_flips_count_tokens_whose_sets_differ() {
+        let (mut a, mut b) = (Trace::default(), Trace::default());
+        // Two layers' routings: the order within a token does not count, the set does.
+        a.record_routing(&[0, 1, 2, 3, 1, 0], 2);
+        b.record_routing(&[1, 0, 2, 3, 1, 2], 2);
+        a.record_routing(&[3], 1);
+        b.record_routing(&[2], 1);
+        assert_eq!(a.routing_flips(&b), 2);
+        assert_eq!(b.routing_flips(&a), 2);
+        assert_eq!(a.routing_flips(&a), 0);
+        // A shorter trace: the longer one's extra tokens count.
+        let mut c = Trace::default();
+        c.record_routing(&[0, 1], 2);
+        assert_eq!(a.routing_flips(&c), 3);
+        a.clear();
+        assert!(a.routing.is_empty());
+    }
 }

@@ -540,15 +540,6 @@ pub fn moe_backward<B: Backend>(
     }
 }
 
-/// Tokens whose chosen expert sets differ between two routings `[T, k]` (as sets: the order
-/// of the k choices does not count).
-pub fn routing_flips(a: &[u32], b: &[u32], k: usize) -> usize {
-    a.chunks_exact(k)
-        .zip(b.chunks_exact(k))
-        .filter(|(x, y)| x.iter().any(|e| !y.contains(e)))
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,11 +550,5 @@ mod tests {
         assert!(!larger(1.0f32, 1.0));
         assert!(larger(f32::NAN, 1e30));
         assert!(!larger(1e30, f32::NAN));
-    }
-
-    #[test]
-    fn flips_count_sets_not_order() {
-        assert_eq!(routing_flips(&[0, 1, 2, 3], &[1, 0, 2, 3], 2), 0);
-        assert_eq!(routing_flips(&[0, 1, 2, 3], &[0, 2, 2, 3], 2), 1);
     }
 }
