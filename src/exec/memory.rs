@@ -225,8 +225,8 @@ impl Plan {
                 .sum();
             let ra: u128 = r.numel.iter().map(|&n| 2 * n as u128).sum();
             // A rank's parameters, gradients (accumulated too) and the collective's staging.
-            // (and its attention buffers, at most the whole batch's)
-            f32_bytes += 4 * (rp * (2 + acc) + ra + attn);
+            // (and its attention and moe buffers, at most the whole batch's)
+            f32_bytes += 4 * (rp * (2 + acc) + ra + attn + moe);
         }
         if mutant == Some(Mutant::TiedWeightsDrift) {
             if let Some(t) = self.tied_table {

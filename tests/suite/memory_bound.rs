@@ -89,6 +89,8 @@ fn the_bound_covers_peak_resident_memory() {
         "configs/megatron_vocab_parallel_cross_entropy.toml",
         "configs/maxtext_moe_dense_test.toml",
         "tests/data/moe/moe_gated_norm.toml",
+        "tests/data/moe/moe_dp2.toml",
+        "tests/data/moe/moe_ep2.toml",
         "configs/examples/megatron_mlp_tp4.toml",
         "configs/examples/row_parallel_head_tp4.toml",
         "configs/examples/tp2_prenorm_block.toml",
