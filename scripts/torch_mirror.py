@@ -99,7 +99,7 @@ def enc(t, hex_limit):
 
 LAYER_KEYS = {"name", "op", "input", "inputs", "parallel", "attr", "out", "bias", "tie", "num",
               "dim", "padding_idx", "eps", "affine", "heads", "causal", "scale", "theta",
-              "style"}
+              "style", "experts", "top_k", "ffn", "activation", "gated", "norm_topk", "expert_parallel"}
 TABLES = ("parallel", "train", "loss", "data", "init")
 
 
@@ -298,6 +298,27 @@ class GatherLast(torch.autograd.Function):
         return tuple(out)
 
 
+class MoeExpert(nn.Module):
+    """One expert: w1 (hidden -> ffn), w2 (ffn -> hidden), gated w3 (hidden -> ffn), no
+    biases, constructed in that order (Mixtral's block-sparse MLP)."""
+
+    def __init__(self, h, f, gated):
+        super().__init__()
+        self.w1 = nn.Linear(h, f, bias=False)
+        self.w2 = nn.Linear(f, h, bias=False)
+        if gated:
+            self.w3 = nn.Linear(h, f, bias=False)
+
+
+class MoeModule(nn.Module):
+    """The router nn.Linear(hidden, experts, bias=False), then the experts in order."""
+
+    def __init__(self, h, ne, f, gated):
+        super().__init__()
+        self.router = nn.Linear(h, ne, bias=False)
+        self.experts = nn.ModuleList([MoeExpert(h, f, gated) for _ in range(ne)])
+
+
 class Sharded:
     """Per-rank tensors of one activation, split on `dim` (-1: features, 0: token rows) by
     `ranges`."""
@@ -358,6 +379,8 @@ class Model:
                 raise Unsupported(f"inputs.{i['name']}.draw = {i['draw']!r}: only randn, randint and fixed")
             self.inputs.append(i)
         self.layers = d.get("layers", [])
+        self.ep = max([self.ival(l.get("expert_parallel", 1), "expert_parallel")
+                       for l in self.layers if l.get("op") == "moe"] or [1])
         for l in self.layers:
             for k in l:
                 if k not in LAYER_KEYS:
@@ -413,11 +436,16 @@ class Model:
                 widths[l["name"]] = widths[a]
             elif op == "sdpa":
                 widths[l["name"]] = widths[l["inputs"][0]]
+            elif op == "moe":
+                k = widths[src]
+                specs[l["name"]] = ("moe", k, self.ival(l["experts"], "experts"),
+                                    self.ival(l["ffn"], "ffn"), l.get("gated", False))
+                widths[l["name"]] = k
             else:
                 widths[l["name"]] = widths[src]
             prev = l["name"]
         self.widths = widths
-        with_weights = [l["name"] for l in self.layers if l["op"] in ("embedding", "linear", "layernorm", "rmsnorm")]
+        with_weights = [l["name"] for l in self.layers if l["op"] in ("embedding", "linear", "layernorm", "rmsnorm", "moe")]
         order = self.init.get("order", with_weights)
         torch.manual_seed(seed)
         for name in order:
@@ -426,6 +454,8 @@ class Model:
                 mods[name] = nn.Embedding(s[1], s[2], padding_idx=s[3])
             elif s[0] == "linear":
                 mods[name] = nn.Linear(s[1], s[2], bias=s[3])
+            elif s[0] == "moe":
+                mods[name] = MoeModule(s[1], s[2], s[3], s[4])
             elif s[0] == "layernorm":
                 mods[name] = nn.LayerNorm(s[1], eps=s[2], elementwise_affine=s[3])
             else:
@@ -499,6 +529,11 @@ class Model:
 
     def is_param(self, t):
         parts = t.split(".")
+        if len(parts) >= 3 and parts[0] in self.by_name and self.by_name[parts[0]].get("op") == "moe":
+            # a moe layer's router.weight or experts.<e>.<w1|w2|w3>.weight
+            return parts[1:] == ["router", "weight"] or (
+                len(parts) == 5 and parts[1] == "experts" and parts[3] in ("w1", "w2", "w3")
+                and parts[4] == "weight")
         return len(parts) == 2 and parts[0] in self.by_name and parts[1] in ("weight", "bias")
 
     def label(self, at, s, m):
@@ -536,6 +571,20 @@ class Run:
             mod = mods[name]
             if name in tied_to:
                 continue  # uses its table's leaves
+            if op == "moe":
+                ep = self.m.ival(l.get("expert_parallel", 1), "expert_parallel") if self.sharded else 1
+                r = mod.router.weight.detach().clone()
+                # expert parallelism: every rank its own router replica, its gradients
+                # all-reduced over the ranks (the "replicas" of after_backward)
+                self.leaves[name + ".router.weight"] = (
+                    [r.clone().requires_grad_() for _ in range(ep)], "replicas" if ep > 1 else None)
+                for e, ex in enumerate(mod.experts):
+                    for j in ("w1", "w2", "w3"):
+                        lin = getattr(ex, j, None)
+                        if lin is not None:
+                            self.leaves[f"{name}.experts.{e}.{j}.weight"] = (
+                                [lin.weight.detach().clone().requires_grad_()], None)
+                continue
             w = mod.weight.detach().clone() if getattr(mod, "weight", None) is not None else None
             b = mod.bias.detach().clone() if getattr(mod, "bias", None) is not None else None
             if tp > 1 and op == "linear" and par in ("column", "column-gather"):
@@ -593,6 +642,9 @@ class Run:
         ls, how = self.leaves[key]
         if how is None or how == "replicas":
             g = ls[0].grad
+            if g is None and ".experts." in key:
+                # an expert no token chose: torch leaves .grad None; seedsweep records zeros
+                return torch.zeros_like(ls[0])
             return None if g is None else g.detach()
         if any(t.grad is None for t in ls):
             return None
@@ -698,6 +750,10 @@ class Run:
                 if isinstance(x, Sharded):
                     raise Unsupported(f"layers.{name}: a softmax on a sharded input")
                 y = F.softmax(x, -1)
+            elif op == "moe":
+                if isinstance(x, Sharded):
+                    raise Unsupported(f"layers.{name}: a moe layer on a sharded input")
+                y = self.moe(l, name, x)
             elif op in ("residual-add", "add", "mul"):
                 # `a + b` / `a * b` as the test writes it (SwiGLU: `F.silu(gate(x)) * up(x)`),
                 # rank by rank on sharded operands.
@@ -758,6 +814,48 @@ class Run:
             return y
         x = view_whole(x)
         return F.linear(x, self.weight_for(name), self.bias_for(name))
+
+    def moe(self, l, name, x):
+        """The mixture-of-experts layer as src/ops/moe.rs describes it: router F.linear,
+        softmax, torch.topk, optional renormalisation, every expert (ascending) on its tokens
+        gathered with x[tok], and out.index_add_ of the weighted outputs. Under expert
+        parallelism (sharded computation) each rank routes its own token block with its own
+        router replica; the all-to-alls move rows without arithmetic (the f32 wire)."""
+        m = self.m
+        k = m.ival(l["top_k"], "top_k")
+        ne = m.ival(l["experts"], "experts")
+        gated = l.get("gated", False)
+        act = {"tanh": torch.tanh, "gelu": F.gelu,
+               "gelu-tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "relu": F.relu, "silu": F.silu}[l.get("activation", "silu")]
+        ep = m.ival(l.get("expert_parallel", 1), "expert_parallel") if self.sharded else 1
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        routers = self.leaves[name + ".router.weight"][0]
+        if ep > 1:
+            rg = shard_ranges(x2.shape[0], ep, m.rule, 1)
+            logits = torch.cat([F.linear(x2[lo:hi], routers[r]) for r, (lo, hi) in enumerate(rg)], 0)
+        else:
+            logits = F.linear(x2, routers[0])
+        probs = F.softmax(logits, -1)
+        w, idx = torch.topk(probs, k, dim=-1)
+        if l.get("norm_topk", False):
+            w = w / w.sum(-1, keepdim=True)
+        out = torch.zeros_like(x2)
+        for e in range(ne):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            xe = x2[tok]
+            w1 = self.leaves[f"{name}.experts.{e}.w1.weight"][0][0]
+            w2 = self.leaves[f"{name}.experts.{e}.w2.weight"][0][0]
+            hcur = act(F.linear(xe, w1))
+            if gated:
+                w3 = self.leaves[f"{name}.experts.{e}.w3.weight"][0][0]
+                hcur = hcur * F.linear(xe, w3)
+            ye = F.linear(hcur, w2)
+            out.index_add_(0, tok, ye * w[tok, slot].unsqueeze(-1))
+        return out.reshape(shape)
 
     def sdpa(self, l, name, qkv):
         """F.scaled_dot_product_attention in torch's MATH backend (the default CPU backend is
@@ -1085,7 +1183,12 @@ class Run:
                     (loss / m.micro if m.micro > 1 else loss).backward()
                     losses.append(loss.detach().reshape(1))
                     acts_r.append(acts)
-                    local.append({k: rep.leaves[k][0][0].grad.detach().clone() for k in names})
+                    # an expert no token of this rank chose has no .grad: DDP (with
+                    # find_unused_parameters) reduces zeros for it, as seedsweep does
+                    local.append({k: (rep.leaves[k][0][0].grad.detach().clone()
+                                      if rep.leaves[k][0][0].grad is not None
+                                      else torch.zeros_like(rep.leaves[k][0][0]))
+                                  for k in names})
                 # forward checks
                 for c in m.checks:
                     at = m.check_at(c)
@@ -1361,7 +1464,7 @@ def mirror(path, seeds, first_seed, threads, hex_limit):
             else:
                 ref = Run(model, seed, False, hex_limit, first).run()
             run = {"param": pid, "seed": seed, "reference": ref}
-            if model.tp > 1 or model.dp > 1:
+            if model.tp > 1 or model.dp > 1 or model.ep > 1:
                 run["sharded"] = Run(model, seed, True, hex_limit, first).run()
             # else one computation: the sharded one is the reference (written once)
             runs.append(run)

@@ -211,11 +211,19 @@ pub fn repro(
             None => None,
         };
         let mut dump_error = None;
+        // Routing flips of moe layers per comparison (sharded-vs-ref, ref-vs-f64,
+        // sharded-vs-f64), summed over the observed steps (each holds its own steps' routing).
+        let mut flips = [0u64; 3];
+        let mut routed = false;
         // The group's mutant, if any, is injected into the sharded computation.
         crate::engine::unit_observed(catalog, g, seed, &mut ws, &mut results, &mut |t| {
             if let (Some(w), None) = (writer.as_mut(), &dump_error) {
                 dump_error = w.add(checks, t).err();
             }
+            routed |= !t.reference.routing.is_empty();
+            flips[0] += t.sharded.routing_flips(&t.reference);
+            flips[1] += t.reference.routing_flips(&t.f64);
+            flips[2] += t.sharded.routing_flips(&t.f64);
         });
         if let Some(e) = dump_error {
             return Err(e);
@@ -237,6 +245,13 @@ pub fn repro(
             mutant.map(|m| format!("  mutant {m}")).unwrap_or_default(),
             seed_note
         );
+        if routed {
+            let _ = writeln!(
+                text,
+                "routing flips (tokens whose chosen experts differ, summed over moe layers and micro-steps): sharded-vs-ref {}, ref-vs-f64 {}, sharded-vs-f64 {}",
+                flips[0], flips[1], flips[2]
+            );
+        }
         let mut header = vec!["check".to_string(), "comparison".to_string()];
         for p in &g.policy_names {
             header.push(format!("{p}: usage"));

@@ -124,6 +124,51 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                     );
                 }
             }
+            Op::Moe { x, act, ffn, .. } => {
+                add(
+                    format!("`{}`: top-k among equal router probabilities", layer.name),
+                    "torch's CPU topk does not promise an order among equal values; seedsweep \
+                     takes the lower expert first (src/ops/moe.rs). Only a token with two \
+                     equal probabilities at the k-th place can differ",
+                );
+                let other_reader = g
+                    .layers
+                    .iter()
+                    .any(|l| !std::ptr::eq(l, layer) && l.op.reads(*x));
+                if other_reader {
+                    add(
+                        format!("`{}`: its input's gradient with another reader", layer.name),
+                        "autograd adds the experts' and the router's input gradients one by one \
+                         into the input's buffer, interleaved with the other reader's; seedsweep \
+                         hands the moe layer's sum over as one contribution",
+                    );
+                }
+                if !matches!(
+                    g.train.optimizer,
+                    crate::scenario::ir::Optimizer::Sgd { weight_decay, momentum, .. }
+                        if weight_decay == 0.0 && momentum == 0.0
+                ) {
+                    add(
+                        format!("`{}`: an expert no token chose", layer.name),
+                        "seedsweep gives it a zero gradient; torch leaves its .grad None and the \
+                         optimizer skips it, which differs from a zero step under momentum, \
+                         Adam or weight decay",
+                    );
+                }
+                if threads > 1
+                    && matches!(act, Activation::GeluTanh | Activation::Silu)
+                    && g.rows(*x) * ffn >= 16_384
+                {
+                    add(
+                        format!(
+                            "`{}`: the experts' {act:?} at {threads} threads",
+                            layer.name
+                        ),
+                        "an expert's activation on 16,384 or more elements: ATen splits it into \
+                         per-thread ranges, each with its own scalar tail; not modelled",
+                    );
+                }
+            }
             // LayerNorm and RMSNorm have no gap: bit-exact at 1, 2, 4 and 8 threads
             // (src/ops/norm.rs, tests/suite/norm_fixture.rs); nor has the embedding's backward
             // (exact in the conformance probes).
@@ -360,5 +405,49 @@ checks = [{{ name = "a", tensor = "a.out" }}]
             w.len() == 1 && w[0].contains("seq 10 x seq 10 x head_dim 4"),
             "{w:?}"
         );
+    }
+    fn moe(optimizer: &str, residual: bool, tokens: usize) -> ResolvedGraph {
+        let extra = if residual {
+            r#", { name = "r", op = "add", inputs = ["m", "x"] }"#
+        } else {
+            ""
+        };
+        let text = format!(
+            r#"
+name = "moe"
+dims = {{ rows = {tokens}, hidden = 8 }}
+inputs = [
+  {{ name = "x", draw = "randn", shape = ["rows", "hidden"] }},
+  {{ name = "t", draw = "randn", shape = ["rows", "hidden"] }},
+]
+layers = [{{ name = "m", op = "moe", input = "x", experts = 4, top_k = 2, ffn = 2048 }}{extra}]
+loss = {{ op = "mse", target = "t" }}
+train = {{ steps = 1, optimizer = "{optimizer}", lr = 0.01 }}
+checks = [{{ name = "o", tensor = "m.out" }}]
+"#
+        );
+        let mut f = crate::scenario::load("moe.toml", &text).unwrap();
+        f.lowered.remove(0)
+    }
+
+    #[test]
+    fn moe_gaps_are_ties_unused_experts_other_readers_and_large_activations() {
+        let p = "cpu-fma+mkl-threads-1";
+        let has = |w: &[String], s: &str| w.iter().any(|x| x.contains(s));
+        // Always listed: top-k among equal probabilities.
+        let w = whats(&moe("sgd", false, 4), p);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(has(&w, "top-k among equal router probabilities"), "{w:?}");
+        // An expert no token chose, under a stateful optimizer.
+        assert!(has(
+            &whats(&moe("adam", false, 4), p),
+            "an expert no token chose"
+        ));
+        // Its input read by another layer too.
+        assert!(has(&whats(&moe("sgd", true, 4), p), "with another reader"));
+        // An expert's silu of 8 tokens x 2048 = 16,384 elements at two threads.
+        let w = whats(&moe("sgd", false, 8), "cpu-fma+mkl-threads-2");
+        assert!(has(&w, "the experts' Silu at 2 threads"), "{w:?}");
+        assert!(!has(&whats(&moe("sgd", false, 8), p), "Silu"));
     }
 }

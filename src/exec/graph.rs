@@ -24,6 +24,7 @@ use crate::ops::layers::{
     tanh_inplace,
 };
 use crate::ops::loss;
+use crate::ops::moe::{moe_backward, moe_forward, MoeBufs, MoeCfg, MoeWeights};
 use crate::ops::norm::{
     elementwise_mul, layer_norm, layer_norm_backward_threads, residual_add, rms_norm,
     rms_norm_backward, sequence_parallel_norm_backward,
@@ -182,6 +183,9 @@ pub struct Bufs<R> {
     /// Per layer: an attention layer's saved scaled q, kᵀ and probabilities and its scratch
     /// ([`sdpa_forward`]); empty for other layers.
     attn: Vec<AttnBufs<R>>,
+    /// Per layer: a moe layer's saved routing, expert activations and scratch
+    /// ([`moe_forward`]); empty for other layers.
+    pub(crate) moe: Vec<MoeBufs<R>>,
     /// An attention layer's q, k and v gradients before they are handed on.
     attn_grads: [Vec<R>; 3],
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
@@ -543,6 +547,9 @@ impl Plan {
                 inputs,
                 bf,
             );
+            if let Op::Moe { top_k, .. } = layer.op {
+                trace.record_routing(&bf.moe[li].topi, top_k);
+            }
         }
         let loss = self.loss(be, cx, inputs, cx.scale, bf);
         for &c in &self.by_phase[0] {
@@ -942,6 +949,20 @@ impl Plan {
                 // a column-parallel layer) give the same bits as the whole tensor's.
                 let mut y = std::mem::take(&mut bf.acts[out.0]);
                 rope_forward(&bf.acts[x.0], g.width(x), tables, &mut y);
+                bf.acts[out.0] = y;
+            }
+            Op::Moe { x, out, .. } => {
+                // `shards`: the expert-parallel ranks' token blocks (one block unsharded).
+                let c = self.moe_cfg(op);
+                if bf.moe.len() <= li {
+                    bf.moe.resize_with(li + 1, MoeBufs::default);
+                }
+                let mut y = std::mem::take(&mut bf.acts[out.0]);
+                let Bufs {
+                    params, acts, moe, ..
+                } = bf;
+                let w = self.moe_weights(op, params);
+                moe_forward(be, &c, &w, &acts[x.0], shards, &mut y, &mut moe[li]);
                 bf.acts[out.0] = y;
             }
             Op::Softmax { x, out } => {
@@ -1374,6 +1395,42 @@ impl Plan {
                 rope_backward(&bf.dacts[out.0], g.width(x), tables, &mut dx);
                 self.act_grad_done(bf, x.0, dx);
             }
+            Op::Moe { x, router, .. } => {
+                let c = self.moe_cfg(op);
+                let want_dx = self.needs_grad[x.0];
+                let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
+                {
+                    let Bufs {
+                        params,
+                        acts,
+                        dacts,
+                        moe,
+                        ..
+                    } = &mut *bf;
+                    let w = self.moe_weights(op, params);
+                    moe_backward(
+                        be,
+                        &c,
+                        &w,
+                        &acts[x.0],
+                        &dacts[out.0],
+                        shards,
+                        dx.as_deref_mut(),
+                        &mut moe[li],
+                    );
+                }
+                let mut dws = std::mem::take(&mut bf.moe[li].dw);
+                for (i, dw) in dws.iter_mut().enumerate() {
+                    let s = self.storage[router.0 + i];
+                    let mut t = self.grad_target(bf, s);
+                    t.copy_from_slice(dw);
+                    self.grad_done(bf, s, t);
+                }
+                bf.moe[li].dw = dws;
+                if let Some(dx) = dx {
+                    self.act_grad_done(bf, x.0, dx);
+                }
+            }
             Op::Softmax { x, .. } => {
                 if !self.needs_grad[x.0] {
                     return;
@@ -1443,6 +1500,46 @@ impl Plan {
         match (sharded, &self.act_parts[li]) {
             (true, TorchParts::Columns(r)) => r,
             _ => &[],
+        }
+    }
+
+    /// The shape and options of moe layer `op`.
+    fn moe_cfg(&self, op: &Op) -> MoeCfg {
+        let Op::Moe {
+            x,
+            experts,
+            top_k,
+            ffn,
+            act,
+            gated,
+            norm_topk,
+            ..
+        } = *op
+        else {
+            unreachable!("moe_cfg of a moe layer")
+        };
+        MoeCfg {
+            tokens: self.graph.rows(x),
+            hidden: self.graph.width(x),
+            ffn,
+            experts,
+            top_k,
+            act,
+            gated,
+            norm_topk,
+        }
+    }
+
+    /// Moe layer `op`'s weights in `params`.
+    fn moe_weights<'a, R>(&'a self, op: &Op, params: &'a [Vec<R>]) -> MoeWeights<'a, R> {
+        let Op::Moe { router, gated, .. } = *op else {
+            unreachable!("moe_weights of a moe layer")
+        };
+        MoeWeights {
+            params,
+            storage: &self.storage,
+            router,
+            gated,
         }
     }
 

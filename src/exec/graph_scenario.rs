@@ -384,7 +384,8 @@ fn fused_sgd(g: &ResolvedGraph, storage: &[usize], tied_table: Option<usize>) ->
             | Op::Binary { .. }
             | Op::Softmax { .. }
             | Op::Sdpa { .. }
-            | Op::Rope { .. } => {}
+            | Op::Rope { .. }
+            | Op::Moe { .. } => {}
         }
     }
     let mut grad_read = vec![false; np];
@@ -495,6 +496,21 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                 continue;
             }
             Op::Embedding { .. } => needs_grad[out.0] = true,
+            Op::Moe { x, ep, .. } => {
+                // The expert-parallel ranks' token blocks (one block unsharded).
+                needs_grad[out.0] = true;
+                let rows = g.rows(x);
+                whole.push(one(0..rows));
+                sharded.push(if ep > 1 {
+                    g.parallel
+                        .shard_rule
+                        .ranges(rows, ep)
+                        .unwrap_or_else(|| one(0..rows))
+                } else {
+                    one(0..rows)
+                });
+                continue;
+            }
             Op::Linear { x, parallel, .. } => {
                 needs_grad[out.0] = true;
                 let k = g.width(x);
@@ -597,19 +613,11 @@ fn plan_with(g: ResolvedGraph, inputs: Vec<Vec<InputValue>>) -> Plan {
                 x,
                 ..
             } => {
-                let other_reader = g.layers.iter().enumerate().any(|(lj, o)| {
-                    lj != li
-                        && match o.op {
-                            Op::Linear { x: r, .. }
-                            | Op::Activation { x: r, .. }
-                            | Op::Norm { x: r, .. }
-                            | Op::Softmax { x: r, .. }
-                            | Op::Rope { x: r, .. } => r == x,
-                            Op::Binary { a, b, .. } => a == x || b == x,
-                            Op::Sdpa { q, k, v, .. } => q == x || k == x || v == x,
-                            Op::Embedding { .. } => false,
-                        }
-                });
+                let other_reader = g
+                    .layers
+                    .iter()
+                    .enumerate()
+                    .any(|(lj, o)| lj != li && o.op.reads(x));
                 let checked = g
                     .checks
                     .iter()

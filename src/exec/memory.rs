@@ -14,6 +14,13 @@
 //! - per attention layer (`[b, s, w]` queries, `h` heads): the scaled q and kᵀ (2·b·s·w), the
 //!   probabilities and two scratch buffers of the scores' shape (3·b·h·s², the O(seq²) part),
 //!   and the q, k, v gradients before they are handed on (3·b·s·w);
+//! - per moe layer (`T` tokens of width `H`, `E` experts, `k` per token, expert width `F`,
+//!   `N` expert-parallel ranks, its `Pm` weights): router logits, probabilities and their two
+//!   gradients (4·T·E), the routing (4·T·k), the dispatched rows and their gradients
+//!   (`T·k` rows: 5·H + 7·F each: inputs, outputs, pre-activations, activations, the
+//!   gated up projections and hidden values, and their gradients), the router's per-rank
+//!   partial gradients (N·E·H), the router's input gradient (T·H) and its weight
+//!   gradients before they are handed on (Pm);
 //! - optimizer state (momentum P, Adam 2P) and the pre-step copies the SGD-update checks read;
 //! - matmul scratch: what the kernels take for the largest `x·Wᵀ` as they dispatch on this
 //!   CPU (`MatmulModel::nt_scratch_elems`, `nt_f64_scratch_elems`: a few-rows kernel's small
@@ -161,8 +168,36 @@ impl Plan {
                 _ => 0,
             })
             .sum();
+        // Mixture-of-experts layers: the routing, the dispatched rows and their gradients,
+        // and the weight gradients before they are handed on (module doc).
+        let moe: u128 = g
+            .layers
+            .iter()
+            .map(|l| match l.op {
+                Op::Moe {
+                    x,
+                    experts,
+                    top_k,
+                    ffn,
+                    gated,
+                    ep,
+                    ..
+                } => {
+                    let (t, h) = (g.rows(x) as u128, g.width(x) as u128);
+                    let (e, k, f) = (experts as u128, top_k as u128, ffn as u128);
+                    let pm = e * h + e * (if gated { 3 } else { 2 }) * f * h;
+                    4 * t * e
+                        + 4 * t * k
+                        + t * k * (5 * h + 7 * f)
+                        + ep as u128 * e * h
+                        + t * h
+                        + pm
+                }
+                _ => 0,
+            })
+            .sum();
         // One computation's parameters, activations, optimizer state and pre-step copies.
-        let own = p + a + opt + old + attn;
+        let own = p + a + opt + old + attn + moe;
         let f64_bytes = 8 * (own + grads + scratch_f64);
         // The fp32 reference and sharded computations, their gradients (unread ones shared
         // in a streamed run), one scratch (a thread's) with the input-precision pieces of a
@@ -190,8 +225,8 @@ impl Plan {
                 .sum();
             let ra: u128 = r.numel.iter().map(|&n| 2 * n as u128).sum();
             // A rank's parameters, gradients (accumulated too) and the collective's staging.
-            // (and its attention buffers, at most the whole batch's)
-            f32_bytes += 4 * (rp * (2 + acc) + ra + attn);
+            // (and its attention and moe buffers, at most the whole batch's)
+            f32_bytes += 4 * (rp * (2 + acc) + ra + attn + moe);
         }
         if mutant == Some(Mutant::TiedWeightsDrift) {
             if let Some(t) = self.tied_table {

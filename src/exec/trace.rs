@@ -53,6 +53,9 @@ pub struct Trace {
     lent: Vec<Lent>,
     /// Whether [`Trace::record_lent`] lends (see [`Trace::lend`]).
     lending: bool,
+    /// The experts every `moe` layer chose, per micro-step in forward order: for every token
+    /// its chosen experts in ascending order, then `u32::MAX` ([`Trace::routing_flips`]).
+    pub routing: Vec<u32>,
 }
 
 /// A lent slot's buffer: its address and length, and its element type.
@@ -121,6 +124,34 @@ impl Trace {
         self.values.clear();
         self.slots.clear();
         self.lent.clear();
+        self.routing.clear();
+    }
+
+    /// Appends one moe layer's routing, `topi` (`[tokens, k]`, any order within a token), to
+    /// [`Trace::routing`] as sets.
+    pub fn record_routing(&mut self, topi: &[u32], k: usize) {
+        for t in topi.chunks_exact(k) {
+            let start = self.routing.len();
+            self.routing.extend_from_slice(t);
+            self.routing[start..].sort_unstable();
+            self.routing.push(u32::MAX);
+        }
+    }
+
+    /// Routing flips between two computations: the tokens (summed over every moe layer and
+    /// micro-step the traces recorded) whose chosen expert sets differ. Two traces of
+    /// different lengths count every token of the longer one's tail.
+    pub fn routing_flips(&self, other: &Trace) -> u64 {
+        let mut a = self.routing.split_inclusive(|&e| e == u32::MAX);
+        let mut b = other.routing.split_inclusive(|&e| e == u32::MAX);
+        let mut flips = 0;
+        loop {
+            match (a.next(), b.next()) {
+                (None, None) => return flips,
+                (Some(x), Some(y)) => flips += u64::from(x != y),
+                _ => flips += 1,
+            }
+        }
     }
 
     /// Turns lending on or off (off by default): while on, [`Trace::record_lent`] records a
@@ -185,6 +216,7 @@ impl Trace {
                 ..*s
             });
         }
+        t.routing.clone_from(&self.routing);
         t
     }
 
@@ -272,4 +304,28 @@ fn extend_widened<R: Real>(dst: &mut Vec<f64>, data: &[R]) {
 #[target_feature(enable = "avx512f")]
 unsafe fn widen_avx512(dst: &mut Vec<f64>, v: &[f32]) {
     dst.extend(v.iter().map(|&x| f64::from(x)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Trace;
+
+    #[test]
+    fn routing_flips_count_tokens_whose_sets_differ() {
+        let (mut a, mut b) = (Trace::default(), Trace::default());
+        // Two layers' routings: the order within a token does not count, the set does.
+        a.record_routing(&[0, 1, 2, 3, 1, 0], 2);
+        b.record_routing(&[1, 0, 2, 3, 1, 2], 2);
+        a.record_routing(&[3], 1);
+        b.record_routing(&[2], 1);
+        assert_eq!(a.routing_flips(&b), 2);
+        assert_eq!(b.routing_flips(&a), 2);
+        assert_eq!(a.routing_flips(&a), 0);
+        // A shorter trace: the longer one's extra tokens count.
+        let mut c = Trace::default();
+        c.record_routing(&[0, 1], 2);
+        assert_eq!(a.routing_flips(&c), 3);
+        a.clear();
+        assert!(a.routing.is_empty());
+    }
 }

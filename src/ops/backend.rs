@@ -249,6 +249,13 @@ pub trait Backend {
     fn all_reduce_bf16(&mut self, parts: &[Self::R], n_ranks: usize, out: &mut [Self::R]) {
         self.all_reduce(parts, n_ranks, out);
     }
+    /// A buffer sent over the profile's wire by an all-to-all (expert parallelism's token
+    /// dispatch and return, [`crate::ops::moe`]): rounded to the wire dtype, bf16 round to
+    /// nearest even on a bf16 wire, unchanged on an f32 wire. The float64 backend (which never
+    /// runs a sharded computation) leaves it unchanged, the default.
+    fn wire_round(&self, x: &mut [Self::R]) {
+        let _ = x;
+    }
     /// Mean cross-entropy and its gradient ([`crate::ops::layers::cross_entropy`]): the
     /// scalar type's kernel by default.
     fn cross_entropy(
@@ -774,5 +781,12 @@ impl Backend for F32Backend<'_> {
     }
     fn all_reduce_bf16(&mut self, parts: &[f32], n_ranks: usize, out: &mut [f32]) {
         all_reduce_sum(self.algo, Wire::Bf16, parts, n_ranks, out);
+    }
+    fn wire_round(&self, x: &mut [f32]) {
+        if self.wire == Wire::Bf16 {
+            for v in x {
+                *v = crate::kernels::round::bf16_rne(*v);
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod attention;
 pub mod backend;
 pub mod layers;
 pub mod loss;
+pub mod moe;
 pub mod norm;
 pub mod optim;
 pub mod real;

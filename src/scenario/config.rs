@@ -68,6 +68,12 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "torchtitan_fsdp_vs_hsdp.toml",
         include_str!("../../configs/torchtitan_fsdp_vs_hsdp.toml"),
     ),
+    // Issue 35: MaxText's routed-MoE test_dense, scaled down, expert parallel 4 against the
+    // unsharded block, validated against torch in tests/suite/moe.rs.
+    (
+        "maxtext_moe_dense_test.toml",
+        include_str!("../../configs/maxtext_moe_dense_test.toml"),
+    ),
 ];
 
 /// A tolerance as written in TOML.

@@ -107,6 +107,23 @@ fn describe_layer(l: &super::spec::Layer) -> String {
             "sdpa(k={k}, v={v}, heads={heads}, causal={causal}, scale={}; math path: q,k,v viewed [b, s, heads, head_dim] and transposed to [b, heads, s, head_dim], scores [b, heads, s, s], softmax, output transposed back)",
             scale.map_or("1/sqrt(head_dim)".to_string(), |s| s.to_string())
         ),
+        Op::Moe {
+            experts,
+            top_k,
+            ffn,
+            act,
+            gated,
+            norm_topk,
+            expert_parallel,
+        } => format!(
+            "moe(experts={experts}, top_k={top_k}, ffn={ffn}, {}, norm_topk={norm_topk}, expert_parallel={expert_parallel}; router linear(bias=False), softmax over experts, topk (ties: lower expert first), {}combine sum over the chosen experts in ascending expert order)",
+            if *gated {
+                format!("experts {}(x·w1ᵀ) * (x·w3ᵀ) then ·w2ᵀ", act.name())
+            } else {
+                format!("experts {}(x·w1ᵀ)·w2ᵀ", act.name())
+            },
+            if *norm_topk { "weights / their sum, " } else { "" }
+        ),
     }
 }
 
@@ -202,6 +219,7 @@ fn collectives_text(out: &mut String, g: &Graph, wire_note: &str) {
                 p.dp / c.ranks,
                 p.dp / c.ranks
             ),
+            Group::Ep => format!("expert-parallel ranks 0..{}", c.ranks - 1),
         };
         let wire = format!("the profile's wire ({wire_note})");
         let axis = c.axis.map_or(String::new(), |a| format!(" on axis {a}"));

@@ -456,6 +456,32 @@ pub enum Op {
         /// The cos and sin tables of the positions `0..seq`, built once per scenario.
         tables: std::sync::Arc<crate::ops::rope::RopeTables>,
     },
+    /// A mixture-of-experts layer ([`crate::ops::moe`]) on `[.., hidden]` tokens: router
+    /// `[experts, hidden]`, then per expert `w1` `[ffn, hidden]`, `w2` `[hidden, ffn]` and,
+    /// gated, `w3` `[ffn, hidden]`, consecutive parameters from `router` on
+    /// ([`Op::moe_param`]).
+    Moe {
+        /// Input.
+        x: TensorId,
+        /// Output (same shape).
+        out: TensorId,
+        /// The router's weight; the experts' weights follow it in the parameter table.
+        router: ParamId,
+        /// Experts.
+        experts: usize,
+        /// Experts per token.
+        top_k: usize,
+        /// Each expert's hidden width.
+        ffn: usize,
+        /// The experts' activation.
+        act: Activation,
+        /// Gated (SwiGLU-style) experts.
+        gated: bool,
+        /// Renormalise the top-k weights.
+        norm_topk: bool,
+        /// Expert-parallel degree of the sharded computation.
+        ep: usize,
+    },
 }
 
 /// Elementwise ops of two tensors.
@@ -913,8 +939,31 @@ impl Op {
             | Op::Binary { out, .. }
             | Op::Softmax { out, .. }
             | Op::Sdpa { out, .. }
-            | Op::Rope { out, .. } => out,
+            | Op::Rope { out, .. }
+            | Op::Moe { out, .. } => out,
         }
+    }
+
+    /// Whether the op reads tensor `t` (an embedding reads ids, never an activation).
+    pub fn reads(&self, t: TensorId) -> bool {
+        match *self {
+            Op::Linear { x, .. }
+            | Op::Activation { x, .. }
+            | Op::Norm { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::Rope { x, .. }
+            | Op::Moe { x, .. } => x == t,
+            Op::Binary { a, b, .. } => a == t || b == t,
+            Op::Sdpa { q, k, v, .. } => q == t || k == t || v == t,
+            Op::Embedding { .. } => false,
+        }
+    }
+
+    /// A `moe` layer's parameter `j` (0: `w1`, 1: `w2`, 2: `w3`) of expert `e`, from its
+    /// router's id (the table holds the router, then each expert's weights in order).
+    pub fn moe_param(router: ParamId, gated: bool, e: usize, j: usize) -> ParamId {
+        let per = if gated { 3 } else { 2 };
+        ParamId(router.0 + 1 + e * per + j)
     }
 }
 

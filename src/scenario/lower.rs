@@ -167,6 +167,35 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
             Op::RmsNorm { affine: true, .. } => {
                 push(format!("{lname}.weight"), ir::ParamInit::Ones);
             }
+            Op::Moe {
+                experts,
+                ffn,
+                gated,
+                ..
+            } => {
+                if s.init.scheme == Scheme::Flax {
+                    return Err(ctx.err(
+                        &format!("init.order[{oi}]"),
+                        format!("layer `{lname}` is a moe layer, and the flax scheme covers linear layers only; allowed: scheme = \"torch\""),
+                    ));
+                }
+                // nn.Linear(hidden, experts, bias=False), then every expert's nn.Linear
+                // modules in construction order: w1 (hidden -> ffn), w2 (ffn -> hidden),
+                // w3 (hidden -> ffn), each kaiming_uniform_(a=sqrt(5)) of its fan-in.
+                let h = g
+                    .tensor(&format!("{lname}.router.weight"))
+                    .map(|t| t.shape[1])
+                    .unwrap_or(1);
+                let ku = |fan_in| ir::ParamInit::Draw(ir::TorchInit::KaimingUniform { fan_in });
+                push(format!("{lname}.router.weight"), ku(h));
+                for e in 0..*experts {
+                    push(format!("{lname}.experts.{e}.w1.weight"), ku(h));
+                    push(format!("{lname}.experts.{e}.w2.weight"), ku(*ffn));
+                    if *gated {
+                        push(format!("{lname}.experts.{e}.w3.weight"), ku(h));
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -363,6 +392,32 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
             Op::Softmax => ir::Op::Softmax {
                 x: tid(&l.input),
                 out,
+            },
+            Op::Moe {
+                experts,
+                top_k,
+                ffn,
+                act,
+                gated,
+                norm_topk,
+                expert_parallel,
+            } => ir::Op::Moe {
+                x: tid(&l.input),
+                out,
+                router: param_id(&params, &format!("{}.router.weight", l.name)),
+                experts: *experts,
+                top_k: *top_k,
+                ffn: *ffn,
+                act: match act {
+                    spec::Act::Tanh => ir::Activation::Tanh,
+                    spec::Act::Gelu => ir::Activation::Gelu,
+                    spec::Act::GeluTanh => ir::Activation::GeluTanh,
+                    spec::Act::Relu => ir::Activation::Relu,
+                    spec::Act::Silu => ir::Activation::Silu,
+                },
+                gated: *gated,
+                norm_topk: *norm_topk,
+                ep: *expert_parallel,
             },
             Op::Sdpa {
                 k,

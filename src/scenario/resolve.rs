@@ -121,6 +121,9 @@ pub enum CollectiveOp {
     AllGather,
     /// Sum, each rank keeping its shard.
     ReduceScatter,
+    /// Rows sent from every rank to the rank that owns them (expert parallelism's token
+    /// dispatch and return); no arithmetic, only the wire dtype's rounding.
+    AllToAll,
 }
 
 impl CollectiveOp {
@@ -130,6 +133,7 @@ impl CollectiveOp {
             Self::AllReduce => "all-reduce",
             Self::AllGather => "all-gather",
             Self::ReduceScatter => "reduce-scatter",
+            Self::AllToAll => "all-to-all",
         }
     }
 }
@@ -172,6 +176,8 @@ pub enum Group {
     /// HSDP: each replicate group of the mesh (`dp_replicate` ranks `s, s + dp_shard, ..`,
     /// one group per shard s).
     DpReplicate,
+    /// The expert-parallel ranks of a `moe` layer (`expert_parallel`).
+    Ep,
 }
 
 /// One collective of the graph.
@@ -1087,6 +1093,92 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                     }
                 }
                 (x.shape.clone(), x.split.clone())
+            }
+            Op::Moe {
+                experts,
+                ffn,
+                gated,
+                expert_parallel,
+                ..
+            } => {
+                needs_f32(&x)?;
+                whole(
+                    &x,
+                    "a mixture-of-experts layer (its router reads every feature)",
+                )?;
+                let h = *x.shape.last().unwrap_or(&1);
+                let ep = *expert_parallel;
+                if ep > 1 && (par.tp > 1 || par.dp > 1) {
+                    return Err(ctx.err(
+                        &format!("{lp}.expert_parallel"),
+                        format!(
+                            "expert_parallel = {ep} with tp = {} and dp = {}; allowed: expert parallelism on its own (tp = dp = 1): the expert-parallel ranks split the tokens and the experts",
+                            par.tp, par.dp
+                        ),
+                    ));
+                }
+                let tokens: usize = x.shape[..x.shape.len() - 1].iter().product();
+                if ep > 1 && tokens < ep {
+                    return Err(ctx.err(
+                        &format!("{lp}.expert_parallel"),
+                        format!(
+                            "expert_parallel = {ep} with {tokens} tokens in `{}`; allowed: at most as many ranks as tokens (each rank routes its own block of tokens)",
+                            x.name
+                        ),
+                    ));
+                }
+                if ep > 1 && spec.parallel.rule == ShardRule::Megatron && !tokens.is_multiple_of(ep)
+                {
+                    return Err(ctx.err(
+                        &format!("{lp}.expert_parallel"),
+                        format!(
+                            "expert_parallel = {ep} does not divide the {tokens} tokens of `{}` under shard_rule = \"megatron\"; allowed: a degree that divides the tokens, or shard_rule = \"deepspeed\"",
+                            x.name
+                        ),
+                    ));
+                }
+                b.push_param(
+                    format!("{}.router.weight", layer.name),
+                    vec![*experts, h],
+                    Split::Replicated,
+                );
+                for e in 0..*experts {
+                    let p = format!("{}.experts.{e}", layer.name);
+                    b.push_param(format!("{p}.w1.weight"), vec![*ffn, h], Split::Replicated);
+                    b.push_param(format!("{p}.w2.weight"), vec![h, *ffn], Split::Replicated);
+                    if *gated {
+                        b.push_param(format!("{p}.w3.weight"), vec![*ffn, h], Split::Replicated);
+                    }
+                }
+                if ep > 1 {
+                    let mut a2a = |phase: Phase, tensor: String| {
+                        b.collectives.push(Collective {
+                            phase,
+                            layer: layer.name.clone(),
+                            op: CollectiveOp::AllToAll,
+                            tensor,
+                            shape: x.shape.clone(),
+                            group: Group::Ep,
+                            ranks: ep,
+                            axis: Some(0),
+                        });
+                    };
+                    a2a(Phase::Forward, format!("{}.dispatch", layer.name));
+                    a2a(Phase::Forward, format!("{}.combine", layer.name));
+                    a2a(Phase::Backward, format!("{}.combine.grad", layer.name));
+                    a2a(Phase::Backward, format!("{}.dispatch.grad", layer.name));
+                    b.collectives.push(Collective {
+                        phase: Phase::Backward,
+                        layer: layer.name.clone(),
+                        op: CollectiveOp::AllReduce,
+                        tensor: format!("{}.router.weight.grad", layer.name),
+                        shape: vec![*experts, h],
+                        group: Group::Ep,
+                        ranks: ep,
+                        axis: None,
+                    });
+                }
+                (x.shape.clone(), Split::Replicated)
             }
             Op::Softmax => {
                 needs_f32(&x)?;

@@ -198,6 +198,25 @@ pub enum Op {
     },
     /// `F.softmax(x, -1)`.
     Softmax,
+    /// A mixture-of-experts layer ([`crate::ops::moe`]): a router linear without bias,
+    /// softmax over the experts, top-k, optional renormalisation, `experts` MLPs, and the
+    /// weighted combine.
+    Moe {
+        /// Experts.
+        experts: usize,
+        /// Experts per token.
+        top_k: usize,
+        /// Each expert's hidden width.
+        ffn: usize,
+        /// The experts' activation.
+        act: Act,
+        /// SwiGLU-style gated experts (`act(x·W1ᵀ) * (x·W3ᵀ)`).
+        gated: bool,
+        /// Renormalise the top-k weights to sum to one.
+        norm_topk: bool,
+        /// Expert-parallel degree (experts split over this many ranks).
+        expert_parallel: usize,
+    },
     /// `F.scaled_dot_product_attention(q, k, v, is_causal, scale)` (torch's math path) on
     /// `[batch, seq, heads·head_dim]` tensors; `q` is the layer's `input`.
     Sdpa {
@@ -255,6 +274,7 @@ impl Op {
             Self::RmsNorm { .. } => "rmsnorm",
             Self::Binary { kind, .. } => kind.name(),
             Self::Softmax => "softmax",
+            Self::Moe { .. } => "moe",
             Self::Sdpa { .. } => "sdpa",
             Self::Rope { .. } => "rope",
         }
@@ -542,6 +562,13 @@ const LAYER_KEYS: &[&str] = &[
     "scale",
     "theta",
     "style",
+    "experts",
+    "top_k",
+    "ffn",
+    "activation",
+    "gated",
+    "norm_topk",
+    "expert_parallel",
 ];
 
 const OPS: &[&str] = &[
@@ -558,6 +585,7 @@ const OPS: &[&str] = &[
     "softmax",
     "sdpa",
     "rope",
+    "moe",
     "add",
     "mul",
 ];
@@ -571,6 +599,15 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "residual-add" | "add" | "mul" => &["inputs"],
         "sdpa" => &["inputs", "heads", "causal", "scale"],
         "rope" => &["heads", "theta", "style"],
+        "moe" => &[
+            "experts",
+            "top_k",
+            "ffn",
+            "activation",
+            "gated",
+            "norm_topk",
+            "expert_parallel",
+        ],
         _ => &[],
     }
 }
@@ -1084,6 +1121,47 @@ fn parse_layers(
                 }
             }
             "softmax" => Op::Softmax,
+            "moe" => {
+                let experts = o.size("experts", dims)?;
+                let top_k = o.size("top_k", dims)?;
+                if top_k == 0 || top_k > experts {
+                    return Err(o.err(
+                        "top_k",
+                        format!(
+                            "top_k = {top_k} with {experts} experts; allowed: 1..={experts} (each token picks top_k different experts)"
+                        ),
+                    ));
+                }
+                let expert_parallel = o.opt_size("expert_parallel", dims)?.unwrap_or(1);
+                if expert_parallel == 0 || expert_parallel > 64 || experts % expert_parallel != 0 {
+                    return Err(o.err(
+                        "expert_parallel",
+                        format!(
+                            "expert_parallel = {expert_parallel} with {experts} experts; allowed: a degree 1..=64 that divides the number of experts (each rank holds experts / expert_parallel of them)"
+                        ),
+                    ));
+                }
+                let act = match o.choice(
+                    "activation",
+                    &["silu", "gelu", "gelu-tanh", "relu", "tanh"],
+                    "silu",
+                )? {
+                    "gelu" => Act::Gelu,
+                    "gelu-tanh" => Act::GeluTanh,
+                    "relu" => Act::Relu,
+                    "tanh" => Act::Tanh,
+                    _ => Act::Silu,
+                };
+                Op::Moe {
+                    experts,
+                    top_k,
+                    ffn: o.size("ffn", dims)?,
+                    act,
+                    gated: o.bool("gated", false)?,
+                    norm_topk: o.bool("norm_topk", false)?,
+                    expert_parallel,
+                }
+            }
             "sdpa" => {
                 let Some(ins) = o.opt_strings("inputs")? else {
                     return Err(o.err(
@@ -1486,7 +1564,7 @@ fn parse_init(doc: &Obj<'_>, layers: &[Layer]) -> Result<Init, InputError> {
 /// Whether an op owns parameters.
 pub fn has_weights(op: &Op) -> bool {
     match op {
-        Op::Embedding { .. } | Op::Linear { .. } => true,
+        Op::Embedding { .. } | Op::Linear { .. } | Op::Moe { .. } => true,
         Op::LayerNorm { affine, .. } | Op::RmsNorm { affine, .. } => *affine,
         _ => false,
     }

@@ -408,6 +408,58 @@ pub fn validate(file: &str, g: &ResolvedGraph) -> Result<(), InputError> {
                     return Err(err(file, key("out"), "must have the input's shape"));
                 }
             }
+            Op::Moe {
+                x,
+                router,
+                experts,
+                top_k,
+                ffn,
+                gated,
+                ep,
+                ..
+            } => {
+                read(x)?;
+                if g.tensors[x.0].shape != g.tensors[out.0].shape {
+                    return Err(err(file, key("out"), "must have the input's shape"));
+                }
+                if top_k == 0 || top_k > experts {
+                    return Err(err(file, key("top_k"), "must be 1..=experts"));
+                }
+                if ep == 0 || !experts.is_multiple_of(ep) {
+                    return Err(err(
+                        file,
+                        key("expert_parallel"),
+                        "must divide the number of experts",
+                    ));
+                }
+                let h = g.width(x);
+                param(router, key("router"))?;
+                if g.params[router.0].shape != [experts, h] {
+                    return Err(err(
+                        file,
+                        key("router"),
+                        format!("must be [{experts}, {h}]"),
+                    ));
+                }
+                for e in 0..experts {
+                    let parts: &[(usize, [usize; 2])] = if gated {
+                        &[(0, [ffn, h]), (1, [h, ffn]), (2, [ffn, h])]
+                    } else {
+                        &[(0, [ffn, h]), (1, [h, ffn])]
+                    };
+                    for &(j, shape) in parts {
+                        let p = Op::moe_param(router, gated, e, j);
+                        param(p, key("experts"))?;
+                        if g.params[p.0].shape != shape {
+                            return Err(err(
+                                file,
+                                key("experts"),
+                                format!("expert {e}'s weight {} must be {shape:?}", j + 1),
+                            ));
+                        }
+                    }
+                }
+            }
             Op::Binary { a, b, .. } => {
                 read(a)?;
                 read(b)?;

@@ -1104,3 +1104,115 @@ fn rope_heads_theta_and_positions_are_checked() {
         &["a 3-D tensor [batch, seq, heads·head_dim]"],
     );
 }
+/// A mixture-of-experts layer between two linears.
+const MOE: &str = r#"
+name = "moe"
+dims = { tokens = 12, hidden = 8 }
+inputs = [
+  { name = "x", draw = "randn", shape = ["tokens", "hidden"] },
+  { name = "t", draw = "randn", shape = ["tokens", "hidden"] },
+]
+layers = [
+  { name = "inp", op = "linear", input = "x", out = "hidden" },
+  { name = "moe", op = "moe", experts = 4, top_k = 2, ffn = 16, expert_parallel = 2 },
+]
+loss = { op = "mse", target = "t" }
+train = { steps = 1, optimizer = "sgd", lr = 0.1 }
+checks = [{ name = "out", tensor = "moe.out" }, { name = "r", tensor = "moe.router.weight.grad" }]
+"#;
+
+fn moe(from: &str, to: &str) -> String {
+    assert!(MOE.contains(from), "{from}");
+    MOE.replacen(from, to, 1)
+}
+
+#[test]
+fn moe_keys_are_checked() {
+    parse_file(FILE, MOE).unwrap_or_else(|e| panic!("{e}"));
+    parse_file(
+        "configs/maxtext_moe_dense_test.toml",
+        &std::fs::read_to_string("configs/maxtext_moe_dense_test.toml").unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // top_k larger than the experts, and zero
+    let msg = err(&moe("top_k = 2", "top_k = 5"));
+    assert_names(
+        &msg,
+        "layers[1].top_k",
+        &["top_k = 5 with 4 experts", "1..=4"],
+    );
+    let msg = err(&moe("top_k = 2", "top_k = 0"));
+    assert!(msg.contains("layers[1].top_k"), "{msg}");
+    // experts not divisible by expert_parallel, and a degree above 64
+    let msg = err(&moe("expert_parallel = 2", "expert_parallel = 3"));
+    assert_names(
+        &msg,
+        "layers[1].expert_parallel",
+        &[
+            "expert_parallel = 3 with 4 experts",
+            "divides the number of experts",
+        ],
+    );
+    let msg = err(&moe("experts = 4", "experts = 128")
+        .replace("expert_parallel = 2", "expert_parallel = 128"));
+    assert_names(&msg, "layers[1].expert_parallel", &["1..=64"]);
+    // more ranks than tokens
+    let msg = err(&moe("tokens = 12", "tokens = 1").replace("experts = 4", "experts = 2"));
+    assert_names(
+        &msg,
+        "layers[1].expert_parallel",
+        &["at most as many ranks as tokens"],
+    );
+    // expert parallelism together with tp or dp
+    let msg = err(&format!("parallel = {{ tp = 2 }}\n{MOE}"));
+    assert_names(
+        &msg,
+        "layers[1].expert_parallel",
+        &["with tp = 2 and dp = 1", "tp = dp = 1"],
+    );
+    // Megatron's rule on tokens the degree does not divide
+    let msg = err(&format!(
+        "parallel = {{ shard_rule = \"megatron\" }}\n{}",
+        moe("expert_parallel = 2", "expert_parallel = 4").replace("tokens = 12", "tokens = 10")
+    ));
+    assert_names(
+        &msg,
+        "layers[1].expert_parallel",
+        &["does not divide the 10 tokens"],
+    );
+    // an unknown activation, a missing required key, a key of another op
+    let msg = err(&moe("ffn = 16", "ffn = 16, activation = \"swish\""));
+    assert_names(
+        &msg,
+        "layers[1].activation",
+        &["`swish` is not allowed", "silu"],
+    );
+    let msg = err(&moe("ffn = 16, ", ""));
+    assert_names(&msg, "layers[1].ffn", &["`ffn` is required"]);
+    let msg = err(&moe("ffn = 16", "ffn = 16, heads = 2"));
+    assert_names(&msg, "layers[1].heads", &["not a key of op `moe`"]);
+    // int64 ids into the router
+    let msg = err(&moe(
+        "{ name = \"x\", draw = \"randn\", shape = [\"tokens\", \"hidden\"] }",
+        "{ name = \"x\", draw = \"randint\", high = 5, shape = [\"tokens\", \"hidden\"] }",
+    )
+    .replace(
+        "{ name = \"inp\", op = \"linear\", input = \"x\", out = \"hidden\" },\n  { name = \"moe\", op = \"moe\",",
+        "{ name = \"moe\", op = \"moe\", input = \"x\",",
+    ));
+    assert_names(
+        &msg,
+        "layers[0].input",
+        &["int64", "op `moe` needs float32"],
+    );
+    // a column-parallel (feature-sharded) input
+    let msg = err(&format!(
+        "parallel = {{ tp = 2 }}\n{}",
+        moe(
+            "out = \"hidden\" }",
+            "out = \"hidden\", parallel = \"column\" }"
+        )
+        .replace(", expert_parallel = 2", "")
+    ));
+    assert_names(&msg, "layers[1].input", &["needs the whole tensor"]);
+}

@@ -61,6 +61,7 @@ mod loss_fixture;
 mod mkl_order_model;
 mod mkl_sqrt;
 mod mkl_tanh;
+mod moe;
 mod norm_fixture;
 mod optim_fixture;
 mod py_repr_fixture;
