@@ -49,7 +49,10 @@ use crate::ops::real::Real;
 /// `Activation.cpp` converts `M_SQRT1_2` and its products), f64 the nearest double to the
 /// exact value, so that the float64 ground truth holds no f32-rounded constant.
 pub trait ActReal:
-    Real + crate::ops::softmax::SoftmaxReal + crate::ops::attention::BmmReal
+    Real
+    + crate::ops::softmax::SoftmaxReal
+    + crate::ops::attention::BmmReal
+    + crate::ops::ring::RingReal
 {
     /// 1/√2 (torch's `kAlpha`: `M_SQRT1_2`).
     const FRAC_1_SQRT_2: Self;

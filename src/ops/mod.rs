@@ -13,6 +13,7 @@ pub mod loss;
 pub mod norm;
 pub mod optim;
 pub mod real;
+pub mod ring;
 pub mod softmax;
 pub mod tp;
 pub mod vocab_parallel;

@@ -948,7 +948,9 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 (x.shape.clone(), out_split)
             }
-            Op::Sdpa { k, v, heads, .. } => {
+            Op::Sdpa {
+                k, v, heads, cp, ..
+            } => {
                 needs_f32(&x)?;
                 let kt = b.lookup(&format!("{lp}.inputs[1]"), k, li)?;
                 let vt = b.lookup(&format!("{lp}.inputs[2]"), v, li)?;
@@ -1022,6 +1024,9 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                             ),
                         ));
                     }
+                }
+                if *cp > 1 {
+                    ring_composes(ctx, &b.spec, &lp, li, *cp, [&x, &kt, &vt])?;
                 }
                 (x.shape.clone(), x.split.clone())
             }
@@ -1580,4 +1585,68 @@ fn resolve_check(
         kind: c.kind,
         reduction,
     }))
+}
+
+/// What a context-parallel `sdpa` layer (`cp` > 1, ring attention) needs, each refusal naming
+/// `{lp}.cp`: a sequence of at least `cp` tokens that `cp` divides (each rank a contiguous
+/// chunk), q, k and v that are the test's inputs, whole (not head-sharded), in a file without
+/// tensor or data parallelism and with no layer after it (a layer on the ranks' chunks would
+/// run other kernel shapes than on the whole sequence; not modelled yet).
+fn ring_composes(
+    ctx: &Ctx,
+    spec: &Spec,
+    lp: &str,
+    li: usize,
+    cp: usize,
+    qkv: [&Tensor; 3],
+) -> Result<(), InputError> {
+    let key = format!("{lp}.cp");
+    let seq = qkv[0].shape[1];
+    if seq < cp {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "a sequence of {seq} tokens is shorter than the ring of cp = {cp} ranks; allowed: cp <= {seq} (each rank holds at least one token), a cp that divides {seq}"
+            ),
+        ));
+    }
+    if !seq.is_multiple_of(cp) {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "cp = {cp} does not divide the sequence of {seq} tokens; allowed: a cp that divides {seq} (torch's context_parallel shards the sequence dim evenly)"
+            ),
+        ));
+    }
+    let par = &spec.parallel;
+    if par.tp > 1 || par.dp > 1 {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "ring attention (cp = {cp}) together with tp = {} and dp = {} is not run yet; allowed: cp with tp = 1 and dp = 1, or cp = 1",
+                par.tp, par.dp
+            ),
+        ));
+    }
+    for t in qkv {
+        if !spec.inputs.iter().any(|i| i.name == t.name) || !matches!(t.split, Split::Replicated) {
+            return Err(ctx.err(
+                &key,
+                format!(
+                    "ring attention (cp = {cp}) reads `{}`, which is not a whole input of the file; allowed: q, k and v drawn or given as [[inputs]] (a layer before the ring would run on the ranks' sequence chunks, not modelled yet), or cp = 1",
+                    t.name
+                ),
+            ));
+        }
+    }
+    if li + 1 != spec.layers.len() {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "ring attention (cp = {cp}) is followed by layers[{}]; allowed: the ring as the last layer (a layer after it would run on the ranks' sequence chunks, not modelled yet), or cp = 1",
+                li + 1
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -1,0 +1,447 @@
+//! Ring attention (context parallelism) for the `sdpa` op: torch 2.15's
+//! `_templated_ring_attention` and `_templated_ring_attention_backward`
+//! (`torch/distributed/tensor/experimental/_context_parallel/_attention.py`), without load
+//! balancing (`_cp_options.enable_load_balance = False`: rank r holds the contiguous chunk r
+//! of the sequence), on `cp` ranks simulated in one process.
+//!
+//! # Layout
+//!
+//! `q`, `k`, `v`, the output and the gradients are the whole `[batch, seq, heads·head_dim]`
+//! buffers of [`crate::ops::attention`]; rank r owns the query, key and value rows
+//! `r·c .. (r+1)·c` of every batch (`c = seq / cp`), as `context_parallel` shards
+//! `[b, h, s, d]` tensors on dim 2. The ranks' results are written into the same rows
+//! (`context_parallel_unshard`).
+//!
+//! # Forward, rank r, per (batch, head) (every operation below is elementwise or per row, so
+//! the order of the (batch, head) loops does not change a bit)
+//!
+//! Step `i = 0 .. cp-1` holds key/value block `j = (r − i) mod cp` (the rotater sends the block
+//! to rank r+1 each step: rank r receives from r−1). `_is_causal_behavior`: not causal → the
+//! whole block; causal → step 0 with the causal mask (the diagonal block), `j < r` the whole
+//! block, `j > r` skipped. The block op (the mirror's, as `scripts/ring_attention_torch.py`
+//! runs it in torch on the CPU; torch's own ring runs only on the GPU kernels):
+//! 1. `out_b` = the math-path sdpa of the block ([`crate::ops::attention`]'s order: `q·f`,
+//!    `kᵀ·f`, naive `bmm` sums from 0 in contraction order, the additive `−∞` mask, ATen's
+//!    softmax over the block's `c` keys, the naive `p·v`);
+//! 2. `lse_b[a] = m + ln(Σ_c exp(s[a][c] − m))` over the block's (masked) scores, `m` the
+//!    row's max (`torch.logsumexp`'s formula: `amax`, then `exp(x − m)`, summed, `log`, `+ m`),
+//!    here with SLEEF's `expf_u10` and `logf_u10` ports and the sum from 0 left to right
+//!    (torch's is MKL's `vmsExp`/`vmsLn` and ATen's reduction: a gap,
+//!    `crate::engine::exactness::op_gaps`).
+//!
+//! Merge (`_SDPAMerger`, f32, in step order): the first block's `(out_b, lse_b)` is taken
+//! as is; every later one: `out = out − sigmoid(lse_b − lse)·(out − out_b)` (four tensors:
+//! `lse_b − lse`, its sigmoid, `out − out_b`, the broadcast product, then the difference, each
+//! rounded) and `lse = lse − logsigmoid(lse − lse_b)`. `sigmoid` is ATen's CPU kernel:
+//! the first `n − n mod e` elements of the `[b, h, c, 1]` tensor (`n = b·h·c`, `e` the
+//! elementwise block, 16 on AVX2) `1 / ((0 − x).exp() + 1)` with SLEEF's exp, the rest
+//! `1 / (1 + exp(−x))` with glibc's `expf`. `logsigmoid` is `min(x, 0) − log1p(exp(−|x|))`
+//! with SLEEF's exp and a correctly rounded `log1p` (ATen's is SLEEF's `log1pf_u10`: a gap).
+//!
+//! # Backward, rank r (`_templated_ring_attention_backward`)
+//!
+//! The same steps and blocks; each non-skipped block runs the block backward from the merged
+//! `out` and `lse` of rank r's queries, the output gradient `g` (flash attention's backward,
+//! written as the mirror's torch script writes it): `s` as in the forward (with the mask),
+//! `p = exp(s − lse)` (SLEEF), `dv_b[c][d] = Σ_a p[a][c]·g[a][d]`, `dp[a][c] = Σ_d g[a][d]·v[c][d]`,
+//! `D[a] = Σ_d g[a][d]·out[a][d]`, `ds = p·(dp − D)`, `dq_b[a][t] = (Σ_c ds[a][c]·(k·f)[c][t])·f`,
+//! `dk_b[c][t] = (Σ_a ds[a][c]·(q·f)[a][t])·f`: every sum from 0 in its index order, each
+//! product rounded, then added.
+//!
+//! Accumulation in f32 as torch's: `dq = ((0 + dq_0) + dq_1) + …` in step order on rank r;
+//! a key/value block's gradient travels with it: `dk_j = ((0 + dk from rank j at step 0) + dk
+//! from rank j+1 at step 1) + …`, ranks `j, j+1, …, j+cp−1 (mod cp)`, a skipped step adding
+//! a zero tensor (`x + 0`).
+
+use crate::ops::attention::AttnShape;
+use crate::ops::real::Real;
+use crate::ops::softmax::SoftmaxReal;
+
+/// The transcendentals of the ring's block op and merge in `R`.
+pub trait RingReal: SoftmaxReal {
+    /// ATen's vectorized `exp` (f32: SLEEF's `expf_u10` port; f64: `libm`).
+    fn vexp(self) -> Self;
+    /// The scalar `std::exp` of an elementwise kernel's remainder (f32: glibc 2.36's `expf`).
+    fn sexp(self) -> Self;
+    /// `log` (f32: SLEEF's `logf_u10` port, modelling MKL's `vmsLn`: a gap).
+    fn vlog(self) -> Self;
+    /// `log1p` (f32: the correctly rounded value, modelling SLEEF's `log1pf_u10`: a gap).
+    fn log1p(self) -> Self;
+}
+
+impl RingReal for f32 {
+    #[inline]
+    fn vexp(self) -> f32 {
+        crate::kernels::torch_ops::exp_f32(self)
+    }
+    #[inline]
+    fn sexp(self) -> f32 {
+        crate::kernels::torch_ops::glibc_expf(self)
+    }
+    #[inline]
+    fn vlog(self) -> f32 {
+        crate::kernels::torch_ops::log_f32(self)
+    }
+    #[inline]
+    fn log1p(self) -> f32 {
+        libm::log1p(self as f64) as f32
+    }
+}
+
+impl RingReal for f64 {
+    #[inline]
+    fn vexp(self) -> f64 {
+        libm::exp(self)
+    }
+    #[inline]
+    fn sexp(self) -> f64 {
+        libm::exp(self)
+    }
+    #[inline]
+    fn vlog(self) -> f64 {
+        libm::log(self)
+    }
+    #[inline]
+    fn log1p(self) -> f64 {
+        libm::log1p(self)
+    }
+}
+
+/// What block `j` contributes to rank `r` at step `i` (`_is_causal_behavior` without load
+/// balancing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    /// The whole block.
+    Full,
+    /// The diagonal block with the causal mask.
+    Causal,
+    /// Nothing (a future block under the causal mask).
+    Skip,
+}
+
+/// `_is_causal_behavior(rank, world_size, i, is_causal)` with `enable_load_balance = False`.
+pub fn behaviour(rank: usize, cp: usize, i: usize, causal: bool) -> Block {
+    if !causal {
+        return Block::Full;
+    }
+    if i == 0 {
+        return Block::Causal;
+    }
+    if (rank + cp - i) % cp < rank {
+        Block::Full
+    } else {
+        Block::Skip
+    }
+}
+
+/// The ring's per-rank state and scratch (sized on first use, reused).
+#[derive(Debug, Default, Clone)]
+pub struct RingBufs<R> {
+    /// The merged log-sum-exp of every query row, `[b, h, s]` (each rank its rows).
+    lse: Vec<R>,
+    /// One block's scores / probabilities (`c × c`), its softmax, its gradient scratch.
+    s: Vec<R>,
+    p: Vec<R>,
+    ds: Vec<R>,
+    /// One block's output `c × d` and log-sum-exp `c`, the scaled q and k rows.
+    ob: Vec<R>,
+    lb: Vec<R>,
+    qs: Vec<R>,
+    ks: Vec<R>,
+    /// `D[a]` of the block backward.
+    dd: Vec<R>,
+    /// One block's dq, dk, dv.
+    gq: Vec<R>,
+    gk: Vec<R>,
+    gv: Vec<R>,
+}
+
+fn sized<R: Real>(v: &mut Vec<R>, n: usize) {
+    if v.len() != n {
+        v.clear();
+        v.resize(n, R::ZERO);
+    }
+}
+
+/// Index of element `(b, s, h, d)` in a `[b, s, h·d]` buffer.
+#[inline(always)]
+fn at(sh: AttnShape, b: usize, s: usize, h: usize, d: usize) -> usize {
+    (b * sh.seq + s) * sh.width() + h * sh.head_dim + d
+}
+
+/// Scores of query chunk `qr` against key block `j` for (b, h) into `bf.s` (`c × c`), with
+/// the scaled rows in `bf.qs`, `bf.ks`; the causal bias when `mask`.
+#[allow(clippy::too_many_arguments)]
+fn scores<R: RingReal>(
+    q: &[R],
+    k: &[R],
+    sh: AttnShape,
+    c: usize,
+    (b, h): (usize, usize),
+    qr: usize,
+    j: usize,
+    mask: bool,
+    f: R,
+    bf: &mut RingBufs<R>,
+) {
+    let d = sh.head_dim;
+    for a in 0..c {
+        for t in 0..d {
+            bf.qs[a * d + t] = q[at(sh, b, qr * c + a, h, t)] * f;
+            bf.ks[a * d + t] = k[at(sh, b, j * c + a, h, t)] * f;
+        }
+    }
+    let neg_inf = R::from_f64(f64::NEG_INFINITY);
+    for a in 0..c {
+        for cc in 0..c {
+            let mut acc = R::ZERO;
+            for t in 0..d {
+                acc = acc + bf.qs[a * d + t] * bf.ks[cc * d + t];
+            }
+            if mask {
+                acc = acc + if cc > a { neg_inf } else { R::ZERO };
+            }
+            bf.s[a * c + cc] = acc;
+        }
+    }
+}
+
+/// ATen's sigmoid of element `idx` of an `n`-element tensor (module doc).
+#[inline]
+fn sigmoid<R: RingReal>(x: R, idx: usize, n: usize, block: usize) -> R {
+    if idx < n - n % block {
+        R::ONE / ((R::ZERO - x).vexp() + R::ONE)
+    } else {
+        R::ONE / (R::ONE + (R::ZERO - x).sexp())
+    }
+}
+
+/// ATen's logsigmoid (module doc).
+#[inline]
+fn logsigmoid<R: RingReal>(x: R) -> R {
+    let m = if x < R::ZERO { x } else { R::ZERO };
+    let ax = if x < R::ZERO { R::ZERO - x } else { x };
+    m - (R::ZERO - ax).vexp().log1p()
+}
+
+/// Ring attention forward (module doc) over `cp` ranks: writes `out` (`[b, s, h·d]`) and
+/// keeps the merged log-sum-exp in `bf`. `lanes` is the softmax's vector width, `block` the
+/// elementwise kernels' vector block (16 on AVX2, 32 on AVX512).
+#[allow(clippy::too_many_arguments)]
+pub fn ring_forward<R: RingReal>(
+    q: &[R],
+    k: &[R],
+    v: &[R],
+    sh: AttnShape,
+    cp: usize,
+    causal: bool,
+    scale: f64,
+    lanes: usize,
+    block: usize,
+    out: &mut [R],
+    bf: &mut RingBufs<R>,
+) {
+    let (s, d, heads) = (sh.seq, sh.head_dim, sh.heads);
+    let c = s / cp;
+    assert_eq!(c * cp, s, "ring attention: seq {s} over cp {cp}");
+    let f = R::from_f64(scale.sqrt());
+    sized(&mut bf.lse, sh.batch * heads * s);
+    for (buf, n) in [
+        (&mut bf.s, c * c),
+        (&mut bf.p, c * c),
+        (&mut bf.ob, c * d),
+        (&mut bf.lb, c),
+        (&mut bf.qs, c * d),
+        (&mut bf.ks, c * d),
+    ] {
+        sized(buf, n);
+    }
+    // The merge's [b, h, c, 1] tensors on one rank.
+    let n_lse = sh.batch * heads * c;
+    for r in 0..cp {
+        for b in 0..sh.batch {
+            for h in 0..heads {
+                let lse0 = (b * heads + h) * s + r * c;
+                let mut first = true;
+                for i in 0..cp {
+                    let j = (r + cp - i) % cp;
+                    let beh = behaviour(r, cp, i, causal);
+                    if beh == Block::Skip {
+                        continue;
+                    }
+                    scores(q, k, sh, c, (b, h), r, j, beh == Block::Causal, f, bf);
+                    R::softmax_rows(&bf.s, c, &mut bf.p, lanes);
+                    for a in 0..c {
+                        for t in 0..d {
+                            let mut acc = R::ZERO;
+                            for cc in 0..c {
+                                acc = acc + bf.p[a * c + cc] * v[at(sh, b, j * c + cc, h, t)];
+                            }
+                            bf.ob[a * d + t] = acc;
+                        }
+                        // logsumexp: amax, exp(x − m) summed from 0, log, + m.
+                        let row = &bf.s[a * c..(a + 1) * c];
+                        let mut m = row[0];
+                        for &x in &row[1..] {
+                            if x > m {
+                                m = x;
+                            }
+                        }
+                        let mut sum = R::ZERO;
+                        for &x in row {
+                            sum = sum + (x - m).vexp();
+                        }
+                        bf.lb[a] = sum.vlog() + m;
+                    }
+                    for a in 0..c {
+                        let (li, lb) = (lse0 + a, bf.lb[a]);
+                        if first {
+                            bf.lse[li] = lb;
+                            for t in 0..d {
+                                out[at(sh, b, r * c + a, h, t)] = bf.ob[a * d + t];
+                            }
+                            continue;
+                        }
+                        let lse = bf.lse[li];
+                        let idx = (b * heads + h) * c + a;
+                        let sg = sigmoid(lb - lse, idx, n_lse, block);
+                        for t in 0..d {
+                            let o = &mut out[at(sh, b, r * c + a, h, t)];
+                            *o = *o - sg * (*o - bf.ob[a * d + t]);
+                        }
+                        bf.lse[li] = lse - logsigmoid(lse - lb);
+                    }
+                    first = false;
+                }
+            }
+        }
+    }
+}
+
+/// Ring attention backward (module doc) from the output gradient `g`, the inputs and the
+/// merged `out` (and the log-sum-exp [`ring_forward`] kept in `bf`): writes `dq`, `dk`, `dv`
+/// (each `[b, s, h·d]`, overwritten).
+#[allow(clippy::too_many_arguments)]
+pub fn ring_backward<R: RingReal>(
+    g: &[R],
+    q: &[R],
+    k: &[R],
+    v: &[R],
+    out: &[R],
+    sh: AttnShape,
+    cp: usize,
+    causal: bool,
+    scale: f64,
+    dq: &mut [R],
+    dk: &mut [R],
+    dv: &mut [R],
+    bf: &mut RingBufs<R>,
+) {
+    let (s, d, heads) = (sh.seq, sh.head_dim, sh.heads);
+    let c = s / cp;
+    let f = R::from_f64(scale.sqrt());
+    for (buf, n) in [
+        (&mut bf.s, c * c),
+        (&mut bf.ds, c * c),
+        (&mut bf.qs, c * d),
+        (&mut bf.ks, c * d),
+        (&mut bf.dd, c),
+        (&mut bf.gq, c * d),
+        (&mut bf.gk, c * d),
+        (&mut bf.gv, c * d),
+    ] {
+        sized(buf, n);
+    }
+    // dq accumulates on its rank from 0; dk and dv of block j from 0 at rank j's step 0.
+    for x in [&mut *dq, &mut *dk, &mut *dv] {
+        x.fill(R::ZERO);
+    }
+    for b in 0..sh.batch {
+        for h in 0..heads {
+            // Step by step in ring order, so that each block's dk/dv gets its contributions
+            // in the order of the ranks it visits: at step i rank r holds block (r − i).
+            for i in 0..cp {
+                for r in 0..cp {
+                    let j = (r + cp - i) % cp;
+                    let beh = behaviour(r, cp, i, causal);
+                    if beh == Block::Skip {
+                        // `grad + zeros`: x + 0 (turns −0 into +0, as torch's add does), on
+                        // rank r's dq rows and on the dk/dv of block j, which rank r holds.
+                        for a in 0..c {
+                            for t in 0..d {
+                                let e = at(sh, b, r * c + a, h, t);
+                                dq[e] = dq[e] + R::ZERO;
+                                let e = at(sh, b, j * c + a, h, t);
+                                dk[e] = dk[e] + R::ZERO;
+                                dv[e] = dv[e] + R::ZERO;
+                            }
+                        }
+                        continue;
+                    }
+                    scores(q, k, sh, c, (b, h), r, j, beh == Block::Causal, f, bf);
+                    let lse0 = (b * heads + h) * s + r * c;
+                    for a in 0..c {
+                        let l = bf.lse[lse0 + a];
+                        for cc in 0..c {
+                            let x = &mut bf.s[a * c + cc];
+                            *x = (*x - l).vexp();
+                        }
+                        let mut acc = R::ZERO;
+                        for t in 0..d {
+                            let e = at(sh, b, r * c + a, h, t);
+                            acc = acc + g[e] * out[e];
+                        }
+                        bf.dd[a] = acc;
+                    }
+                    let p = &bf.s;
+                    for cc in 0..c {
+                        for t in 0..d {
+                            let mut acc = R::ZERO;
+                            for a in 0..c {
+                                acc = acc + p[a * c + cc] * g[at(sh, b, r * c + a, h, t)];
+                            }
+                            bf.gv[cc * d + t] = acc;
+                        }
+                    }
+                    for a in 0..c {
+                        for cc in 0..c {
+                            let mut acc = R::ZERO;
+                            for t in 0..d {
+                                acc = acc
+                                    + g[at(sh, b, r * c + a, h, t)] * v[at(sh, b, j * c + cc, h, t)];
+                            }
+                            bf.ds[a * c + cc] = p[a * c + cc] * (acc - bf.dd[a]);
+                        }
+                    }
+                    for a in 0..c {
+                        for t in 0..d {
+                            let mut acc = R::ZERO;
+                            for cc in 0..c {
+                                acc = acc + bf.ds[a * c + cc] * bf.ks[cc * d + t];
+                            }
+                            bf.gq[a * d + t] = acc * f;
+                        }
+                    }
+                    for cc in 0..c {
+                        for t in 0..d {
+                            let mut acc = R::ZERO;
+                            for a in 0..c {
+                                acc = acc + bf.ds[a * c + cc] * bf.qs[a * d + t];
+                            }
+                            bf.gk[cc * d + t] = acc * f;
+                        }
+                    }
+                    for a in 0..c {
+                        for t in 0..d {
+                            let e = at(sh, b, r * c + a, h, t);
+                            dq[e] = dq[e] + bf.gq[a * d + t];
+                            let e = at(sh, b, j * c + a, h, t);
+                            dk[e] = dk[e] + bf.gk[a * d + t];
+                            dv[e] = dv[e] + bf.gv[a * d + t];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
