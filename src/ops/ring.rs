@@ -156,6 +156,14 @@ pub struct RingBufs<R> {
     gv: Vec<R>,
 }
 
+impl<R> RingBufs<R> {
+    /// The merged log-sum-exp of the last [`ring_forward`], `[b, h, s]` (rank r's rows
+    /// `r·c..` of every (b, h)), as `_templated_ring_attention` returns it.
+    pub fn lse(&self) -> &[R] {
+        &self.lse
+    }
+}
+
 fn sized<R: Real>(v: &mut Vec<R>, n: usize) {
     if v.len() != n {
         v.clear();

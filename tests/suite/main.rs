@@ -26,6 +26,7 @@ mod verdict;
 // The sweep folder: safety, shards and merge, resume after a kill.
 mod kill_resume;
 mod safety;
+mod ring_attention;
 mod sdpa_bmm_fixture;
 mod shards;
 
