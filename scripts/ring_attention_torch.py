@@ -136,11 +136,27 @@ def b64(t):
     return base64.b64encode(t.contiguous().numpy().astype("<f4").tobytes()).decode()
 
 
+def spawn_and_load(case, tmp):
+    cp = case["cp"]
+    try:
+        mp.spawn(worker, args=(cp, case, tmp), nprocs=cp, join=True)
+    except mp.ProcessExitedException:
+        # gloo sometimes aborts while a process tears down; the results are kept if every
+        # rank wrote its own before
+        pass
+    return [torch.load(f"{tmp}/r{r}.pt") for r in range(cp)]
+
+
 def run_case(case):
     cp = case["cp"]
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(cp, case, tmp), nprocs=cp, join=True)
-        parts = [torch.load(f"{tmp}/r{r}.pt") for r in range(cp)]
+    for attempt in range(3):
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                parts = spawn_and_load(case, tmp)
+                break
+            except (FileNotFoundError, RuntimeError, EOFError):
+                if attempt == 2:
+                    raise
     res = {}
     for name in ("out", "dq", "dk", "dv"):
         # [b, h, c, d] per rank -> [b, h, s, d] -> seedsweep's [b, s, h*d]
@@ -157,12 +173,12 @@ def main():
     a = ap.parse_args()
     assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
     cases = []
-    # The built-in's shapes (configs/pytorch_ring_attention_sdpa_test.toml): batch 1, 4 heads of
-    # 16, 4 tokens per rank; and one of 2 heads of 8 with 2 batches and 3 tokens per rank.
+    # The built-in's shapes (configs/pytorch_ring_attention_sdpa_test.toml): batch 1, 2 heads of
+    # 16, 4 tokens per rank; and 2 batches of 2 heads of 8 with 3 tokens per rank.
     for seed in range(10, 10 + a.seeds):
         for cp in (2, 4, 8):
             for causal in (False, True):
-                cases.append(dict(seed=seed, batch=1, seq=4 * cp, heads=4, head_dim=16, cp=cp, causal=causal))
+                cases.append(dict(seed=seed, batch=1, seq=4 * cp, heads=2, head_dim=16, cp=cp, causal=causal))
     for cp in (2, 3):
         for causal in (False, True):
             cases.append(dict(seed=77, batch=2, seq=3 * cp, heads=2, head_dim=8, cp=cp, causal=causal))

@@ -1401,19 +1401,19 @@ impl Plan {
                     );
                 } else {
                     sdpa_backward(
-                    &bf.dacts[out.0],
-                    &bf.acts[v.0],
-                    sh,
-                    scale,
-                    be.elementwise_block() / 2,
-                    be.aten_threads(),
-                    be.bmm_order(),
-                    self.head_groups(cx.sharded, li),
-                    &mut gq,
-                    &mut gk,
-                    &mut gv,
-                    &mut bf.attn[li],
-                );
+                        &bf.dacts[out.0],
+                        &bf.acts[v.0],
+                        sh,
+                        scale,
+                        be.elementwise_block() / 2,
+                        be.aten_threads(),
+                        be.bmm_order(),
+                        self.head_groups(cx.sharded, li),
+                        &mut gq,
+                        &mut gk,
+                        &mut gv,
+                        &mut bf.attn[li],
+                    );
                 }
                 for (t, gbuf) in [(q, &gq), (k, &gk), (v, &gv)] {
                     if self.needs_grad[t.0] {

@@ -416,7 +416,8 @@ pub fn ring_backward<R: RingReal>(
                             let mut acc = R::ZERO;
                             for t in 0..d {
                                 acc = acc
-                                    + g[at(sh, b, r * c + a, h, t)] * v[at(sh, b, j * c + cc, h, t)];
+                                    + g[at(sh, b, r * c + a, h, t)]
+                                        * v[at(sh, b, j * c + cc, h, t)];
                             }
                             bf.ds[a * c + cc] = p[a * c + cc] * (acc - bf.dd[a]);
                         }
@@ -451,5 +452,25 @@ pub fn ring_backward<R: RingReal>(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// torch's own `test_is_causal_behavior` without load balancing: at world size 2, rank 0
+    /// attends causally to its own block and skips rank 1's; rank 1 takes rank 0's block
+    /// whole; not causal, every block whole.
+    #[test]
+    fn causal_behaviour_is_torchs() {
+        assert_eq!(behaviour(0, 4, 0, false), Block::Full);
+        assert_eq!(behaviour(0, 2, 0, true), Block::Causal);
+        assert_eq!(behaviour(0, 2, 1, true), Block::Skip);
+        assert_eq!(behaviour(1, 2, 0, true), Block::Causal);
+        assert_eq!(behaviour(1, 2, 1, true), Block::Full);
+        // cp 4, rank 2: blocks 2 (causal), 1, 0 whole, then block 3 skipped.
+        let got: Vec<Block> = (0..4).map(|i| behaviour(2, 4, i, true)).collect();
+        assert_eq!(got, [Block::Causal, Block::Full, Block::Full, Block::Skip]);
     }
 }

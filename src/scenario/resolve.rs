@@ -462,6 +462,14 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     let mut grads: Vec<String> = Vec::new();
     // Inputs.
     for (i, inp) in spec.inputs.iter().enumerate() {
+        if inp.draw == (Draw::Rand { seeded: true }) && (par.dp > 1 || par.reference.is_some()) {
+            return Err(ctx.err(
+                &format!("inputs[{i}].seeded"),
+                "an input drawn per sweep seed is not run yet with dp > 1 or a reference \
+                 layout; allowed: seeded = true with dp = 1 and no [parallel.reference], or \
+                 leave it out (drawn per micro-step)",
+            ));
+        }
         let dp_ranges = if par.dp > 1 {
             Some(ranges_for(
                 ctx,
@@ -1026,7 +1034,7 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                     }
                 }
                 if *cp > 1 {
-                    ring_composes(ctx, &b.spec, &lp, li, *cp, [&x, &kt, &vt])?;
+                    ring_composes(ctx, b.spec, &lp, li, *cp, [&x, &kt, &vt])?;
                 }
                 (x.shape.clone(), x.split.clone())
             }

@@ -1044,27 +1044,43 @@ fn ring_attention_cp_is_checked() {
         &["cp = 4 does not divide the sequence of 6 tokens"],
     );
     // cp with tensor or data parallelism: not run yet
-    let msg = err(&format!("parallel = {{ tp = 2 }}\n{RING}").replacen(
-        "name = \"ring\"\n",
-        "",
-        1,
-    ).replacen("parallel", "name = \"ring\"\nparallel", 1));
-    assert_names(&msg, "layers[0].cp", &["together with tp = 2", "cp with tp = 1 and dp = 1"]);
+    let msg = err(&format!("parallel = {{ tp = 2 }}\n{RING}")
+        .replacen("name = \"ring\"\n", "", 1)
+        .replacen("parallel", "name = \"ring\"\nparallel", 1));
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["together with tp = 2", "cp with tp = 1 and dp = 1"],
+    );
     // q from a layer: the ring reads inputs only
     let msg = err(&ring(
         "layers = [\n",
         "layers = [\n  { name = \"qp\", op = \"linear\", input = \"q\", out = \"width\" },\n",
     )
-    .replace("inputs = [\"q\", \"k\", \"v\"]", "inputs = [\"qp\", \"k\", \"v\"]")
+    .replace(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"qp\", \"k\", \"v\"]",
+    )
     .replace("layers[0]", "layers[1]")
-    .replace("loss = { op = \"sum\" }", "loss = { op = \"sum\" }\ntrain = { steps = 1, optimizer = \"sgd\", lr = 0.1 }"));
-    assert_names(&msg, "layers[1].cp", &["reads `qp.out`", "q, k and v drawn or given as [[inputs]]"]);
+    .replace(
+        "loss = { op = \"sum\" }",
+        "loss = { op = \"sum\" }\ntrain = { steps = 1, optimizer = \"sgd\", lr = 0.1 }",
+    ));
+    assert_names(
+        &msg,
+        "layers[1].cp",
+        &["reads `qp.out`", "q, k and v drawn or given as [[inputs]]"],
+    );
     // a layer after the ring
     let msg = err(&ring(
         "cp = 4 },\n",
         "cp = 4 },\n  { name = \"act\", op = \"tanh\" },\n",
     ));
-    assert_names(&msg, "layers[0].cp", &["followed by layers[1]", "the ring as the last layer"]);
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["followed by layers[1]", "the ring as the last layer"],
+    );
     // out of range; `seeded` on another draw
     let msg = err(&ring("cp = 4", "cp = 0"));
     assert!(msg.contains("layers[0].cp"), "{msg}");
@@ -1073,4 +1089,11 @@ fn ring_attention_cp_is_checked() {
         "{ name = \"v\", draw = \"randn\", seeded = true,",
     ));
     assert_names(&msg, "inputs[2].seeded", &["only with draw = \"rand\""]);
+    // seeded inputs with data parallelism: not run yet (before the ring's own refusal)
+    let msg = err(&ring("dims = {", "parallel = { dp = 2 }\ndims = {"));
+    assert_names(
+        &msg,
+        "inputs[0].seeded",
+        &["dp > 1", "seeded = true with dp = 1"],
+    );
 }

@@ -25,8 +25,8 @@ mod verdict;
 
 // The sweep folder: safety, shards and merge, resume after a kill.
 mod kill_resume;
-mod safety;
 mod ring_attention;
+mod safety;
 mod sdpa_bmm_fixture;
 mod shards;
 

@@ -4,7 +4,7 @@
 //! `_templated_ring_attention` and `_templated_ring_attention_backward` on `cp` gloo processes
 //! without load balancing, with the per-block op emulated as the script's doc says (torch's
 //! ring dispatches only CUDA kernels). Cases: the built-in's shapes (`cp` 2, 4, 8, causal and
-//! not, seed 10) and two batches of 2 heads at `cp` 2 and 3. q, k, v are `torch.rand` after
+//! not, seeds 10 and 11) and two batches of 2 heads at `cp` 2 and 3. q, k, v are `torch.rand` after
 //! `manual_seed(seed)`, drawn here by seedsweep's torch generator, so the file holds torch's
 //! outputs only.
 //!
@@ -56,7 +56,8 @@ fn cases() -> Vec<Case> {
         "{}/tests/data/torch_ring_attention_avx2.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let text = std::fs::read_to_string(path).expect("regenerate with scripts/ring_attention_torch.py");
+    let text =
+        std::fs::read_to_string(path).expect("regenerate with scripts/ring_attention_torch.py");
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert!(doc["meta"]["torch"].as_str().unwrap().starts_with("2.15"));
     assert_eq!(doc["meta"]["aten_cpu_capability"], "avx2");
@@ -107,7 +108,9 @@ fn ring<R: seedsweep::ops::ring::RingReal>(c: &Case, conv: impl Fn(f32) -> R) ->
     let mut bf = RingBufs::default();
     let mut out = vec![R::ZERO; n];
     // AVX2: Vectorized<float> of 8 lanes, elementwise loops in blocks of 16.
-    ring_forward(&q, &k, &v, c.sh, c.cp, c.causal, scale, 8, 16, &mut out, &mut bf);
+    ring_forward(
+        &q, &k, &v, c.sh, c.cp, c.causal, scale, 8, 16, &mut out, &mut bf,
+    );
     let ones = vec![R::ONE; n];
     let (mut dq, mut dk, mut dv) = (vec![R::ZERO; n], vec![R::ZERO; n], vec![R::ZERO; n]);
     ring_backward(
@@ -133,7 +136,19 @@ fn ring_in_f64_is_the_unsharded_attention() {
         let scale = 1.0 / (c.sh.head_dim as f64).sqrt();
         let mut bf = AttnBufs::default();
         let mut want = vec![0.0; n];
-        sdpa_forward(&q, &k, &v, c.sh, c.causal, scale, 8, BmmOrder::Naive, &[], &mut want, &mut bf);
+        sdpa_forward(
+            &q,
+            &k,
+            &v,
+            c.sh,
+            c.causal,
+            scale,
+            8,
+            BmmOrder::Naive,
+            &[],
+            &mut want,
+            &mut bf,
+        );
         let (mut wq, mut wk, mut wv) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
         sdpa_backward(
             &vec![1.0; n],
@@ -224,4 +239,4 @@ fn ring_in_f32_against_torch() {
 }
 
 /// Identical elements measured on this fixture (out, lse, dq, dk, dv).
-const FLOORS: [usize; 5] = [7897, 541, 7600, 5644, 7304];
+const FLOORS: [usize; 5] = [7873, 546, 7672, 6188, 7224];
