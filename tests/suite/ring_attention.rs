@@ -240,3 +240,83 @@ fn ring_in_f32_against_torch() {
 
 /// Identical elements measured on this fixture (out, lse, dq, dk, dv).
 const FLOORS: [usize; 5] = [7873, 546, 7672, 6188, 7224];
+
+/// The built-in `pytorch-ring-attention-sdpa-test` as the executor runs it: for each fixture
+/// case of its shapes (batch 1, 2 heads of 16, 4 tokens per rank), the parametrization of that
+/// world size and mask at the case's seed. The sharded computation's out, q.grad, k.grad and
+/// v.grad must be the ring of this file bit for bit (so the seeded draws, the layout and the
+/// output gradient of `out.sum()` reach the ring as torch's script gives them), and its
+/// reference's out the unsharded math-path sdpa (`BmmOrder::Mkl1t`, the default profile's).
+#[test]
+fn the_builtin_runs_the_ring_on_the_tests_draws() {
+    use seedsweep::exec::scenario::{Scenario, Workspace};
+    let file = "configs/pytorch_ring_attention_sdpa_test.toml";
+    let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let sf = seedsweep::scenario::load(file, &text).unwrap_or_else(|e| panic!("{e}"));
+    let s = seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{e}"));
+    let profile = seedsweep::scenario::profile::ProfileRegistry::builtin()
+        .unwrap()
+        .resolve(&s.common().profiles[0], "test")
+        .unwrap();
+    let mut ws = Workspace::default();
+    let mut n = 0;
+    for c in cases()
+        .into_iter()
+        .filter(|c| c.sh.heads == 2 && c.sh.head_dim == 16)
+    {
+        let id = format!(
+            "ws{}-{}",
+            c.cp,
+            if c.causal { "causal" } else { "noncausal" }
+        );
+        let param = s.param_ids().iter().position(|p| *p == id).unwrap();
+        s.run(param, c.seed, &profile, &mut ws);
+        let checks = s.checks(param);
+        let slot = |trace: &seedsweep::exec::trace::Trace, name: &str| -> Vec<u32> {
+            let sl = trace
+                .slots
+                .iter()
+                .find(|sl| checks[sl.check].name == name)
+                .unwrap_or_else(|| panic!("{id}: no {name}"));
+            trace
+                .data(sl)
+                .iter()
+                .map(|&v| (v as f32).to_bits())
+                .collect()
+        };
+        let want = ring::<f32>(&c, |x| x);
+        for (name, i) in [("out", 0), ("dq", 2), ("dk", 3), ("dv", 4)] {
+            let bits: Vec<u32> = want[i].iter().map(|v| v.to_bits()).collect();
+            assert_eq!(
+                slot(&ws.traces.sharded, name),
+                bits,
+                "{id} seed {}: {name}",
+                c.seed
+            );
+        }
+        let scale = 1.0 / (c.sh.head_dim as f64).sqrt();
+        let mut out = vec![0.0f32; c.sh.numel()];
+        sdpa_forward(
+            &c.q,
+            &c.k,
+            &c.v,
+            c.sh,
+            c.causal,
+            scale,
+            8,
+            BmmOrder::Mkl1t,
+            &[],
+            &mut out,
+            &mut AttnBufs::default(),
+        );
+        let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(
+            slot(&ws.traces.reference, "out"),
+            bits,
+            "{id} seed {}: reference",
+            c.seed
+        );
+        n += 1;
+    }
+    assert_eq!(n, 12, "the built-in's 6 parametrizations at 2 seeds");
+}
