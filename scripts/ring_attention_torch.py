@@ -5,7 +5,9 @@ src/ops/ring.rs (tests/suite/ring_attention.rs).
 What runs is torch's own ring code: `_templated_ring_attention` and
 `_templated_ring_attention_backward` from
 torch/distributed/tensor/experimental/_context_parallel/_attention.py, on `cp` gloo processes
-(one per rank), with `_cp_options.enable_load_balance = False` and the all-to-all rotater (the
+(one per rank), with `_cp_options.enable_load_balance = False` (for the cases with
+`load_balance`: True, in torch's round-robin layout, rank r holding chunks r and 2 cp - 1 - r of
+2 cp) and the all-to-all rotater (the
 rotation order, `_is_causal_behavior`, `_SDPAMerger`'s sigmoid/logsigmoid merge and the
 backward's dq/dk/dv accumulation are torch's, unchanged). torch's ring dispatches only CUDA's
 flash, efficient and cuDNN kernels, so the per-block op is emulated, and only it:
@@ -27,7 +29,9 @@ Every block product stays below ATen's naive bmm size (c * c * d < 400), so each
 is ones (out.sum().backward()).
 
     ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/ring_attention_torch.py \
-        --out tests/data/torch_ring_attention_avx2.json
+        --seeds 2 --out tests/data/torch_ring_attention_avx2.json
+    ATEN_CPU_CAPABILITY=avx2 /work/venv/bin/python scripts/ring_attention_torch.py \
+        --load-balance --seeds 2 --out tests/data/torch_ring_attention_lb_avx2.json
 
 One thread per process, eager, float32. Output: per case the seed, shape, cp, causal and the
 ranks' results unsharded: out, lse, dq, dk, dv as base64 little-endian f32.
@@ -113,13 +117,21 @@ def to_bhsd(x, h):
 def worker(rank, cp, case, tmp):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=cp)
-    cpa._cp_options.enable_load_balance = False
+    lb = case.get("load_balance", False)
+    cpa._cp_options.enable_load_balance = lb
     cpa._cp_options.rotate_method = cpa._RotateMethod.ALL_TO_ALL
     b, s, h, d = case["batch"], case["seq"], case["heads"], case["head_dim"]
-    c = s // cp
     q, k, v = draw(case["seed"], b, s, h, d)
     scale = 1.0 / math.sqrt(d)
-    ql, kl, vl = [to_bhsd(t, h)[:, :, rank * c:(rank + 1) * c, :] for t in (q, k, v)]
+    if lb:
+        # torch's round-robin layout: rank r holds chunks r and 2 cp - 1 - r of 2 cp
+        def local(t):
+            ch = to_bhsd(t, h).chunk(2 * cp, dim=2)
+            return torch.cat([ch[rank], ch[2 * cp - 1 - rank]], dim=2)
+        ql, kl, vl = [local(t) for t in (q, k, v)]
+    else:
+        c = s // cp
+        ql, kl, vl = [to_bhsd(t, h)[:, :, rank * c:(rank + 1) * c, :] for t in (q, k, v)]
     group = dist.group.WORLD
     out, lse = cpa._templated_ring_attention(
         group, 2, block_forward, ql, kl, vl, is_causal=case["causal"], scale=scale
@@ -157,12 +169,21 @@ def run_case(case):
             except (FileNotFoundError, RuntimeError, EOFError):
                 if attempt == 2:
                     raise
+    def unshard(ts):
+        if not case.get("load_balance", False):
+            return torch.cat(ts, dim=2)
+        chunks = [None] * (2 * cp)
+        for r, t in enumerate(ts):
+            a, z = t.chunk(2, dim=2)
+            chunks[r], chunks[2 * cp - 1 - r] = a, z
+        return torch.cat(chunks, dim=2)
+
     res = {}
     for name in ("out", "dq", "dk", "dv"):
         # [b, h, c, d] per rank -> [b, h, s, d] -> seedsweep's [b, s, h*d]
-        full = torch.cat([p[name] for p in parts], dim=2)
+        full = unshard([p[name] for p in parts])
         res[name] = b64(full.transpose(1, 2).reshape(case["batch"], case["seq"], -1))
-    res["lse"] = b64(torch.cat([p["lse"] for p in parts], dim=2))  # [b, h, s]
+    res["lse"] = b64(unshard([p["lse"] for p in parts]))  # [b, h, s]
     return res
 
 
@@ -170,18 +191,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, default=1, help="seeds per (cp, causal) from 10")
+    ap.add_argument("--load-balance", action="store_true",
+                    help="only the load-balanced causal cases (tests/data/torch_ring_attention_lb_avx2.json)")
     a = ap.parse_args()
     assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
     cases = []
+    if a.load_balance:
+        for seed in range(10, 10 + a.seeds):
+            for cp in (2, 4, 8):
+                cases.append(dict(seed=seed, batch=1, seq=4 * cp, heads=2, head_dim=16, cp=cp,
+                                  causal=True, load_balance=True))
+        cases.append(dict(seed=77, batch=2, seq=12, heads=2, head_dim=8, cp=3, causal=True,
+                          load_balance=True))
+    else:
+        cases = base_cases(a.seeds)
+    run_all(a, cases)
+
+
+def base_cases(seeds):
+    cases = []
     # The built-in's shapes (configs/pytorch_ring_attention_sdpa_test.toml): batch 1, 2 heads of
     # 16, 4 tokens per rank; and 2 batches of 2 heads of 8 with 3 tokens per rank.
-    for seed in range(10, 10 + a.seeds):
+    for seed in range(10, 10 + seeds):
         for cp in (2, 4, 8):
             for causal in (False, True):
                 cases.append(dict(seed=seed, batch=1, seq=4 * cp, heads=2, head_dim=16, cp=cp, causal=causal))
     for cp in (2, 3):
         for causal in (False, True):
             cases.append(dict(seed=77, batch=2, seq=3 * cp, heads=2, head_dim=8, cp=cp, causal=causal))
+    return cases
+
+
+def run_all(a, cases):
     for case in cases:
         case.update(run_case(case))
         print(f"seed {case['seed']} cp {case['cp']} causal {case['causal']} seq {case['seq']}: done", flush=True)
@@ -189,7 +230,7 @@ def main():
         torch=torch.__version__,
         aten_cpu_capability=os.environ.get("ATEN_CPU_CAPABILITY"),
         threads=1,
-        note="torch's _templated_ring_attention(_backward), no load balance, all-to-all rotater, gloo; "
+        note="torch's _templated_ring_attention(_backward), load balance as each case says, all-to-all rotater, gloo; "
         "block op emulated (math-path sdpa + torch.logsumexp forward; flash-style backward with SLEEF exp)",
     )
     with open(a.out, "w") as fh:

@@ -938,6 +938,7 @@ impl Plan {
                 causal,
                 scale,
                 cp,
+                load_balance,
             } => {
                 if cx.sharded && cp > 1 {
                     // Context parallelism: torch's ring attention over the cp sequence chunks.
@@ -950,6 +951,7 @@ impl Plan {
                         sh,
                         cp,
                         causal,
+                        load_balance,
                         scale,
                         be.elementwise_block() / 2,
                         be.elementwise_block(),
@@ -1373,6 +1375,7 @@ impl Plan {
                 scale,
                 causal,
                 cp,
+                load_balance,
                 ..
             } => {
                 if ![q, k, v].iter().any(|t| self.needs_grad[t.0]) {
@@ -1393,6 +1396,7 @@ impl Plan {
                         sh,
                         cp,
                         causal,
+                        load_balance,
                         scale,
                         &mut gq,
                         &mut gk,

@@ -1,8 +1,9 @@
 //! Ring attention (context parallelism) for the `sdpa` op: torch 2.15's
 //! `_templated_ring_attention` and `_templated_ring_attention_backward`
-//! (`torch/distributed/tensor/experimental/_context_parallel/_attention.py`), without load
-//! balancing (`_cp_options.enable_load_balance = False`: rank r holds the contiguous chunk r
-//! of the sequence), on `cp` ranks simulated in one process.
+//! (`torch/distributed/tensor/experimental/_context_parallel/_attention.py`), on `cp` ranks
+//! simulated in one process: without load balancing (`_cp_options.enable_load_balance =
+//! False`: rank r holds the contiguous chunk r of the sequence), or with it (causal only:
+//! the sequence in `2·cp` chunks, rank r holding chunks r and `2·cp − 1 − r`, concatenated).
 //!
 //! # Layout
 //!
@@ -11,6 +12,13 @@
 //! `r·c .. (r+1)·c` of every batch (`c = seq / cp`), as `context_parallel` shards
 //! `[b, h, s, d]` tensors on dim 2. The ranks' results are written into the same rows
 //! (`context_parallel_unshard`).
+//!
+//! With load balancing the steps differ (the `if`/`elif`/`else` of torch's loop, never a
+//! skip): step 0 the rank's two chunks against themselves with the causal mask on their local
+//! (concatenated) positions; a step `0 < i ≤ r` all of the rank's queries against the first
+//! chunk of the block; a step `i > r` the rank's second chunk only against the whole block,
+//! merged into the second half of the output and lse (`partial`); backward accordingly: dq of
+//! the second half only at `i > r`, the block's first chunk's dk/dv only at `0 < i ≤ r`.
 //!
 //! # Forward, rank r, per (batch, head) (every operation below is elementwise or per row, so
 //! the order of the (batch, head) loops does not change a bit)
@@ -154,6 +162,9 @@ pub struct RingBufs<R> {
     gq: Vec<R>,
     gk: Vec<R>,
     gv: Vec<R>,
+    /// The global rows of the rank and of the block it holds.
+    mine: Vec<usize>,
+    theirs: Vec<usize>,
 }
 
 impl<R> RingBufs<R> {
@@ -177,39 +188,119 @@ fn at(sh: AttnShape, b: usize, s: usize, h: usize, d: usize) -> usize {
     (b * sh.seq + s) * sh.width() + h * sh.head_dim + d
 }
 
-/// Scores of query chunk `qr` against key block `j` for (b, h) into `bf.s` (`c × c`), with
-/// the scaled rows in `bf.qs`, `bf.ks`; the causal bias when `mask`.
-#[allow(clippy::too_many_arguments)]
+/// Which rows one step's block op reads (global sequence positions, in the rank's local
+/// order), whether it is masked, and whether it merges into the second half only.
+struct StepRows<'a> {
+    q: &'a [usize],
+    k: &'a [usize],
+    mask: bool,
+}
+
+/// The global sequence rows rank `r` holds: chunk r of `cp` (no load balancing), or chunks r
+/// and `2·cp − 1 − r` of `2·cp` (load balancing, torch's round-robin layout), in that order.
+fn local_rows(r: usize, cp: usize, seq: usize, lb: bool, out: &mut Vec<usize>) {
+    out.clear();
+    if lb {
+        let c = seq / (2 * cp);
+        out.extend(r * c..(r + 1) * c);
+        out.extend((2 * cp - 1 - r) * c..(2 * cp - r) * c);
+    } else {
+        let c = seq / cp;
+        out.extend(r * c..(r + 1) * c);
+    }
+}
+
+/// The rows of step `i` on rank `r` (`_templated_ring_attention`'s three cases): `None` when
+/// skipped. `mine` / `theirs` are the local rows of rank r and of the block's source
+/// `(r − i) mod cp`.
+fn step_rows<'a>(
+    r: usize,
+    cp: usize,
+    i: usize,
+    causal: bool,
+    lb: bool,
+    mine: &'a [usize],
+    theirs: &'a [usize],
+) -> Option<(StepRows<'a>, bool)> {
+    if !lb {
+        let beh = behaviour(r, cp, i, causal);
+        return (beh != Block::Skip).then_some((
+            StepRows {
+                q: mine,
+                k: theirs,
+                mask: beh == Block::Causal,
+            },
+            false,
+        ));
+    }
+    let h = mine.len() / 2;
+    Some(if i == 0 {
+        (
+            StepRows {
+                q: mine,
+                k: theirs,
+                mask: causal,
+            },
+            false,
+        )
+    } else if i <= r {
+        // The source's first chunk only (all of it precedes both of rank r's).
+        (
+            StepRows {
+                q: mine,
+                k: &theirs[..h],
+                mask: false,
+            },
+            false,
+        )
+    } else {
+        // Rank r's second chunk only, against both of the source's; merged into the second
+        // half (`partial`).
+        (
+            StepRows {
+                q: &mine[h..],
+                k: theirs,
+                mask: false,
+            },
+            true,
+        )
+    })
+}
+
+/// Scores of `rows` for (b, h) into `bf.s` (`q × k`, row-major), with the scaled rows in
+/// `bf.qs`, `bf.ks`; the causal bias on local positions when masked.
 fn scores<R: RingReal>(
     q: &[R],
     k: &[R],
     sh: AttnShape,
-    c: usize,
     (b, h): (usize, usize),
-    qr: usize,
-    j: usize,
-    mask: bool,
+    rows: &StepRows<'_>,
     f: R,
     bf: &mut RingBufs<R>,
 ) {
     let d = sh.head_dim;
-    for a in 0..c {
+    let (nq, nk) = (rows.q.len(), rows.k.len());
+    for (a, &gq) in rows.q.iter().enumerate() {
         for t in 0..d {
-            bf.qs[a * d + t] = q[at(sh, b, qr * c + a, h, t)] * f;
-            bf.ks[a * d + t] = k[at(sh, b, j * c + a, h, t)] * f;
+            bf.qs[a * d + t] = q[at(sh, b, gq, h, t)] * f;
+        }
+    }
+    for (a, &gk) in rows.k.iter().enumerate() {
+        for t in 0..d {
+            bf.ks[a * d + t] = k[at(sh, b, gk, h, t)] * f;
         }
     }
     let neg_inf = R::from_f64(f64::NEG_INFINITY);
-    for a in 0..c {
-        for cc in 0..c {
+    for a in 0..nq {
+        for cc in 0..nk {
             let mut acc = R::ZERO;
             for t in 0..d {
                 acc = acc + bf.qs[a * d + t] * bf.ks[cc * d + t];
             }
-            if mask {
+            if rows.mask {
                 acc = acc + if cc > a { neg_inf } else { R::ZERO };
             }
-            bf.s[a * c + cc] = acc;
+            bf.s[a * nk + cc] = acc;
         }
     }
 }
@@ -232,9 +323,29 @@ fn logsigmoid<R: RingReal>(x: R) -> R {
     m - (R::ZERO - ax).vexp().log1p()
 }
 
-/// Ring attention forward (module doc) over `cp` ranks: writes `out` (`[b, s, h·d]`) and
-/// keeps the merged log-sum-exp in `bf`. `lanes` is the softmax's vector width, `block` the
-/// elementwise kernels' vector block (16 on AVX2, 32 on AVX512).
+/// Sizes the scratch of blocks of at most `n` rows.
+fn size_scratch<R: Real>(bf: &mut RingBufs<R>, n: usize, d: usize) {
+    for (buf, len) in [
+        (&mut bf.s, n * n),
+        (&mut bf.p, n * n),
+        (&mut bf.ds, n * n),
+        (&mut bf.ob, n * d),
+        (&mut bf.lb, n),
+        (&mut bf.qs, n * d),
+        (&mut bf.ks, n * d),
+        (&mut bf.dd, n),
+        (&mut bf.gq, n * d),
+        (&mut bf.gk, n * d),
+        (&mut bf.gv, n * d),
+    ] {
+        sized(buf, len);
+    }
+}
+
+/// Ring attention forward (module doc) over `cp` ranks, with torch's round-robin load
+/// balancing when `lb`: writes `out` (`[b, s, h·d]`) and keeps the merged log-sum-exp in
+/// `bf`. `lanes` is the softmax's vector width, `block` the elementwise kernels' vector block
+/// (16 on AVX2, 32 on AVX512).
 #[allow(clippy::too_many_arguments)]
 pub fn ring_forward<R: RingReal>(
     q: &[R],
@@ -243,6 +354,7 @@ pub fn ring_forward<R: RingReal>(
     sh: AttnShape,
     cp: usize,
     causal: bool,
+    lb: bool,
     scale: f64,
     lanes: usize,
     block: usize,
@@ -250,45 +362,40 @@ pub fn ring_forward<R: RingReal>(
     bf: &mut RingBufs<R>,
 ) {
     let (s, d, heads) = (sh.seq, sh.head_dim, sh.heads);
-    let c = s / cp;
-    assert_eq!(c * cp, s, "ring attention: seq {s} over cp {cp}");
+    let chunks = if lb { 2 * cp } else { cp };
+    assert_eq!(
+        s % chunks,
+        0,
+        "ring attention: seq {s} over {chunks} chunks"
+    );
     let f = R::from_f64(scale.sqrt());
     sized(&mut bf.lse, sh.batch * heads * s);
-    for (buf, n) in [
-        (&mut bf.s, c * c),
-        (&mut bf.p, c * c),
-        (&mut bf.ob, c * d),
-        (&mut bf.lb, c),
-        (&mut bf.qs, c * d),
-        (&mut bf.ks, c * d),
-    ] {
-        sized(buf, n);
-    }
-    // The merge's [b, h, c, 1] tensors on one rank.
-    let n_lse = sh.batch * heads * c;
+    size_scratch(bf, s / cp, d);
+    let (mut mine, mut theirs) = (std::mem::take(&mut bf.mine), std::mem::take(&mut bf.theirs));
     for r in 0..cp {
-        for b in 0..sh.batch {
-            for h in 0..heads {
-                let lse0 = (b * heads + h) * s + r * c;
-                let mut first = true;
-                for i in 0..cp {
-                    let j = (r + cp - i) % cp;
-                    let beh = behaviour(r, cp, i, causal);
-                    if beh == Block::Skip {
-                        continue;
-                    }
-                    scores(q, k, sh, c, (b, h), r, j, beh == Block::Causal, f, bf);
-                    R::softmax_rows(&bf.s, c, &mut bf.p, lanes);
-                    for a in 0..c {
+        local_rows(r, cp, s, lb, &mut mine);
+        for i in 0..cp {
+            local_rows((r + cp - i) % cp, cp, s, lb, &mut theirs);
+            let Some((rows, _)) = step_rows(r, cp, i, causal, lb, &mine, &theirs) else {
+                continue;
+            };
+            let (nq, nk) = (rows.q.len(), rows.k.len());
+            // The merge's [b, h, nq, 1] tensors (a partial merge: the second half's).
+            let n_lse = sh.batch * heads * nq;
+            for b in 0..sh.batch {
+                for h in 0..heads {
+                    scores(q, k, sh, (b, h), &rows, f, bf);
+                    R::softmax_rows(&bf.s[..nq * nk], nk, &mut bf.p[..nq * nk], lanes);
+                    for a in 0..nq {
                         for t in 0..d {
                             let mut acc = R::ZERO;
-                            for cc in 0..c {
-                                acc = acc + bf.p[a * c + cc] * v[at(sh, b, j * c + cc, h, t)];
+                            for (cc, &gk) in rows.k.iter().enumerate() {
+                                acc = acc + bf.p[a * nk + cc] * v[at(sh, b, gk, h, t)];
                             }
                             bf.ob[a * d + t] = acc;
                         }
                         // logsumexp: amax, exp(x − m) summed from 0, log, + m.
-                        let row = &bf.s[a * c..(a + 1) * c];
+                        let row = &bf.s[a * nk..(a + 1) * nk];
                         let mut m = row[0];
                         for &x in &row[1..] {
                             if x > m {
@@ -301,29 +408,30 @@ pub fn ring_forward<R: RingReal>(
                         }
                         bf.lb[a] = sum.vlog() + m;
                     }
-                    for a in 0..c {
-                        let (li, lb) = (lse0 + a, bf.lb[a]);
-                        if first {
-                            bf.lse[li] = lb;
+                    for (a, &gq) in rows.q.iter().enumerate() {
+                        let (li, lb_a) = ((b * heads + h) * s + gq, bf.lb[a]);
+                        if i == 0 {
+                            bf.lse[li] = lb_a;
                             for t in 0..d {
-                                out[at(sh, b, r * c + a, h, t)] = bf.ob[a * d + t];
+                                out[at(sh, b, gq, h, t)] = bf.ob[a * d + t];
                             }
                             continue;
                         }
                         let lse = bf.lse[li];
-                        let idx = (b * heads + h) * c + a;
-                        let sg = sigmoid(lb - lse, idx, n_lse, block);
+                        let idx = (b * heads + h) * nq + a;
+                        let sg = sigmoid(lb_a - lse, idx, n_lse, block);
                         for t in 0..d {
-                            let o = &mut out[at(sh, b, r * c + a, h, t)];
+                            let o = &mut out[at(sh, b, gq, h, t)];
                             *o = *o - sg * (*o - bf.ob[a * d + t]);
                         }
-                        bf.lse[li] = lse - logsigmoid(lse - lb);
+                        bf.lse[li] = lse - logsigmoid(lse - lb_a);
                     }
-                    first = false;
                 }
             }
         }
     }
+    bf.mine = mine;
+    bf.theirs = theirs;
 }
 
 /// Ring attention backward (module doc) from the output gradient `g`, the inputs and the
@@ -339,6 +447,7 @@ pub fn ring_backward<R: RingReal>(
     sh: AttnShape,
     cp: usize,
     causal: bool,
+    lb: bool,
     scale: f64,
     dq: &mut [R],
     dk: &mut [R],
@@ -346,113 +455,110 @@ pub fn ring_backward<R: RingReal>(
     bf: &mut RingBufs<R>,
 ) {
     let (s, d, heads) = (sh.seq, sh.head_dim, sh.heads);
-    let c = s / cp;
     let f = R::from_f64(scale.sqrt());
-    for (buf, n) in [
-        (&mut bf.s, c * c),
-        (&mut bf.ds, c * c),
-        (&mut bf.qs, c * d),
-        (&mut bf.ks, c * d),
-        (&mut bf.dd, c),
-        (&mut bf.gq, c * d),
-        (&mut bf.gk, c * d),
-        (&mut bf.gv, c * d),
-    ] {
-        sized(buf, n);
-    }
+    size_scratch(bf, s / cp, d);
     // dq accumulates on its rank from 0; dk and dv of block j from 0 at rank j's step 0.
     for x in [&mut *dq, &mut *dk, &mut *dv] {
         x.fill(R::ZERO);
     }
-    for b in 0..sh.batch {
-        for h in 0..heads {
-            // Step by step in ring order, so that each block's dk/dv gets its contributions
-            // in the order of the ranks it visits: at step i rank r holds block (r − i).
-            for i in 0..cp {
-                for r in 0..cp {
-                    let j = (r + cp - i) % cp;
-                    let beh = behaviour(r, cp, i, causal);
-                    if beh == Block::Skip {
-                        // `grad + zeros`: x + 0 (turns −0 into +0, as torch's add does), on
-                        // rank r's dq rows and on the dk/dv of block j, which rank r holds.
-                        for a in 0..c {
+    let (mut mine, mut theirs) = (std::mem::take(&mut bf.mine), std::mem::take(&mut bf.theirs));
+    // Step by step in ring order, so that each block's dk/dv gets its contributions in the
+    // order of the ranks it visits: at step i rank r holds block (r − i).
+    for i in 0..cp {
+        for r in 0..cp {
+            local_rows(r, cp, s, lb, &mut mine);
+            local_rows((r + cp - i) % cp, cp, s, lb, &mut theirs);
+            let Some((rows, _)) = step_rows(r, cp, i, causal, lb, &mine, &theirs) else {
+                // `grad + zeros`: x + 0 (turns −0 into +0, as torch's add does), on rank r's
+                // dq rows and on the dk/dv of the block rank r holds.
+                for b in 0..sh.batch {
+                    for h in 0..heads {
+                        for (&gq, &gk) in mine.iter().zip(theirs.iter()) {
                             for t in 0..d {
-                                let e = at(sh, b, r * c + a, h, t);
+                                let e = at(sh, b, gq, h, t);
                                 dq[e] = dq[e] + R::ZERO;
-                                let e = at(sh, b, j * c + a, h, t);
+                                let e = at(sh, b, gk, h, t);
                                 dk[e] = dk[e] + R::ZERO;
                                 dv[e] = dv[e] + R::ZERO;
                             }
                         }
-                        continue;
                     }
-                    scores(q, k, sh, c, (b, h), r, j, beh == Block::Causal, f, bf);
-                    let lse0 = (b * heads + h) * s + r * c;
-                    for a in 0..c {
-                        let l = bf.lse[lse0 + a];
-                        for cc in 0..c {
-                            let x = &mut bf.s[a * c + cc];
+                }
+                continue;
+            };
+            let (nq, nk) = (rows.q.len(), rows.k.len());
+            for b in 0..sh.batch {
+                for h in 0..heads {
+                    scores(q, k, sh, (b, h), &rows, f, bf);
+                    for (a, &gq) in rows.q.iter().enumerate() {
+                        let l = bf.lse[(b * heads + h) * s + gq];
+                        for cc in 0..nk {
+                            let x = &mut bf.s[a * nk + cc];
                             *x = (*x - l).vexp();
                         }
                         let mut acc = R::ZERO;
                         for t in 0..d {
-                            let e = at(sh, b, r * c + a, h, t);
+                            let e = at(sh, b, gq, h, t);
                             acc = acc + g[e] * out[e];
                         }
                         bf.dd[a] = acc;
                     }
                     let p = &bf.s;
-                    for cc in 0..c {
+                    for cc in 0..nk {
                         for t in 0..d {
                             let mut acc = R::ZERO;
-                            for a in 0..c {
-                                acc = acc + p[a * c + cc] * g[at(sh, b, r * c + a, h, t)];
+                            for (a, &gq) in rows.q.iter().enumerate() {
+                                acc = acc + p[a * nk + cc] * g[at(sh, b, gq, h, t)];
                             }
                             bf.gv[cc * d + t] = acc;
                         }
                     }
-                    for a in 0..c {
-                        for cc in 0..c {
+                    for (a, &gq) in rows.q.iter().enumerate() {
+                        for (cc, &gk) in rows.k.iter().enumerate() {
                             let mut acc = R::ZERO;
                             for t in 0..d {
-                                acc = acc
-                                    + g[at(sh, b, r * c + a, h, t)]
-                                        * v[at(sh, b, j * c + cc, h, t)];
+                                acc = acc + g[at(sh, b, gq, h, t)] * v[at(sh, b, gk, h, t)];
                             }
-                            bf.ds[a * c + cc] = p[a * c + cc] * (acc - bf.dd[a]);
+                            bf.ds[a * nk + cc] = p[a * nk + cc] * (acc - bf.dd[a]);
                         }
                     }
-                    for a in 0..c {
+                    for a in 0..nq {
                         for t in 0..d {
                             let mut acc = R::ZERO;
-                            for cc in 0..c {
-                                acc = acc + bf.ds[a * c + cc] * bf.ks[cc * d + t];
+                            for cc in 0..nk {
+                                acc = acc + bf.ds[a * nk + cc] * bf.ks[cc * d + t];
                             }
                             bf.gq[a * d + t] = acc * f;
                         }
                     }
-                    for cc in 0..c {
+                    for cc in 0..nk {
                         for t in 0..d {
                             let mut acc = R::ZERO;
-                            for a in 0..c {
-                                acc = acc + bf.ds[a * c + cc] * bf.qs[a * d + t];
+                            for a in 0..nq {
+                                acc = acc + bf.ds[a * nk + cc] * bf.qs[a * d + t];
                             }
                             bf.gk[cc * d + t] = acc * f;
                         }
                     }
-                    for a in 0..c {
+                    for (a, &gq) in rows.q.iter().enumerate() {
                         for t in 0..d {
-                            let e = at(sh, b, r * c + a, h, t);
+                            let e = at(sh, b, gq, h, t);
                             dq[e] = dq[e] + bf.gq[a * d + t];
-                            let e = at(sh, b, j * c + a, h, t);
-                            dk[e] = dk[e] + bf.gk[a * d + t];
-                            dv[e] = dv[e] + bf.gv[a * d + t];
+                        }
+                    }
+                    for (cc, &gk) in rows.k.iter().enumerate() {
+                        for t in 0..d {
+                            let e = at(sh, b, gk, h, t);
+                            dk[e] = dk[e] + bf.gk[cc * d + t];
+                            dv[e] = dv[e] + bf.gv[cc * d + t];
                         }
                     }
                 }
             }
         }
     }
+    bf.mine = mine;
+    bf.theirs = theirs;
 }
 
 #[cfg(test)]

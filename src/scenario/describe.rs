@@ -103,10 +103,15 @@ fn describe_layer(l: &super::spec::Layer) -> String {
             causal,
             scale,
             cp,
+            load_balance,
         } => format!(
             "sdpa(k={k}, v={v}, heads={heads}, causal={causal}, scale={}{}; math path: q,k,v viewed [b, s, heads, head_dim] and transposed to [b, heads, s, head_dim], scores [b, heads, s, s], softmax, output transposed back)",
             scale.map_or("1/sqrt(head_dim)".to_string(), |s| s.to_string()),
-            if *cp > 1 { format!(", cp={cp}") } else { String::new() }
+            if *cp > 1 {
+                format!(", cp={cp}{}", if *load_balance { ", load_balance" } else { "" })
+            } else {
+                String::new()
+            }
         ),
     }
 }
@@ -181,11 +186,20 @@ fn layout_line(p: &super::spec::Parallel) -> String {
 
 /// The send/recv rotations of ring attention on `cp` ranks (torch's
 /// `_templated_ring_attention` and its backward; `crate::ops::ring`).
-fn ring_text(out: &mut String, layer: &str, k: &str, v: &str, cp: usize) {
+fn ring_text(out: &mut String, layer: &str, k: &str, v: &str, cp: usize, lb: bool) {
     let last = cp - 1;
+    let layout = if lb {
+        format!(
+            "rank r holds chunks r and {} - r of {} of q, {k}, {v}: torch's round-robin load balancing",
+            2 * cp - 1,
+            2 * cp
+        )
+    } else {
+        format!("rank r holds sequence chunk r of q, {k}, {v}; no load balancing")
+    };
     writeln!(
         out,
-        "    {layer}: ring attention over cp ranks 0..{last} (rank r holds sequence chunk r of q, {k}, {v}; no load balancing)"
+        "    {layer}: ring attention over cp ranks 0..{last} ({layout})"
     )
     .unwrap();
     writeln!(
@@ -206,10 +220,17 @@ fn collectives_text(out: &mut String, g: &Graph, wire_note: &str) {
     // Ring attention's rotations (context parallelism of an sdpa layer).
     let mut ring = false;
     for l in &g.spec.layers {
-        if let super::spec::Op::Sdpa { k, v, cp, .. } = &l.op {
+        if let super::spec::Op::Sdpa {
+            k,
+            v,
+            cp,
+            load_balance,
+            ..
+        } = &l.op
+        {
             if *cp > 1 {
                 ring = true;
-                ring_text(out, &l.name, k, v, *cp);
+                ring_text(out, &l.name, k, v, *cp, *load_balance);
             }
         }
     }

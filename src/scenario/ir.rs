@@ -458,6 +458,8 @@ pub enum Op {
         /// Context-parallel degree: the sharded computation runs ring attention over `cp`
         /// sequence chunks ([`crate::ops::ring`]); 1: none.
         cp: usize,
+        /// The ring with torch's round-robin load balancing.
+        load_balance: bool,
     },
 }
 

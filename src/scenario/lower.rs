@@ -360,6 +360,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 causal,
                 scale,
                 cp,
+                load_balance,
             } => {
                 let q = tid(&l.input);
                 let head_dim = tensors[q.0].shape.last().copied().unwrap_or(1) / heads.max(&1);
@@ -373,6 +374,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                     // torch's `calculate_scale`: 1 / sqrt(head_dim) in double.
                     scale: scale.unwrap_or(1.0 / (head_dim as f64).sqrt()),
                     cp: *cp,
+                    load_balance: *load_balance,
                 }
             }
         };

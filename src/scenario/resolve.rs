@@ -957,7 +957,13 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 (x.shape.clone(), out_split)
             }
             Op::Sdpa {
-                k, v, heads, cp, ..
+                k,
+                v,
+                heads,
+                cp,
+                load_balance,
+                causal,
+                ..
             } => {
                 needs_f32(&x)?;
                 let kt = b.lookup(&format!("{lp}.inputs[1]"), k, li)?;
@@ -1033,8 +1039,26 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         ));
                     }
                 }
+                if *load_balance && (*cp < 2 || !*causal) {
+                    return Err(ctx.err(
+                        &format!("{lp}.load_balance"),
+                        format!(
+                            "load balancing with cp = {cp} and causal = {causal}; allowed: load_balance = true only with cp >= 2 and causal = true (torch: \"Load balancing requires `is_causal=True`\")"
+                        ),
+                    ));
+                }
                 if *cp > 1 {
                     ring_composes(ctx, b.spec, &lp, li, *cp, [&x, &kt, &vt])?;
+                    let seq = x.shape[1];
+                    if *load_balance && !seq.is_multiple_of(2 * cp) {
+                        return Err(ctx.err(
+                            &format!("{lp}.load_balance"),
+                            format!(
+                                "load balancing splits the sequence of {seq} tokens into 2 x cp = {} chunks; allowed: a sequence that 2 x cp divides, or load_balance = false",
+                                2 * cp
+                            ),
+                        ));
+                    }
                 }
                 (x.shape.clone(), x.split.clone())
             }

@@ -221,6 +221,8 @@ pub enum Op {
         /// Context parallelism: the ring's degree (`cp`, 1 = none). The sharded computation
         /// runs torch's ring attention over `cp` sequence chunks ([`crate::ops::ring`]).
         cp: usize,
+        /// The ring with torch's round-robin load balancing (`load_balance`).
+        load_balance: bool,
     },
 }
 
@@ -542,6 +544,7 @@ const LAYER_KEYS: &[&str] = &[
     "causal",
     "scale",
     "cp",
+    "load_balance",
 ];
 
 const OPS: &[&str] = &[
@@ -568,7 +571,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "linear" => &["out", "bias", "tie"],
         "layernorm" | "rmsnorm" => &["eps", "affine"],
         "residual-add" | "add" | "mul" => &["inputs"],
-        "sdpa" => &["inputs", "heads", "causal", "scale", "cp"],
+        "sdpa" => &["inputs", "heads", "causal", "scale", "cp", "load_balance"],
         _ => &[],
     }
 }
@@ -1136,6 +1139,7 @@ fn parse_layers(
                     causal: o.bool("causal", false)?,
                     scale: o.opt_float("scale", |v| v > 0.0, "a number > 0")?,
                     cp: o.int("cp", 1, 64, 1)? as usize,
+                    load_balance: o.bool("load_balance", false)?,
                 }
             }
             "tanh" => Op::Act(Act::Tanh),

@@ -1089,6 +1089,25 @@ fn ring_attention_cp_is_checked() {
         "{ name = \"v\", draw = \"randn\", seeded = true,",
     ));
     assert_names(&msg, "inputs[2].seeded", &["only with draw = \"rand\""]);
+    // load balancing: causal only, and 2 x cp chunks
+    parse_file(FILE, &ring("cp = 4 }", "cp = 4, load_balance = true }"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let msg = err(&ring(
+        "causal = true, cp = 4 }",
+        "cp = 4, load_balance = true }",
+    ));
+    assert_names(
+        &msg,
+        "layers[0].load_balance",
+        &["only with cp >= 2 and causal = true"],
+    );
+    let msg =
+        err(&ring("cp = 4 }", "cp = 4, load_balance = true }").replace("seq = 8,", "seq = 12,"));
+    assert_names(
+        &msg,
+        "layers[0].load_balance",
+        &["2 x cp = 8 chunks", "a sequence that 2 x cp divides"],
+    );
     // seeded inputs with data parallelism: not run yet (before the ring's own refusal)
     let msg = err(&ring("dims = {", "parallel = { dp = 2 }\ndims = {"));
     assert_names(
