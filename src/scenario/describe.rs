@@ -294,7 +294,13 @@ fn graph_text(
         writeln!(out, "  dims: {}", dims.join(", ")).unwrap();
     }
     writeln!(out, "  parallel: {}", layout_line(p)).unwrap();
-    let seed_rule = if s.train.micro_steps > 1 {
+    let seed_rule = if !s.inputs.is_empty()
+        && s.inputs
+            .iter()
+            .all(|i| i.draw == Draw::Rand { seeded: true })
+    {
+        "each drawn once per sweep seed, after torch.manual_seed(seed)".to_string()
+    } else if s.train.micro_steps > 1 {
         format!(
             "torch.manual_seed({} + {}*step + micro) before each micro-step's draws",
             s.data.seed, s.train.micro_steps
