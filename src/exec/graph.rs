@@ -188,6 +188,10 @@ pub struct Bufs<R> {
     pub(crate) moe: Vec<MoeBufs<R>>,
     /// An attention layer's q, k and v gradients before they are handed on.
     attn_grads: [Vec<R>; 3],
+    /// Ring attention's per-rank state and scratch ([`crate::ops::ring`]).
+    ring: crate::ops::ring::RingBufs<R>,
+    /// The inputs drawn once per seed ([`crate::exec::init::seeded_inputs`]), in their order.
+    seeded: Vec<Vec<R>>,
     /// Data parallelism (the `dp` module): every rank's own buffers (its parameter copy,
     /// activations, gradients), and the staging of the gradient collective.
     dp: dp::DpBufs<R>,
@@ -395,6 +399,7 @@ impl Plan {
         bf: &mut Bufs<R>,
     ) {
         self.prepare_state(cx, bf, |i, v| load(v, &init[i]));
+        self.load_seeded(init, bf);
     }
 
     /// [`Plan::load_state`] for an fp32 computation that takes the initial parameters
@@ -409,6 +414,17 @@ impl Plan {
         bf: &mut Bufs<f32>,
     ) {
         self.prepare_state(cx, bf, |i, v| std::mem::swap(v, &mut init[i]));
+        self.load_seeded(init, bf);
+    }
+
+    /// Copies the seed's seeded inputs (after the parameters in `init`) into `bf`.
+    fn load_seeded<R: Real>(&self, init: &[Vec<f32>], bf: &mut Bufs<R>) {
+        let np = self.graph.params.len();
+        let n = init.len().saturating_sub(np);
+        bf.seeded.resize_with(n, Vec::new);
+        for (dst, src) in bf.seeded.iter_mut().zip(&init[np..]) {
+            load(dst, src);
+        }
     }
 
     /// Gives `init` back the parameter buffers [`Plan::load_state_taking`] took into `bf`
@@ -515,10 +531,19 @@ impl Plan {
         let (faults, mutant, drift, condition) = (cx.faults, cx.mutant, cx.drift, cx.condition);
         let np = g.params.len();
         let last = m + 1 == g.train.micro_steps;
+        let mut k = 0;
         for (d, v) in g.inputs.draws.iter().zip(inputs) {
+            let seeded = d.kind == crate::scenario::ir::DrawKind::Rand { seeded: true };
             if let Some(t) = d.tensor {
-                load(&mut bf.acts[t.0], &v.f);
+                if seeded {
+                    let (acts, src) = (&mut bf.acts, &bf.seeded);
+                    acts[t.0].clear();
+                    acts[t.0].extend_from_slice(&src[k]);
+                } else {
+                    load(&mut bf.acts[t.0], &v.f);
+                }
             }
+            k += usize::from(seeded);
         }
         // The conditions this micro-step records, for a forward that can compute them with
         // its product.
@@ -920,7 +945,30 @@ impl Plan {
                 heads,
                 causal,
                 scale,
+                cp,
+                load_balance,
             } => {
+                if cx.sharded && cp > 1 {
+                    // Context parallelism: torch's ring attention over the cp sequence chunks.
+                    let sh = self.attn_shape(q, heads);
+                    let mut y = std::mem::take(&mut bf.acts[out.0]);
+                    crate::ops::ring::ring_forward(
+                        &bf.acts[q.0],
+                        &bf.acts[k.0],
+                        &bf.acts[v.0],
+                        sh,
+                        cp,
+                        causal,
+                        load_balance,
+                        scale,
+                        be.elementwise_block() / 2,
+                        be.elementwise_block(),
+                        &mut y,
+                        &mut bf.ring,
+                    );
+                    bf.acts[out.0] = y;
+                    return;
+                }
                 // Per (batch, head): the sharded computation's ranks, each on its heads (the
                 // column shards of q, k, v hold whole heads), give the same bits as the whole
                 // tensor's, so it needs no split of its own.
@@ -1354,6 +1402,9 @@ impl Plan {
                 v,
                 heads,
                 scale,
+                causal,
+                cp,
+                load_balance,
                 ..
             } => {
                 if ![q, k, v].iter().any(|t| self.needs_grad[t.0]) {
@@ -1364,20 +1415,39 @@ impl Plan {
                 for gbuf in [&mut gq, &mut gk, &mut gv] {
                     sized(gbuf, sh.numel());
                 }
-                sdpa_backward(
-                    &bf.dacts[out.0],
-                    &bf.acts[v.0],
-                    sh,
-                    scale,
-                    be.elementwise_block() / 2,
-                    be.aten_threads(),
-                    be.bmm_order(),
-                    self.head_groups(cx.sharded, li),
-                    &mut gq,
-                    &mut gk,
-                    &mut gv,
-                    &mut bf.attn[li],
-                );
+                if cx.sharded && cp > 1 {
+                    crate::ops::ring::ring_backward(
+                        &bf.dacts[out.0],
+                        &bf.acts[q.0],
+                        &bf.acts[k.0],
+                        &bf.acts[v.0],
+                        &bf.acts[out.0],
+                        sh,
+                        cp,
+                        causal,
+                        load_balance,
+                        scale,
+                        &mut gq,
+                        &mut gk,
+                        &mut gv,
+                        &mut bf.ring,
+                    );
+                } else {
+                    sdpa_backward(
+                        &bf.dacts[out.0],
+                        &bf.acts[v.0],
+                        sh,
+                        scale,
+                        be.elementwise_block() / 2,
+                        be.aten_threads(),
+                        be.bmm_order(),
+                        self.head_groups(cx.sharded, li),
+                        &mut gq,
+                        &mut gk,
+                        &mut gv,
+                        &mut bf.attn[li],
+                    );
+                }
                 for (t, gbuf) in [(q, &gq), (k, &gk), (v, &gv)] {
                     if self.needs_grad[t.0] {
                         let mut d = self.act_grad_target(bf, t.0);

@@ -40,6 +40,16 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
                             v.f = vec![0.0; n];
                             t.randn(&mut v.f);
                         }
+                        (DrawKind::Rand { seeded: false }, Some(t)) => {
+                            v.f = vec![0.0; n];
+                            t.rand(&mut v.f);
+                        }
+                        (DrawKind::Rand { seeded: false }, None) => {
+                            v.f = vec![0.0; n];
+                            ChaChaStream::new(seed, &d.name).fill_uniform(&mut v.f, 0.0, 1.0);
+                        }
+                        // Drawn per sweep seed with the parameters ([`draw_params`]).
+                        (DrawKind::Rand { seeded: true }, _) => {}
                         (DrawKind::Randint { high }, Some(t)) => {
                             v.i = vec![0; n];
                             t.randint(high, &mut v.i);
@@ -80,6 +90,14 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
         .collect()
 }
 
+/// The inputs drawn once per sweep seed ([`DrawKind::Rand`] with `seeded`), in table order.
+pub fn seeded_inputs(g: &ResolvedGraph) -> impl Iterator<Item = &crate::scenario::ir::InputDraw> {
+    g.inputs
+        .draws
+        .iter()
+        .filter(|d| d.kind == DrawKind::Rand { seeded: true })
+}
+
 /// Draws the initial parameters of `seed` into `out` (indexed by parameter; a tied parameter's
 /// entry is left empty: the computations use its table's storage and never read it), reusing
 /// `out`'s buffers.
@@ -92,6 +110,11 @@ pub fn draw_inputs(g: &ResolvedGraph) -> Vec<Vec<InputValue>> {
 /// are never seen.
 /// ChaCha: each untied drawn parameter from the stream named after it ([`TorchInit::chacha`]);
 /// tied parameters draw nothing. [`ParamInit::Zeros`] / [`ParamInit::Ones`] draw nothing.
+///
+/// Seeded inputs ([`DrawKind::Rand`] with `seeded`) come first: right after `manual_seed`,
+/// before any parameter, each in table order (`torch.rand`; ChaCha: `fill_uniform(0, 1)` from
+/// the stream named after the input). Their values follow the parameters in `out`
+/// (`out[params.len() + k]` for the k-th seeded input; [`seeded_inputs`]).
 pub fn draw_params(
     g: &ResolvedGraph,
     seed: u64,
@@ -108,6 +131,20 @@ pub fn draw_params(
         RngKind::ChaCha => None,
     };
     let mut torch = torch;
+    let np = g.params.len();
+    out.resize_with(np + seeded_inputs(g).count(), Vec::new);
+    for (k, d) in seeded_inputs(g).enumerate() {
+        let n: usize = d.shape.iter().product();
+        let buf = &mut out[np + k];
+        if buf.len() != n {
+            buf.clear();
+            buf.resize(n, 0.0);
+        }
+        match torch.as_deref_mut() {
+            Some(t) => t.rand(buf),
+            None => ChaChaStream::new(seed, &d.name).fill_uniform(buf, 0.0, 1.0),
+        }
+    }
     // After the last drawn parameter that is read, no draw is seen.
     let read_until = g
         .params

@@ -13,7 +13,9 @@
 //!   of a second gradient contribution);
 //! - per attention layer (`[b, s, w]` queries, `h` heads): the scaled q and kᵀ (2·b·s·w), the
 //!   probabilities and two scratch buffers of the scores' shape (3·b·h·s², the O(seq²) part),
-//!   and the q, k, v gradients before they are handed on (3·b·s·w);
+//!   and the q, k, v gradients before they are handed on (3·b·s·w); with context parallelism
+//!   (`cp` > 1) the ring's merged log-sum-exp (b·h·s) and one block's scratch (3·c² + 6·c·d
+//!   + 2·c for chunks of c tokens and head_dim d);
 //! - per moe layer (`T` tokens of width `H`, `E` experts, `k` per token, expert width `F`,
 //!   `N` expert-parallel ranks, its `Pm` weights): router logits, probabilities and their two
 //!   gradients (4·T·E), the routing (4·T·k), the dispatched rows and their gradients
@@ -160,10 +162,21 @@ impl Plan {
             .layers
             .iter()
             .map(|l| match l.op {
-                Op::Sdpa { q, heads, .. } => {
+                Op::Sdpa { q, heads, cp, .. } => {
                     let s = &g.tensors[q.0].shape;
                     let (b, n, w) = (s[0] as u128, s[1] as u128, s[2] as u128);
-                    2 * b * n * w + 3 * b * heads as u128 * n * n + 3 * b * n * w
+                    // Ring attention (cp > 1): the merged log-sum-exp of every query row
+                    // (b·h·s) and one block's scratch per rank in turn: scores, probabilities
+                    // and their gradient (3·c²), the block's output, scaled q and k and its
+                    // three gradients (6·c·d), its lse and D (2·c).
+                    let ring = if cp > 1 {
+                        let (h, c) = (heads as u128, n / cp as u128);
+                        let d = w / h;
+                        b * h * n + 3 * c * c + 6 * c * d + 2 * c
+                    } else {
+                        0
+                    };
+                    2 * b * n * w + 3 * b * heads as u128 * n * n + 3 * b * n * w + ring
                 }
                 _ => 0,
             })

@@ -53,6 +53,7 @@ pub trait ActReal:
     + crate::ops::softmax::SoftmaxReal
     + crate::ops::attention::BmmReal
     + crate::ops::rope::RopeReal
+    + crate::ops::ring::RingReal
 {
     /// 1/√2 (torch's `kAlpha`: `M_SQRT1_2`).
     const FRAC_1_SQRT_2: Self;

@@ -14,6 +14,7 @@ pub mod moe;
 pub mod norm;
 pub mod optim;
 pub mod real;
+pub mod ring;
 pub mod rope;
 pub mod softmax;
 pub mod tp;

@@ -62,6 +62,13 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "megatron_vocab_parallel_ce_test.toml",
         include_str!("../../configs/megatron_vocab_parallel_ce_test.toml"),
     ),
+    // Issue 35: PyTorch's test_ring_attention_sdpa (ring attention over cp = 2, 4, 8 ranks
+    // against plain sdpa), validated against torch's own ring code in
+    // tests/suite/ring_attention.rs.
+    (
+        "pytorch_ring_attention_sdpa_test.toml",
+        include_str!("../../configs/pytorch_ring_attention_sdpa_test.toml"),
+    ),
     // Issue 35: two data-parallel layouts compared (HSDP 2 x 4 against FSDP 8), validated
     // against torch in tests/suite/hsdp.rs.
     (

@@ -103,9 +103,16 @@ fn describe_layer(l: &super::spec::Layer) -> String {
             heads,
             causal,
             scale,
+            cp,
+            load_balance,
         } => format!(
-            "sdpa(k={k}, v={v}, heads={heads}, causal={causal}, scale={}; math path: q,k,v viewed [b, s, heads, head_dim] and transposed to [b, heads, s, head_dim], scores [b, heads, s, s], softmax, output transposed back)",
-            scale.map_or("1/sqrt(head_dim)".to_string(), |s| s.to_string())
+            "sdpa(k={k}, v={v}, heads={heads}, causal={causal}, scale={}{}; math path: q,k,v viewed [b, s, heads, head_dim] and transposed to [b, heads, s, head_dim], scores [b, heads, s, s], softmax, output transposed back)",
+            scale.map_or("1/sqrt(head_dim)".to_string(), |s| s.to_string()),
+            if *cp > 1 {
+                format!(", cp={cp}{}", if *load_balance { ", load_balance" } else { "" })
+            } else {
+                String::new()
+            }
         ),
         Op::Moe {
             experts,
@@ -195,10 +202,57 @@ fn layout_line(p: &super::spec::Parallel) -> String {
     )
 }
 
+/// The send/recv rotations of ring attention on `cp` ranks (torch's
+/// `_templated_ring_attention` and its backward; `crate::ops::ring`).
+fn ring_text(out: &mut String, layer: &str, k: &str, v: &str, cp: usize, lb: bool) {
+    let last = cp - 1;
+    let layout = if lb {
+        format!(
+            "rank r holds chunks r and {} - r of {} of q, {k}, {v}: torch's round-robin load balancing",
+            2 * cp - 1,
+            2 * cp
+        )
+    } else {
+        format!("rank r holds sequence chunk r of q, {k}, {v}; no load balancing")
+    };
+    writeln!(
+        out,
+        "    {layer}: ring attention over cp ranks 0..{last} ({layout})"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "      forward: {last} rotations of [{k}, {v}] (each step rank r sends its block to rank r+1 mod {cp}, receives from r-1: torch's all-to-all rotater; the all-gather rotater gathers them once, the same values), one block attention per step with its log-sum-exp, merged in step order (_SDPAMerger)"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "      backward: {last} rotations of [{k}, {v}] and {cp} of their gradients [d{k}, d{v}] (f32: each block's gradient travels with it and every rank adds its share, ring order from the block's owner); dq accumulated on its rank in step order"
+    )
+    .unwrap();
+}
+
 /// The collectives of one layout, one line each.
 fn collectives_text(out: &mut String, g: &Graph, wire_note: &str) {
     let p = &g.spec.parallel;
-    if g.collectives.is_empty() {
+    // Ring attention's rotations (context parallelism of an sdpa layer).
+    let mut ring = false;
+    for l in &g.spec.layers {
+        if let super::spec::Op::Sdpa {
+            k,
+            v,
+            cp,
+            load_balance,
+            ..
+        } = &l.op
+        {
+            if *cp > 1 {
+                ring = true;
+                ring_text(out, &l.name, k, v, *cp, *load_balance);
+            }
+        }
+    }
+    if g.collectives.is_empty() && !ring {
         writeln!(out, "    none (tp = dp = 1)").unwrap();
     }
     for c in &g.collectives {
@@ -259,7 +313,13 @@ fn graph_text(
         writeln!(out, "  dims: {}", dims.join(", ")).unwrap();
     }
     writeln!(out, "  parallel: {}", layout_line(p)).unwrap();
-    let seed_rule = if s.train.micro_steps > 1 {
+    let seed_rule = if !s.inputs.is_empty()
+        && s.inputs
+            .iter()
+            .all(|i| i.draw == Draw::Rand { seeded: true })
+    {
+        "each drawn once per sweep seed, after torch.manual_seed(seed)".to_string()
+    } else if s.train.micro_steps > 1 {
         format!(
             "torch.manual_seed({} + {}*step + micro) before each micro-step's draws",
             s.data.seed, s.train.micro_steps
@@ -274,6 +334,11 @@ fn graph_text(
     for i in &s.inputs {
         let draw = match &i.draw {
             Draw::Randn => "randn".to_string(),
+            Draw::Rand { seeded: false } => "rand".to_string(),
+            Draw::Rand { seeded: true } => {
+                "rand, once per sweep seed (after torch.manual_seed(seed), before the weights)"
+                    .to_string()
+            }
             Draw::Randint { high } => format!("randint({high})"),
             Draw::Fixed { values, per_rank } => {
                 let (ty, first) = match values {

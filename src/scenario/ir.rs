@@ -287,6 +287,15 @@ impl FixedValues {
 pub enum DrawKind {
     /// `torch.randn(shape)` (fp32). ChaCha: `fill_normal(0, 1)`.
     Randn,
+    /// `torch.rand(shape)` (fp32, U[0, 1): 24 random bits over 2^24 per element). ChaCha:
+    /// `fill_uniform(0, 1)`. `seeded`: drawn once per sweep seed, right after the seed's
+    /// `manual_seed` and before every weight, in file order ([`crate::exec::init::draw_params`]:
+    /// the values sit after the parameters in the seed's buffers); nothing is drawn per
+    /// micro-step. Else drawn per micro-step as `Randn`.
+    Rand {
+        /// Drawn from the sweep seed's generator.
+        seeded: bool,
+    },
     /// `torch.randint(high, shape)` (int64). ChaCha: `next_u32() % high` per element.
     Randint {
         /// Exclusive upper bound.
@@ -446,6 +455,11 @@ pub enum Op {
         causal: bool,
         /// The scale as the test passes it (torch's default `1/sqrt(head_dim)` resolved).
         scale: f64,
+        /// Context-parallel degree: the sharded computation runs ring attention over `cp`
+        /// sequence chunks ([`crate::ops::ring`]); 1: none.
+        cp: usize,
+        /// The ring with torch's round-robin load balancing.
+        load_balance: bool,
     },
     /// Rotary position embeddings ([`crate::ops::rope`]) on `[batch, seq, heads·head_dim]`.
     Rope {

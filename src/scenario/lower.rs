@@ -270,6 +270,7 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
     for (ii, inp) in s.inputs.iter().enumerate() {
         let (kind, values) = match &inp.draw {
             spec::Draw::Randn => (ir::DrawKind::Randn, None),
+            spec::Draw::Rand { seeded } => (ir::DrawKind::Rand { seeded: *seeded }, None),
             spec::Draw::Randint { high } => (ir::DrawKind::Randint { high: *high as u64 }, None),
             spec::Draw::Fixed { values, per_rank } => (
                 ir::DrawKind::Fixed {
@@ -425,6 +426,8 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 heads,
                 causal,
                 scale,
+                cp,
+                load_balance,
             } => {
                 let q = tid(&l.input);
                 let head_dim = tensors[q.0].shape.last().copied().unwrap_or(1) / heads.max(&1);
@@ -437,6 +440,8 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                     causal: *causal,
                     // torch's `calculate_scale`: 1 / sqrt(head_dim) in double.
                     scale: scale.unwrap_or(1.0 / (head_dim as f64).sqrt()),
+                    cp: *cp,
+                    load_balance: *load_balance,
                 }
             }
         };

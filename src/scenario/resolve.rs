@@ -468,6 +468,14 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
     let mut grads: Vec<String> = Vec::new();
     // Inputs.
     for (i, inp) in spec.inputs.iter().enumerate() {
+        if inp.draw == (Draw::Rand { seeded: true }) && (par.dp > 1 || par.reference.is_some()) {
+            return Err(ctx.err(
+                &format!("inputs[{i}].seeded"),
+                "an input drawn per sweep seed is not run yet with dp > 1 or a reference \
+                 layout; allowed: seeded = true with dp = 1 and no [parallel.reference], or \
+                 leave it out (drawn per micro-step)",
+            ));
+        }
         let dp_ranges = if par.dp > 1 {
             Some(ranges_for(
                 ctx,
@@ -954,7 +962,15 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                 }
                 (x.shape.clone(), out_split)
             }
-            Op::Sdpa { k, v, heads, .. } => {
+            Op::Sdpa {
+                k,
+                v,
+                heads,
+                cp,
+                load_balance,
+                causal,
+                ..
+            } => {
                 needs_f32(&x)?;
                 let kt = b.lookup(&format!("{lp}.inputs[1]"), k, li)?;
                 let vt = b.lookup(&format!("{lp}.inputs[2]"), v, li)?;
@@ -1025,6 +1041,27 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                                 r.start,
                                 r.end,
                                 ranges.len()
+                            ),
+                        ));
+                    }
+                }
+                if *load_balance && (*cp < 2 || !*causal) {
+                    return Err(ctx.err(
+                        &format!("{lp}.load_balance"),
+                        format!(
+                            "load balancing with cp = {cp} and causal = {causal}; allowed: load_balance = true only with cp >= 2 and causal = true (torch: \"Load balancing requires `is_causal=True`\")"
+                        ),
+                    ));
+                }
+                if *cp > 1 {
+                    ring_composes(ctx, b.spec, &lp, li, *cp, [&x, &kt, &vt])?;
+                    let seq = x.shape[1];
+                    if *load_balance && !seq.is_multiple_of(2 * cp) {
+                        return Err(ctx.err(
+                            &format!("{lp}.load_balance"),
+                            format!(
+                                "load balancing splits the sequence of {seq} tokens into 2 x cp = {} chunks; allowed: a sequence that 2 x cp divides, or load_balance = false",
+                                2 * cp
                             ),
                         ));
                     }
@@ -1735,4 +1772,68 @@ fn resolve_check(
         kind: c.kind,
         reduction,
     }))
+}
+
+/// What a context-parallel `sdpa` layer (`cp` > 1, ring attention) needs, each refusal naming
+/// `{lp}.cp`: a sequence of at least `cp` tokens that `cp` divides (each rank a contiguous
+/// chunk), q, k and v that are the test's inputs, whole (not head-sharded), in a file without
+/// tensor or data parallelism and with no layer after it (a layer on the ranks' chunks would
+/// run other kernel shapes than on the whole sequence; not modelled yet).
+fn ring_composes(
+    ctx: &Ctx,
+    spec: &Spec,
+    lp: &str,
+    li: usize,
+    cp: usize,
+    qkv: [&Tensor; 3],
+) -> Result<(), InputError> {
+    let key = format!("{lp}.cp");
+    let seq = qkv[0].shape[1];
+    if seq < cp {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "a sequence of {seq} tokens is shorter than the ring of cp = {cp} ranks; allowed: cp <= {seq} (each rank holds at least one token), a cp that divides {seq}"
+            ),
+        ));
+    }
+    if !seq.is_multiple_of(cp) {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "cp = {cp} does not divide the sequence of {seq} tokens; allowed: a cp that divides {seq} (torch's context_parallel shards the sequence dim evenly)"
+            ),
+        ));
+    }
+    let par = &spec.parallel;
+    if par.tp > 1 || par.dp > 1 {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "ring attention (cp = {cp}) together with tp = {} and dp = {} is not run yet; allowed: cp with tp = 1 and dp = 1, or cp = 1",
+                par.tp, par.dp
+            ),
+        ));
+    }
+    for t in qkv {
+        if !spec.inputs.iter().any(|i| i.name == t.name) || !matches!(t.split, Split::Replicated) {
+            return Err(ctx.err(
+                &key,
+                format!(
+                    "ring attention (cp = {cp}) reads `{}`, which is not a whole input of the file; allowed: q, k and v drawn or given as [[inputs]] (a layer before the ring would run on the ranks' sequence chunks, not modelled yet), or cp = 1",
+                    t.name
+                ),
+            ));
+        }
+    }
+    if li + 1 != spec.layers.len() {
+        return Err(ctx.err(
+            &key,
+            format!(
+                "ring attention (cp = {cp}) is followed by layers[{}]; allowed: the ring as the last layer (a layer after it would run on the ranks' sequence chunks, not modelled yet), or cp = 1",
+                li + 1
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -60,6 +60,13 @@ pub struct Data {
 pub enum Draw {
     /// Standard normal float32.
     Randn,
+    /// Uniform float32 in [0, 1) (`torch.rand`). `seeded`: drawn once per sweep seed, right
+    /// after `torch.manual_seed(seed)` and before any weight, as a test that draws its
+    /// tensors after its own `manual_seed` (`seeded = true`); else per micro-step as `randn`.
+    Rand {
+        /// Drawn from the sweep seed's generator (else from `[data]`'s per micro-step).
+        seeded: bool,
+    },
     /// int64 in `0..high`.
     Randint {
         /// Exclusive upper bound.
@@ -230,6 +237,11 @@ pub enum Op {
         causal: bool,
         /// `scale` (`None`: torch's default `1/sqrt(head_dim)`).
         scale: Option<f64>,
+        /// Context parallelism: the ring's degree (`cp`, 1 = none). The sharded computation
+        /// runs torch's ring attention over `cp` sequence chunks ([`crate::ops::ring`]).
+        cp: usize,
+        /// The ring with torch's round-robin load balancing (`load_balance`).
+        load_balance: bool,
     },
     /// Rotary position embeddings, HF's `rotate_half` style, on `[batch, seq, heads·head_dim]`
     /// ([`crate::ops::rope`]).
@@ -569,6 +581,8 @@ const LAYER_KEYS: &[&str] = &[
     "gated",
     "norm_topk",
     "expert_parallel",
+    "cp",
+    "load_balance",
 ];
 
 const OPS: &[&str] = &[
@@ -597,7 +611,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "linear" => &["out", "bias", "tie"],
         "layernorm" | "rmsnorm" => &["eps", "affine"],
         "residual-add" | "add" | "mul" => &["inputs"],
-        "sdpa" => &["inputs", "heads", "causal", "scale"],
+        "sdpa" => &["inputs", "heads", "causal", "scale", "cp", "load_balance"],
         "rope" => &["heads", "theta", "style"],
         "moe" => &[
             "experts",
@@ -853,7 +867,7 @@ fn parse_inputs(
         "inputs",
         &[
             "name", "draw", "shape", "high", "set", "grad", "values", "dtype", "parallel",
-            "per_rank",
+            "per_rank", "seeded",
         ],
     )? {
         let name = o.name("name", false)?.to_string();
@@ -861,7 +875,13 @@ fn parse_inputs(
             return Err(o.err("name", format!("input `{name}` is defined twice")));
         }
         let shape = o.shape("shape", dims)?;
-        let draw_kind = o.req_choice("draw", &["randn", "randint", "fixed"])?;
+        let draw_kind = o.req_choice("draw", &["randn", "rand", "randint", "fixed"])?;
+        if draw_kind != "rand" && o.has("seeded") {
+            return Err(o.err(
+                "seeded",
+                format!("`seeded` is not allowed with draw = \"{draw_kind}\"; allowed only with draw = \"rand\""),
+            ));
+        }
         let only = |k: &str, with: &str| -> Result<(), InputError> {
             if o.has(k) {
                 return Err(o.err(
@@ -884,6 +904,17 @@ fn parse_inputs(
                     only(k, "fixed")?;
                 }
                 Draw::Randn
+            }
+            "rand" => {
+                for k in ["high", "set"] {
+                    only(k, "randint")?;
+                }
+                for k in ["values", "dtype", "per_rank"] {
+                    only(k, "fixed")?;
+                }
+                Draw::Rand {
+                    seeded: o.bool("seeded", false)?,
+                }
             }
             "fixed" => {
                 for k in ["high", "set"] {
@@ -1198,6 +1229,8 @@ fn parse_layers(
                     heads: o.size("heads", dims)?,
                     causal: o.bool("causal", false)?,
                     scale: o.opt_float("scale", |v| v > 0.0, "a number > 0")?,
+                    cp: o.int("cp", 1, 64, 1)? as usize,
+                    load_balance: o.bool("load_balance", false)?,
                 }
             }
             "rope" => {

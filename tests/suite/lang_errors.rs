@@ -1104,6 +1104,7 @@ fn rope_heads_theta_and_positions_are_checked() {
         &["a 3-D tensor [batch, seq, heads·head_dim]"],
     );
 }
+
 /// A mixture-of-experts layer between two linears.
 const MOE: &str = r#"
 name = "moe"
@@ -1215,4 +1216,121 @@ fn moe_keys_are_checked() {
         .replace(", expert_parallel = 2", "")
     ));
     assert_names(&msg, "layers[1].input", &["needs the whole tensor"]);
+}
+
+/// PyTorch's ring attention test as a file: q, k, v drawn per seed, one sdpa layer at cp 4.
+const RING: &str = r#"
+name = "ring"
+dims = { batch = 1, seq = 8, width = 16, heads = 2 }
+inputs = [
+  { name = "q", draw = "rand", seeded = true, shape = ["batch", "seq", "width"], grad = true },
+  { name = "k", draw = "rand", seeded = true, shape = ["batch", "seq", "width"], grad = true },
+  { name = "v", draw = "rand", seeded = true, shape = ["batch", "seq", "width"], grad = true },
+]
+layers = [
+  { name = "attn", op = "sdpa", inputs = ["q", "k", "v"], heads = "heads", causal = true, cp = 4 },
+]
+loss = { op = "sum" }
+checks = [{ name = "out", tensor = "attn.out" }, { name = "dq", tensor = "q.grad" }]
+"#;
+
+fn ring(from: &str, to: &str) -> String {
+    assert!(RING.contains(from), "{from}");
+    RING.replacen(from, to, 1)
+}
+
+#[test]
+fn ring_attention_cp_is_checked() {
+    parse_file(FILE, RING).unwrap_or_else(|e| panic!("{e}"));
+    parse_file(
+        "configs/pytorch_ring_attention_sdpa_test.toml",
+        &std::fs::read_to_string("configs/pytorch_ring_attention_sdpa_test.toml").unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // a sequence shorter than the ring
+    let msg = err(&ring("seq = 8,", "seq = 3,"));
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["3 tokens is shorter than the ring of cp = 4", "cp <= 3"],
+    );
+    // a sequence the ring does not divide
+    let msg = err(&ring("seq = 8,", "seq = 6,"));
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["cp = 4 does not divide the sequence of 6 tokens"],
+    );
+    // cp with tensor or data parallelism: not run yet
+    let msg = err(&format!("parallel = {{ tp = 2 }}\n{RING}")
+        .replacen("name = \"ring\"\n", "", 1)
+        .replacen("parallel", "name = \"ring\"\nparallel", 1));
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["together with tp = 2", "cp with tp = 1 and dp = 1"],
+    );
+    // q from a layer: the ring reads inputs only
+    let msg = err(&ring(
+        "layers = [\n",
+        "layers = [\n  { name = \"qp\", op = \"linear\", input = \"q\", out = \"width\" },\n",
+    )
+    .replace(
+        "inputs = [\"q\", \"k\", \"v\"]",
+        "inputs = [\"qp\", \"k\", \"v\"]",
+    )
+    .replace("layers[0]", "layers[1]")
+    .replace(
+        "loss = { op = \"sum\" }",
+        "loss = { op = \"sum\" }\ntrain = { steps = 1, optimizer = \"sgd\", lr = 0.1 }",
+    ));
+    assert_names(
+        &msg,
+        "layers[1].cp",
+        &["reads `qp.out`", "q, k and v drawn or given as [[inputs]]"],
+    );
+    // a layer after the ring
+    let msg = err(&ring(
+        "cp = 4 },\n",
+        "cp = 4 },\n  { name = \"act\", op = \"tanh\" },\n",
+    ));
+    assert_names(
+        &msg,
+        "layers[0].cp",
+        &["followed by layers[1]", "the ring as the last layer"],
+    );
+    // out of range; `seeded` on another draw
+    let msg = err(&ring("cp = 4", "cp = 0"));
+    assert!(msg.contains("layers[0].cp"), "{msg}");
+    let msg = err(&ring(
+        "{ name = \"v\", draw = \"rand\", seeded = true,",
+        "{ name = \"v\", draw = \"randn\", seeded = true,",
+    ));
+    assert_names(&msg, "inputs[2].seeded", &["only with draw = \"rand\""]);
+    // load balancing: causal only, and 2 x cp chunks
+    parse_file(FILE, &ring("cp = 4 }", "cp = 4, load_balance = true }"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let msg = err(&ring(
+        "causal = true, cp = 4 }",
+        "cp = 4, load_balance = true }",
+    ));
+    assert_names(
+        &msg,
+        "layers[0].load_balance",
+        &["only with cp >= 2 and causal = true"],
+    );
+    let msg =
+        err(&ring("cp = 4 }", "cp = 4, load_balance = true }").replace("seq = 8,", "seq = 12,"));
+    assert_names(
+        &msg,
+        "layers[0].load_balance",
+        &["2 x cp = 8 chunks", "a sequence that 2 x cp divides"],
+    );
+    // seeded inputs with data parallelism: not run yet (before the ring's own refusal)
+    let msg = err(&ring("dims = {", "parallel = { dp = 2 }\ndims = {"));
+    assert_names(
+        &msg,
+        "inputs[0].seeded",
+        &["dp > 1", "seeded = true with dp = 1"],
+    );
 }

@@ -25,6 +25,7 @@ mod verdict;
 
 // The sweep folder: safety, shards and merge, resume after a kill.
 mod kill_resume;
+mod ring_attention;
 mod safety;
 mod sdpa_bmm_fixture;
 mod shards;
