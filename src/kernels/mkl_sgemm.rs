@@ -110,6 +110,7 @@
 //! order of one element in the program syntax of [`super::revealed`] (a description; it
 //! allocates). The entry points allocate nothing beyond the scratch buffers.
 
+use super::isa::Isa;
 use super::matmul::{Accum, KSplit, Mat, MatMut, MatmulModel, MatmulScratch, Passes};
 use super::revealed::Role;
 use std::fmt::Write as _;
@@ -399,14 +400,47 @@ pub fn p8(a: impl Fn(usize) -> f32, b: impl Fn(usize) -> f32, red: usize) -> f32
 }
 
 /// **Main**'s blocked FMA chain of one element, with the bias after the first block.
+///
+/// Dispatch: on a CPU with FMA ([`Isa::detected`] at AVX2 or above) the same body compiled
+/// with the `fma` feature, so each `mul_add` is one instruction instead of a call to the
+/// software `fmaf`; IEEE fma is exactly specified, so both give the same bits.
 fn main_element(
     a: impl Fn(usize) -> f32,
     b: impl Fn(usize) -> f32,
     red: usize,
     bias: Option<f32>,
 ) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::detected().avx2() {
+        // SAFETY: an `Isa` at AVX2 or above exists only on a CPU with AVX2 and FMA.
+        return unsafe { main_element_fma(a, b, red, bias) };
+    }
+    main_element_body(a, b, red, bias)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn main_element_fma(
+    a: impl Fn(usize) -> f32,
+    b: impl Fn(usize) -> f32,
+    red: usize,
+    bias: Option<f32>,
+) -> f32 {
+    main_element_body(a, b, red, bias)
+}
+
+/// [`main_element`]'s body: per block of [`KSplit::Mkl`], a chain `v = fma(a(t), b(t), v)`
+/// from `+0` in ascending `t`; the blocks' values summed left to right, the bias added to
+/// the first block's.
+#[inline(always)]
+fn main_element_body(
+    a: impl Fn(usize) -> f32,
+    b: impl Fn(usize) -> f32,
+    red: usize,
+    bias: Option<f32>,
+) -> f32 {
     let mut c: Option<f32> = None;
-    KSplit::Mkl.for_each_block(red, |r| {
+    for r in KSplit::Mkl.blocks(red) {
         let mut v = 0.0f32;
         for t in r {
             v = a(t).mul_add(b(t), v);
@@ -416,7 +450,7 @@ fn main_element(
             (None, None) => v,
             (Some(x), _) => x + v,
         });
-    });
+    }
     match (c, bias) {
         (Some(x), _) => x,
         (None, Some(bb)) => 0.0 + bb,

@@ -95,7 +95,7 @@ impl KSplit {
     /// The blocks as an iterator (used by the kernels: a closure-free loop
     /// keeps the kernel body inside its `target_feature` function).
     #[inline(always)]
-    fn blocks(&self, k: usize) -> Blocks {
+    pub(crate) fn blocks(&self, k: usize) -> Blocks {
         match *self {
             KSplit::Blocked(kc) => assert!(kc > 0, "KSplit::Blocked(0)"),
             KSplit::Chunks(s) => assert!(s > 0, "KSplit::Chunks(0)"),
@@ -121,7 +121,7 @@ impl KSplit {
 }
 
 /// Iterator over the blocks of a [`KSplit`].
-struct Blocks {
+pub(crate) struct Blocks {
     split: KSplit,
     k: usize,
     /// Start of the next block.
