@@ -18,6 +18,10 @@ What a file may draw (docs/scenario-language.md):
   with `--attention P` (default 0: off) also, in a 3-D file with probability P, an attention
   block after the MLP: q, k, v projections (head-sharded column layers under the Megatron
   rule), `rope` on q and k, `sdpa`, and the output projection;
+  with `--moe P` (default 0: off) also, with probability P, a mixture-of-experts layer after
+  the MLP (on its whole output): 2-8 experts, top_k 1..=experts, any expert activation, gated
+  or not, `norm_topk` or not, and in files without tp or dp (--moe makes more of them) often
+  `expert_parallel` 2-4 (a degree dividing the experts, at most the tokens);
 - losses: cross-entropy (plain, and vocab-parallel behind a column head), mse, sum;
 - train: steps, micro-steps, sgd / momentum / nesterov / adam / adamw with their options;
 - parallel: tp 1-4 under both shard rules (uneven DeepSpeed shards, grains), or dp 2-4 with
@@ -69,12 +73,39 @@ def array_table(name, kv):
 
 
 class Gen:
-    def __init__(self, rng, index, elementwise=0.0, prefix="fuzz", attention=0.0):
+    def __init__(self, rng, index, elementwise=0.0, prefix="fuzz", attention=0.0, moe=0.0):
         self.r = rng
         self.i = index
         self.elem = elementwise
         self.attn = attention
+        self.moe_p = moe
         self.prefix = prefix
+
+    def moe_chance(self, scale=1.0):
+        """A mixture-of-experts draw, only with --moe (no draw at all without it, so that the
+        files of earlier versions regenerate unchanged)."""
+        return self.moe_p > 0 and self.chance(self.moe_p * scale)
+
+    def moe(self, cur, tokens, tp, dp):
+        """A mixture-of-experts layer on the whole tensor `cur` (`tokens` rows): the forms
+        src/scenario/resolve.rs accepts (top_k in 1..=experts; expert_parallel only with
+        tp = dp = 1, dividing the experts, at most the tokens; the generator's tp = 1 files use
+        the DeepSpeed rule, so the tokens need not divide)."""
+        r = self
+        experts = r.pick([2, 3, 4, 4, 6, 8])
+        l = {"name": "moe", "op": "moe", "input": cur, "experts": experts,
+             "top_k": r.r.randint(1, experts), "ffn": r.r.randint(2, 12)}
+        if r.chance(0.6):
+            l["activation"] = r.pick(ACTS)
+        if r.chance(0.5):
+            l["gated"] = True
+        if r.chance(0.4):
+            l["norm_topk"] = True
+        if tp == 1 and dp == 1 and r.chance(0.7):
+            degrees = [n for n in (2, 3, 4) if experts % n == 0 and n <= tokens]
+            if degrees:
+                l["expert_parallel"] = r.pick(degrees)
+        return l
 
     def attn_chance(self):
         """An attention block's draw, only with --attention (no draw without it, so that the
@@ -135,6 +166,8 @@ class Gen:
     def scenario(self):
         r = self
         mode = r.pick(["tp", "tp", "tp", "dp", "none"])
+        if r.moe_chance(0.5):
+            mode = "none"  # expert parallelism needs tp = dp = 1
         tp = r.pick([2, 3, 4]) if mode == "tp" else 1
         dp = r.pick([2, 3, 4]) if mode == "dp" else 1
         rule = "megatron" if (tp > 1 and r.chance(0.35)) else "deepspeed"
@@ -246,6 +279,9 @@ class Gen:
         if r.chance(0.3):
             layers.append({"name": "act2", "op": r.pick(ACTS + ["softmax"])})
             cur = "act2"
+        if r.moe_chance():
+            layers.append(r.moe(cur, tokens, tp, dp))
+            cur = "moe"
         if three_d and r.attn_chance():
             layers += r.attention(dims, tp, rule, cur)
             cur = "o"
@@ -344,7 +380,7 @@ class Gen:
         prev = None
         for l in layers:
             srcs = l.get("inputs") or [l.get("input", prev)]
-            has_w = l["op"] in ("embedding", "linear") or (
+            has_w = l["op"] in ("embedding", "linear", "moe") or (
                 l["op"] in ("layernorm", "rmsnorm") and l.get("affine", True))
             if has_w or any(x in live for x in srcs):
                 live.add(l["name"])
@@ -356,6 +392,12 @@ class Gen:
                     bwd_micro.append({"name": f"{a}_out_grad", "tensor": f"{a}.out.grad"})
         weights = []
         for l in layers:
+            if l["op"] == "moe":
+                weights.append(f"{l['name']}.router.weight")
+                for e in range(l["experts"]):
+                    for w in ("w1", "w2", "w3") if l.get("gated") else ("w1", "w2"):
+                        weights.append(f"{l['name']}.experts.{e}.{w}.weight")
+                continue
             if l["op"] in ("embedding", "linear", "layernorm", "rmsnorm"):
                 if l["op"] in ("layernorm", "rmsnorm") and l.get("affine") is False:
                     continue
@@ -433,6 +475,8 @@ def main():
                     help="probability of each of SwiGLU (mul), `add` and fixed inputs (default 0: off)")
     ap.add_argument("--attention", type=float, default=0.0,
                     help="probability of an attention block (q, k, v, rope, sdpa, o) in a 3-D file (default 0: off)")
+    ap.add_argument("--moe", type=float, default=0.0,
+                    help="probability of a mixture-of-experts layer after the MLP (default 0: off)")
     ap.add_argument("--prefix", default="fuzz", help="file name prefix (default fuzz)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -441,7 +485,7 @@ def main():
     while made < a.count:
         idx = a.start + made
         rng = R(a.seed * 1_000_003 + idx * 7919 + attempt)
-        g = Gen(rng, idx, a.elementwise, a.prefix, a.attention)
+        g = Gen(rng, idx, a.elementwise, a.prefix, a.attention, a.moe)
         g.r = rng
         name, text = g.file()
         path = os.path.join(a.out, f"{name}.toml")

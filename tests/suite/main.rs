@@ -63,6 +63,7 @@ mod mkl_order_model;
 mod mkl_sqrt;
 mod mkl_tanh;
 mod moe;
+mod moe_corpus;
 mod norm_fixture;
 mod optim_fixture;
 mod py_repr_fixture;
