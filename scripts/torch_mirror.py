@@ -820,7 +820,9 @@ class Run:
         softmax, torch.topk, optional renormalisation, every expert (ascending) on its tokens
         gathered with x[tok], and out.index_add_ of the weighted outputs. Under expert
         parallelism (sharded computation) each rank routes its own token block with its own
-        router replica; the all-to-alls move rows without arithmetic (the f32 wire)."""
+        router replica, on its own copy of its rows (`.clone()`: a rank holds its block as
+        its own tensor; MKL's product of a slice at an offset into the whole batch can round
+        differently); the all-to-alls move rows without arithmetic (the f32 wire)."""
         m = self.m
         k = m.ival(l["top_k"], "top_k")
         ne = m.ival(l["experts"], "experts")
@@ -834,7 +836,7 @@ class Run:
         routers = self.leaves[name + ".router.weight"][0]
         if ep > 1:
             rg = shard_ranges(x2.shape[0], ep, m.rule, 1)
-            logits = torch.cat([F.linear(x2[lo:hi], routers[r]) for r, (lo, hi) in enumerate(rg)], 0)
+            logits = torch.cat([F.linear(x2[lo:hi].clone(), routers[r]) for r, (lo, hi) in enumerate(rg)], 0)
         else:
             logits = F.linear(x2, routers[0])
         probs = F.softmax(logits, -1)

@@ -12,7 +12,7 @@
 //! to `agreement.tsv`; the test asserts the measured rows equal the recorded ones (regenerate
 //! with `SEEDSWEEP_BLESS_CORPUS=1`), so a regression and an improvement both fail it.
 //!
-//! Measured: 5 of the 10 files bit-exact at 1 and 2 threads (`moe-001`, `-002`, `-004`, `-006`,
+//! Measured: 6 of the 10 files bit-exact at 1 and 2 threads (`moe-001`, `-002`, `-003`, `-004`, `-006`,
 //! `-009`). Four more differ only in parameter values of experts that no token chose during a
 //! whole step (checked per seed by re-running the mirror's routing), the listed gap of
 //! docs/scenario-language.md: torch leaves such an expert's `.grad` `None` and the optimizer
@@ -21,19 +21,15 @@
 //! weight decay (`moe-005`: 2 of 140; `moe-007`: 6 of 1290); no gradient or activation
 //! differs in them, and `torch_corpus::diagnose` finds no differing element among the stored
 //! bit patterns (the differing tensors are at seeds whose bits the fixture does not keep).
-//! `moe-003` (expert parallelism over 2 ranks, 3 tokens each) agrees in the reference computation
-//! and differs in the sharded one from the first forward on: 686 of 1120 tensors identical at 1
-//! thread, 658 at 2; `diagnose` names `fc1.bias` after step 1 (-2.7946323e-2 against torch's
-//! -2.794633e-2), and `head.out` of step 1 already differs, in seed 6400 in the rows of rank 1's
-//! tokens only. The cause is on the torch side of the comparison: the mirror computes rank 1's
-//! router logits as `F.linear(x2[3:6], router)` on a view into the whole batch, and in torch 2.15
-//! that gives other bits than the same rows as their own tensor (`x2[3:6].clone()`, what a real
-//! rank holds), equal instead to rows 3..6 of the whole batch's product (why the view's address
-//! matters to the sgemm was not established). With the mirror changed to `.clone()` (not committed:
-//! the fixtures are the committed mirror's output) every tensor of `moe-003` is identical at 1 and
-//! 2 threads. `moe-005` has the same split, and its rank-1 logits also differ between the view and
-//! a copy, but its combine weights are exactly 1 (2 experts, top 1, `norm_topk`) and every check,
-//! the router's gradient included, agrees apart from the gap above (not examined further).
+//! `moe-003` (expert parallelism over 2 ranks, 3 tokens each) is exact too, since the mirror
+//! gives each rank its own copy of its token block (`x2[lo:hi].clone()`, what a real rank
+//! holds). Before that change the mirror routed rank 1 on a view into the whole batch
+//! (`F.linear(x2[3:6], router)`), and torch 2.15 rounds that product differently from the same
+//! rows as their own tensor (equal instead to rows 3..6 of the whole batch's product; why the
+//! view's address matters to the sgemm was not established): 686 of 1120 tensors were identical
+//! at 1 thread, 658 at 2. `moe-005` has the same split; its fixtures are byte-identical under
+//! either mirror (its combine weights are exactly 1: 2 experts, top 1, `norm_topk`), and
+//! `tests/data/moe/moe_ep2`'s first 10 seeds give the same digests under either.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
