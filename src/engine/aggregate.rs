@@ -177,6 +177,9 @@ pub struct EntryAgg {
     pub theory_det: f64,
     /// Largest probabilistic-bound usage, percent (NaN: none).
     pub theory_prob: f64,
+    /// Seeds whose comparison has a routing flip ([`SeedValues::routing_flips`] above 0);
+    /// `None` while no seed fed had a moe layer.
+    pub flip_seeds: Option<usize>,
     /// Quantile state.
     pub quantiles: Quantiles,
 }
@@ -236,6 +239,7 @@ impl GroupAgg {
             min_usage: f64::INFINITY,
             theory_det: f64::NAN,
             theory_prob: f64::NAN,
+            flip_seeds: None,
             quantiles: if !meta.mutant.is_empty() {
                 Quantiles::None
             } else if histogram {
@@ -344,6 +348,9 @@ impl GroupAgg {
             }
             e.theory_det = max_nan(e.theory_det, sc.theory_det_pct);
             e.theory_prob = max_nan(e.theory_prob, sc.theory_prob_pct);
+            if let Some(f) = sc.routing_flips {
+                *e.flip_seeds.get_or_insert(0) += usize::from(f > 0);
+            }
             match &mut e.quantiles {
                 Quantiles::Exact(v) => v.push(u),
                 Quantiles::Histogram(h, top) => {
@@ -422,6 +429,8 @@ pub struct SummaryEntry {
     pub theory_det: f64,
     /// Largest usage of the probabilistic error bound over seeds, percent (NaN: none).
     pub theory_prob: f64,
+    /// Seeds with a routing flip in the comparison; `None` without a moe layer.
+    pub flip_seeds: Option<usize>,
 }
 
 /// What one entry's tail estimate is computed from.
@@ -590,6 +599,7 @@ fn summarize_with(
                     tail,
                     theory_det: e.theory_det,
                     theory_prob: e.theory_prob,
+                    flip_seeds: e.flip_seeds,
                 });
             }
         }

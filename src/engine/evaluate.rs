@@ -47,6 +47,11 @@ pub struct SeedCheck {
     /// The same for Higham & Mary's probabilistic bound at per-seed failure probability
     /// [`THEORY_P`]; NaN for other checks.
     pub theory_prob: f64,
+    /// Routing flips of the comparison: tokens whose chosen expert sets differ between its
+    /// two computations, summed over every moe layer, micro-step and step
+    /// ([`Trace::routing_flips`]); the same for every check and policy of the comparison.
+    /// `None` when no computation routed (the scenario has no moe layer).
+    pub routing_flips: Option<u64>,
 }
 
 /// Visits the (actual, expected, step) tensors of one check and comparison. Value slots are
@@ -195,7 +200,33 @@ impl Default for SeedCheck {
             max_abs_expected: 0.0,
             theory_det: f64::NAN,
             theory_prob: f64::NAN,
+            routing_flips: None,
         }
+    }
+}
+
+/// Routing flips per comparison (in [`Comparison::ALL`] order) of one set of traces, or
+/// `None` when none of the three computations routed ([`SeedCheck::routing_flips`]).
+/// Walks the recorded routing once per comparison; allocates nothing.
+pub fn routing_flips(traces: &Traces) -> Option<[u64; 3]> {
+    let routed = !(traces.reference.routing.is_empty()
+        && traces.sharded.routing.is_empty()
+        && traces.f64.routing.is_empty());
+    routed.then(|| {
+        Comparison::ALL.map(|c| match c {
+            Comparison::ShardedVsRef => traces.sharded.routing_flips(&traces.reference),
+            Comparison::RefVsF64 => traces.reference.routing_flips(&traces.f64),
+            Comparison::ShardedVsF64 => traces.sharded.routing_flips(&traces.f64),
+        })
+    })
+}
+
+/// Sets every entry's [`SeedCheck::routing_flips`] from `flips` (per comparison), `out` laid
+/// out as [`evaluate`] lays it out with `policies` policies.
+fn set_routing_flips(out: &mut [SeedCheck], flips: Option<[u64; 3]>, policies: usize) {
+    let n = Comparison::ALL.len();
+    for (i, e) in out.iter_mut().enumerate() {
+        e.routing_flips = flips.map(|f| f[(i / policies) % n]);
     }
 }
 
@@ -339,6 +370,7 @@ fn evaluate_with(
             );
         }
     }
+    set_routing_flips(out, routing_flips(traces), tolerances.len());
 }
 
 /// Steps of a check whose `ref-vs-f64` and `sharded-vs-f64` statistics [`evaluate`] takes in
@@ -649,6 +681,11 @@ fn merge_part(total: &mut Option<PairStats>, part: Option<PairStats>) {
 pub struct StreamedEval {
     out: Vec<SeedCheck>,
     first: Vec<bool>,
+    /// Policies of the entries.
+    policies: usize,
+    /// Routing flips per comparison summed over the steps so far; `None` while no step
+    /// routed ([`routing_flips`]).
+    flips: Option<[u64; 3]>,
     /// Per check, when frontiers are asked for (empty otherwise): its frontier so far.
     fronts: Vec<FrontierStream>,
     /// Widened chunks of fp32 views ([`View::f64s`]): each distinct tensor of the three
@@ -667,6 +704,8 @@ impl StreamedEval {
         Self {
             out: vec![SeedCheck::default(); n * policies],
             first: vec![true; n],
+            policies,
+            flips: None,
             fronts: vec![FrontierStream::default(); if frontiers { checks.len() } else { 0 }],
             chunks: Default::default(),
             spare: Default::default(),
@@ -685,6 +724,13 @@ impl StreamedEval {
         asserted: Comparison,
     ) {
         let np = tolerances.len();
+        // Each step's traces hold that step's routing only.
+        if let Some(f) = routing_flips(traces) {
+            let sum = self.flips.get_or_insert([0; 3]);
+            for (s, x) in sum.iter_mut().zip(f) {
+                *s += x;
+            }
+        }
         // A widened copy of this step's traces, made only if a fold below needs one.
         let mut widened: Option<Traces> = None;
         for (c, spec) in checks.iter().enumerate() {
@@ -767,6 +813,7 @@ impl StreamedEval {
             chunks,
             spare,
             whole,
+            ..
         } = self;
         for (t, lead) in pairs[0].iter().enumerate() {
             let n = lead.1.len();
@@ -881,7 +928,9 @@ impl StreamedEval {
             .into_iter()
             .map(FrontierStream::finish)
             .collect();
-        (self.out, fronts)
+        let mut out = self.out;
+        set_routing_flips(&mut out, self.flips, self.policies);
+        (out, fronts)
     }
 }
 
@@ -908,6 +957,9 @@ pub struct SeedValues {
     pub theory_det_pct: f64,
     /// Usage of the probabilistic error bound, percent (NaN: not a matmul-like check).
     pub theory_prob_pct: f64,
+    /// Routing flips of the entry's comparison ([`SeedCheck::routing_flips`]); `None`: no
+    /// moe layer.
+    pub routing_flips: Option<u64>,
 }
 
 impl From<&SeedCheck> for SeedValues {
@@ -922,6 +974,7 @@ impl From<&SeedCheck> for SeedValues {
             max_abs_expected: sc.max_abs_expected,
             theory_det_pct: sc.theory_det * 100.0,
             theory_prob_pct: sc.theory_prob * 100.0,
+            routing_flips: sc.routing_flips,
         }
     }
 }

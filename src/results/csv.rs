@@ -688,6 +688,7 @@ pub fn summary_csv(metas: &[GroupMeta], summaries: &[Vec<SummaryEntry>]) -> Vec<
                 tail: [0, 1, 2].map(|i| tail_at(e, i)),
                 theory_det_usage_pct: e.theory_det,
                 theory_prob_usage_pct: e.theory_prob,
+                seeds_with_flips: e.flip_seeds.map(|n| n as u64),
             });
         }
     }
@@ -1172,6 +1173,7 @@ mod tests {
                     max_abs_expected: float(),
                     theory_det_pct: float(),
                     theory_prob_pct: float(),
+                    routing_flips: [None, Some(0), Some(i as u64 * 3), Some(u64::MAX - 1)][i % 4],
                 })
                 .collect();
             if round % 3 == 1 {

@@ -613,12 +613,13 @@ mod tests {
                     max_abs_expected: if k == 2 { -0.0 } else { x },
                     theory_det_pct: if k >= 6 { f64::NAN } else { x * 3.0 },
                     theory_prob_pct: if k >= 6 { f64::NAN } else { f64::NEG_INFINITY },
+                    routing_flips: (k % 3 != 1).then_some(seed.wrapping_mul(k as u64)),
                 }
             })
             .collect()
     }
 
-    fn bits(v: &SeedValues) -> [u64; 9] {
+    fn bits(v: &SeedValues) -> [u64; 11] {
         [
             v.usage_pct.to_bits(),
             v.max_abs_diff.to_bits(),
@@ -629,6 +630,8 @@ mod tests {
             v.max_abs_expected.to_bits(),
             v.theory_det_pct.to_bits(),
             v.theory_prob_pct.to_bits(),
+            u64::from(v.routing_flips.is_some()),
+            v.routing_flips.unwrap_or(0),
         ]
     }
 

@@ -15,10 +15,12 @@
 //!
 //! The entry columns are those [`crate::results::schema::SEED_COLUMNS`] marks as measured
 //! per entry ([`Role::Entry`]), each at its fixed width ([`width`]): an `f64` (8 bytes), a
-//! `u32` (4 bytes; 0xFFFFFFFF for a micro-step's "none"). Today: f64 usage_pct, f64
-//! max_abs_diff, u32 step, u32 micro_step, u32 mismatched, u32 elements, u32 nonfinite,
-//! f64 max_abs_expected, f64 theory_det_pct, f64 theory_prob_pct: 60 bytes, so a T1 unit
-//! (24 entries) is 1,456 bytes.
+//! `u32` (4 bytes; 0xFFFFFFFF for a micro-step's "none"), an optional `u64` (8 bytes;
+//! 0xFFFFFFFFFFFFFFFF for "none"). Today: f64 usage_pct, f64 max_abs_diff, u32 step, u32
+//! micro_step, u32 mismatched, u32 elements, u32 nonfinite, f64 max_abs_expected, f64
+//! theory_det_pct, f64 theory_prob_pct, u64 routing_flips: 68 bytes, so a T1 unit
+//! (24 entries) is 1,648 bytes. The header names the entry layout's version: `SSROWS02`
+//! added routing_flips (a `SSROWS01` log, from before, is refused rather than misread).
 //!
 //! Records come in the sweep's unit order (group-major, seeds ascending), as the units of
 //! `seeds.csv`. A sweep keeps its mutant groups' values in a second log of this format
@@ -40,15 +42,21 @@ pub const PARTIAL: &str = "seeds.bin.partial";
 /// The mutant groups' values while a per-seed sweep is running (removed when it finishes).
 pub const MUTANTS_PARTIAL: &str = "mutants.bin.partial";
 /// First bytes of the file.
-pub const MAGIC: &[u8; 8] = b"SSROWS01";
+pub const MAGIC: &[u8; 8] = b"SSROWS02";
 /// A micro-step's "none".
 const NO_MICRO: u32 = u32::MAX;
+/// An optional `u64`'s "none" (no routing-flip count reaches it).
+const NO_U64: u64 = u64::MAX;
 
 /// The bytes a value of a column takes in the log; `None` for a column it cannot store
-/// (strings, optional values other than a micro-step).
+/// (strings, optional values other than a micro-step and an optional `u64`).
 pub fn width<F: RowFamily + ?Sized>(a: &Access<F>) -> Option<usize> {
     match a {
-        Access::F64(..) | Access::U64(..) | Access::I64(..) | Access::Usize(..) => Some(8),
+        Access::F64(..)
+        | Access::U64(..)
+        | Access::OptU64(..)
+        | Access::I64(..)
+        | Access::Usize(..) => Some(8),
         Access::U32(..) | Access::OptU32(..) => Some(4),
         _ => None,
     }
@@ -76,6 +84,9 @@ fn put_entry(v: &SeedValues, b: &mut Vec<u8>) {
         match c.access {
             Access::F64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
             Access::U64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
+            Access::OptU64(get, _) => {
+                b.extend_from_slice(&get(&row).unwrap_or(NO_U64).to_le_bytes())
+            }
             Access::I64(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
             Access::Usize(get, _) => b.extend_from_slice(&(get(&row) as u64).to_le_bytes()),
             Access::U32(get, _) => b.extend_from_slice(&get(&row).to_le_bytes()),
@@ -100,6 +111,7 @@ fn get_entry(e: &[u8]) -> SeedValues {
         match c.access {
             Access::F64(_, set) => set(&mut row, f64::from_bits(u64_())),
             Access::U64(_, set) => set(&mut row, u64_()),
+            Access::OptU64(_, set) => set(&mut row, Some(u64_()).filter(|&x| x != NO_U64)),
             Access::I64(_, set) => set(&mut row, u64_() as i64),
             Access::Usize(_, set) => set(&mut row, u64_() as usize),
             Access::U32(_, set) => set(&mut row, u32_()),
@@ -192,7 +204,7 @@ pub fn for_each_unit(
         .filter(|_| &magic == MAGIC)
         .ok_or_else(|| {
             anyhow!(
-                "{}: not a seedsweep row log (no SSROWS01 header)",
+                "{}: not a seedsweep row log of this version (no SSROWS02 header)",
                 path.display()
             )
         })?;
@@ -311,15 +323,22 @@ mod tests {
                 max_abs_expected: -0.0,
                 theory_det_pct: f64::NAN,
                 theory_prob_pct: f64::INFINITY,
+                // Both spellings: a count (0 included) and "no moe layer".
+                routing_flips: (k != 2).then_some(seed * k),
             })
             .collect()
     }
 
-    /// The entry is the 60 bytes the format documents, in its documented order.
+    /// The entry is the 68 bytes the format documents, in its documented order.
     #[test]
     fn an_entry_is_the_documented_bytes() {
-        assert_eq!(entry_len(), 60);
-        let v = vals(3)[1];
+        assert_eq!(entry_len(), 68);
+        for v in [vals(3)[1], vals(3)[2]] {
+            entry_bytes_are_documented(v);
+        }
+    }
+
+    fn entry_bytes_are_documented(v: SeedValues) {
         let mut b = Vec::new();
         put_entry(&v, &mut b);
         let mut want = Vec::new();
@@ -333,6 +352,7 @@ mod tests {
         want.extend_from_slice(&v.max_abs_expected.to_le_bytes());
         want.extend_from_slice(&v.theory_det_pct.to_le_bytes());
         want.extend_from_slice(&v.theory_prob_pct.to_le_bytes());
+        want.extend_from_slice(&v.routing_flips.unwrap_or(NO_U64).to_le_bytes());
         assert_eq!(b, want);
     }
 
@@ -371,6 +391,7 @@ mod tests {
                         x.max_abs_expected.to_bits(),
                         x.theory_det_pct.to_bits(),
                         x.theory_prob_pct.to_bits(),
+                        x.routing_flips.unwrap_or(NO_U64),
                     ]
                 })
                 .collect()
@@ -429,6 +450,10 @@ mod tests {
         );
         std::fs::write(&log, b"not a log").unwrap();
         let e = for_each_unit(&log, &metas, true, |_, _, _, _| Ok(())).unwrap_err();
-        assert!(e.to_string().contains("SSROWS01"), "{e}");
+        assert!(e.to_string().contains("SSROWS02"), "{e}");
+        // A log of the layout before routing_flips is refused, not misread.
+        std::fs::write(&log, b"SSROWS01").unwrap();
+        let e = for_each_unit(&log, &metas, true, |_, _, _, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("SSROWS02"), "{e}");
     }
 }

@@ -478,6 +478,13 @@ pub const SEED_COLUMNS: &[Col<SeedRows>] = &[
     )
     .entry()
     .optional_on_read(),
+    opt_uint::<SeedRows>(
+        "routing_flips",
+        |r| r.values.routing_flips,
+        |r, x| r.values.routing_flips = x,
+    )
+    .entry()
+    .optional_on_read(),
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -538,6 +545,9 @@ pub struct SummaryRow {
     /// Matmul-like checks: largest usage over seeds of Higham & Mary's probabilistic bound
     /// λ·√n·u·Σ|a·b| at per-seed failure probability 1e-4.
     pub theory_prob_usage_pct: f64,
+    /// Seeds whose `routing_flips` in `seeds.csv` is above 0; none for a scenario without a
+    /// moe layer.
+    pub seeds_with_flips: Option<u64>,
 }
 
 /// The rows of `summary.csv`.
@@ -649,6 +659,12 @@ pub const SUMMARY_COLUMNS: &[Col<SummaryRows>] = &[
         "theory_prob_usage_pct",
         |r| r.theory_prob_usage_pct,
         |r, x| r.theory_prob_usage_pct = x,
+    )
+    .optional_on_read(),
+    opt_uint::<SummaryRows>(
+        "seeds_with_flips",
+        |r| r.seeds_with_flips,
+        |r, x| r.seeds_with_flips = x,
     )
     .optional_on_read(),
 ];

@@ -20,6 +20,7 @@ mod fuzz;
 mod output_streams;
 mod parquet;
 mod report;
+mod routing_flips;
 mod tables;
 mod verdict;
 

@@ -70,6 +70,7 @@ fn parquet_holds_the_csv_table_value_for_value_and_changes_nothing_else() {
                     s.max_abs_expected.to_bits(),
                     s.theory_det_pct.to_bits(),
                     s.theory_prob_pct.to_bits(),
+                    s.routing_flips,
                 )
             };
             assert_eq!(bits(u), bits(v), "seed {}", x.seed);

@@ -151,6 +151,7 @@ fn the_parquet_table_has_the_declared_columns_and_a_null_mutant_for_the_clean_ru
             ColType::Str => (Phys::BYTE_ARRAY, false),
             ColType::OptStr => (Phys::BYTE_ARRAY, true),
             ColType::UInt | ColType::Int => (Phys::INT64, false),
+            ColType::OptUInt => (Phys::INT64, true),
             ColType::Float => (Phys::DOUBLE, false),
             other => panic!("{name}: {other:?} is not a seeds column type"),
         };
