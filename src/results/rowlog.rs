@@ -6,7 +6,7 @@
 //! Format (all integers and floats little-endian):
 //!
 //! ```text
-//! header   8 bytes  b"SSROWS01"
+//! header   8 bytes  b"SSROWS02"
 //! record   u32 group    index of the group in plan.csv (groups in file order)
 //!          u64 seed
 //!          u32 n        the group's entries (checks × comparisons × policies)
