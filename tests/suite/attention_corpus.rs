@@ -19,71 +19,13 @@
 //! `o.out.grad` at the first micro-step, the gradient the head hands back, computed before any
 //! attention or rope backward; everything later in training follows it.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-
-use super::torch_corpus::measure;
+use super::torch_corpus::{assert_agreement, toml_files};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/attention/");
 
-fn files() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(DIR)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn attention_files_against_torch_at_one_and_two_threads() {
-    let mut out = String::from(
-        "# Files of tests/data/attention against torch 2.15 (AVX2, eager), both computations\n\
-         # file\tthreads\ttensors identical\ttensors\telements identical\telements\n",
-    );
-    let mut inexact = Vec::new();
-    let files = files();
+    let files = toml_files(DIR);
     assert_eq!(files.len(), 12);
-    for toml in files {
-        let name = toml.file_stem().unwrap().to_string_lossy().to_string();
-        for threads in [1, 2] {
-            let fixture = Path::new(DIR).join(format!("{name}.torch{threads}.json"));
-            let c = measure(&toml, &fixture, &format!("cpu-fma+mkl-threads-{threads}"));
-            assert!(c.tensors > 0, "{name}: nothing compared");
-            assert!(
-                c.unmatched.is_empty(),
-                "{name}: checks with no tensor in the fixture: {:?}",
-                c.unmatched
-            );
-            writeln!(
-                out,
-                "{name}\t{threads}\t{}\t{}\t{}\t{}",
-                c.tensors_same, c.tensors, c.elements_same, c.elements
-            )
-            .unwrap();
-            if c.tensors_same != c.tensors {
-                let checks: Vec<String> = c
-                    .per_check
-                    .iter()
-                    .filter(|(_, v)| v[1] != v[0])
-                    .map(|(k, v)| format!("{k} {}/{}", v[1], v[0]))
-                    .collect();
-                inexact.push(format!("{name} at {threads} thread(s): {checks:?}"));
-            }
-        }
-    }
-    let table = Path::new(DIR).join("agreement.tsv");
-    eprintln!("not bit-exact: {inexact:#?}");
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(&table, &out).unwrap();
-        return;
-    }
-    let recorded = std::fs::read_to_string(&table).unwrap_or_default();
-    assert_eq!(
-        recorded,
-        out,
-        "measured agreement differs from {} (not exact: {inexact:?})",
-        table.display()
-    );
+    assert_agreement(DIR, "tests/data/attention", &files);
 }

@@ -74,6 +74,79 @@ fn hex_words(h: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The agreement table of a directory of torch fixtures: for each scenario file in `files`
+/// and each thread count T in 1, 2 whose fixture `dir/<stem>.torchT.json` exists, [`measure`]
+/// at `cpu-fma+mkl-threads-T`, one row per (file, T) with the identical and total tensor and
+/// element counts. Asserts that something was compared and that every check found its
+/// tensor; then writes the table to `dir/agreement.tsv` under `SEEDSWEEP_BLESS_CORPUS`, and
+/// otherwise asserts it equals the recorded one (so a regression and an improvement both
+/// fail, and a fixture gone missing drops its row).
+pub(crate) fn assert_agreement(dir: &str, label: &str, files: &[PathBuf]) {
+    let mut out = format!(
+        "# Files of {label} against torch 2.15 (AVX2, eager), both computations\n\
+         # file\tthreads\ttensors identical\ttensors\telements identical\telements\n",
+    );
+    let mut inexact = Vec::new();
+    let mut compared = 0;
+    for toml in files {
+        let name = toml.file_stem().unwrap().to_string_lossy().to_string();
+        for threads in [1, 2] {
+            let fixture = Path::new(dir).join(format!("{name}.torch{threads}.json"));
+            if !fixture.exists() {
+                continue;
+            }
+            compared += 1;
+            let c = measure(toml, &fixture, &format!("cpu-fma+mkl-threads-{threads}"));
+            assert!(c.tensors > 0, "{name}: nothing compared");
+            assert!(
+                c.unmatched.is_empty(),
+                "{name}: checks with no tensor in the fixture: {:?}",
+                c.unmatched
+            );
+            writeln!(
+                out,
+                "{name}\t{threads}\t{}\t{}\t{}\t{}",
+                c.tensors_same, c.tensors, c.elements_same, c.elements
+            )
+            .unwrap();
+            if c.tensors_same != c.tensors {
+                let checks: Vec<String> = c
+                    .per_check
+                    .iter()
+                    .filter(|(_, v)| v[1] != v[0])
+                    .map(|(k, v)| format!("{k} {}/{}", v[1], v[0]))
+                    .collect();
+                inexact.push(format!("{name} at {threads} thread(s): {checks:?}"));
+            }
+        }
+    }
+    assert!(compared > 0, "no fixture found in {dir}");
+    let table = Path::new(dir).join("agreement.tsv");
+    eprintln!("not bit-exact: {inexact:#?}");
+    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
+        std::fs::write(&table, &out).unwrap();
+        return;
+    }
+    let recorded = std::fs::read_to_string(&table).unwrap_or_default();
+    assert_eq!(
+        recorded,
+        out,
+        "measured agreement differs from {} (not exact: {inexact:?})",
+        table.display()
+    );
+}
+
+/// The scenario files of `dir`, sorted by file name.
+pub(crate) fn toml_files(dir: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort_by_key(|p| p.file_name().map(|n| n.to_os_string()));
+    v
+}
+
 /// Runs every fixture seed of `toml` at `profile` and compares every fixture tensor of a
 /// torch fixture (torch 2.15, AVX2, the profile's thread count).
 pub(crate) fn measure(toml: &Path, fixture: &Path, profile: &str) -> Counts {
