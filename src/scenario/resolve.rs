@@ -1008,43 +1008,14 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         ));
                     }
                 }
-                let width = x.shape[2];
-                if *heads == 0 || !width.is_multiple_of(*heads) {
-                    return Err(ctx.err(
-                        &format!("{lp}.heads"),
-                        format!(
-                            "{heads} heads do not divide the width {width} of `{}`; allowed: a number of heads that divides {width}",
-                            x.name
-                        ),
-                    ));
-                }
-                let head_dim = width / heads;
-                if let Split::Axis { axis, ranges, by } = &x.split {
-                    if *axis != 2 {
-                        return Err(ctx.err(
-                            &format!("{lp}.inputs[0]"),
-                            format!(
-                                "`{}` is {} ({by}); allowed: q, k and v whole or split on their last dim by column-parallel layers (head-sharded attention)",
-                                x.name,
-                                split_desc(&x.split)
-                            ),
-                        ));
-                    }
-                    if let Some(r) = ranges.iter().find(|r| {
-                        !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim)
-                    }) {
-                        return Err(ctx.err(
-                            &format!("{lp}.heads"),
-                            format!(
-                                "the shard rule splits `{}`'s {width} features at {}..{}, inside a head of {head_dim} features ({heads} heads over tp = {}); allowed: a number of heads whose features the shard rule splits on head boundaries (heads a multiple of tp, or a tp_grain of head_dim under deepspeed)",
-                                x.name,
-                                r.start,
-                                r.end,
-                                ranges.len()
-                            ),
-                        ));
-                    }
-                }
+                head_sharding(
+                    ctx,
+                    &lp,
+                    "inputs[0]",
+                    &x,
+                    *heads,
+                    "q, k and v whole or split on their last dim by column-parallel layers (head-sharded attention)",
+                )?;
                 if *load_balance && (*cp < 2 || !*causal) {
                     return Err(ctx.err(
                         &format!("{lp}.load_balance"),
@@ -1080,16 +1051,14 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                     ));
                 }
                 let width = x.shape[2];
-                if *heads == 0 || !width.is_multiple_of(*heads) {
-                    return Err(ctx.err(
-                        &format!("{lp}.heads"),
-                        format!(
-                            "{heads} heads do not divide the width {width} of `{}`; allowed: a number of heads that divides {width}",
-                            x.name
-                        ),
-                    ));
-                }
-                let head_dim = width / heads;
+                let head_dim = head_sharding(
+                    ctx,
+                    &lp,
+                    "input",
+                    &x,
+                    *heads,
+                    "whole, or split on its last dim by a column-parallel layer (head-sharded)",
+                )?;
                 if let Err((k, msg)) =
                     crate::ops::rope::check_domain(*theta, head_dim, 0, x.shape[1])
                 {
@@ -1102,32 +1071,6 @@ pub fn resolve(ctx: &Ctx, id: &str, spec: &Spec) -> Result<Graph, InputError> {
                         ),
                     };
                     return Err(ctx.err(&format!("{lp}.{key}"), format!("{msg}{what}")));
-                }
-                if let Split::Axis { axis, ranges, by } = &x.split {
-                    if *axis != 2 {
-                        return Err(ctx.err(
-                            &format!("{lp}.input"),
-                            format!(
-                                "`{}` is {} ({by}); allowed: whole, or split on its last dim by a column-parallel layer (head-sharded)",
-                                x.name,
-                                split_desc(&x.split)
-                            ),
-                        ));
-                    }
-                    if let Some(r) = ranges.iter().find(|r| {
-                        !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim)
-                    }) {
-                        return Err(ctx.err(
-                            &format!("{lp}.heads"),
-                            format!(
-                                "the shard rule splits `{}`'s {width} features at {}..{}, inside a head of {head_dim} features ({heads} heads over tp = {}); allowed: a number of heads whose features the shard rule splits on head boundaries",
-                                x.name,
-                                r.start,
-                                r.end,
-                                ranges.len()
-                            ),
-                        ));
-                    }
                 }
                 (x.shape.clone(), x.split.clone())
             }
@@ -1772,6 +1715,59 @@ fn resolve_check(
         kind: c.kind,
         reduction,
     }))
+}
+
+/// The head-sharding rule of `sdpa` and `rope` on `x` (`[batch, seq, heads·head_dim]`, read
+/// by key `{lp}.{input_key}`): `heads` divides the width, and a split of `x` is on its last
+/// dim with every shard boundary on a head boundary (head-sharded tensor parallelism).
+/// Returns `head_dim`; `whole` says what is allowed instead of a split on another dim.
+fn head_sharding(
+    ctx: &Ctx,
+    lp: &str,
+    input_key: &str,
+    x: &Tensor,
+    heads: usize,
+    whole: &str,
+) -> Result<usize, InputError> {
+    let width = x.shape[2];
+    if heads == 0 || !width.is_multiple_of(heads) {
+        return Err(ctx.err(
+            &format!("{lp}.heads"),
+            format!(
+                "{heads} heads do not divide the width {width} of `{}`; allowed: a number of heads that divides {width}",
+                x.name
+            ),
+        ));
+    }
+    let head_dim = width / heads;
+    if let Split::Axis { axis, ranges, by } = &x.split {
+        if *axis != 2 {
+            return Err(ctx.err(
+                &format!("{lp}.{input_key}"),
+                format!(
+                    "`{}` is {} ({by}); allowed: {whole}",
+                    x.name,
+                    split_desc(&x.split)
+                ),
+            ));
+        }
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| !r.start.is_multiple_of(head_dim) || !r.end.is_multiple_of(head_dim))
+        {
+            return Err(ctx.err(
+                &format!("{lp}.heads"),
+                format!(
+                    "the shard rule splits `{}`'s {width} features at {}..{}, inside a head of {head_dim} features ({heads} heads over tp = {}); allowed: a number of heads whose features the shard rule splits on head boundaries (heads a multiple of tp, or a tp_grain of head_dim under deepspeed)",
+                    x.name,
+                    r.start,
+                    r.end,
+                    ranges.len()
+                ),
+            ));
+        }
+    }
+    Ok(head_dim)
 }
 
 /// What a context-parallel `sdpa` layer (`cp` > 1, ring attention) needs, each refusal naming
