@@ -65,6 +65,7 @@ mod mkl_sqrt;
 mod mkl_tanh;
 mod moe;
 mod moe_corpus;
+mod moe_jax;
 mod norm_fixture;
 mod optim_fixture;
 mod py_repr_fixture;

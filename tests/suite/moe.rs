@@ -29,7 +29,7 @@ fn moe_files_against_torch() {
 }
 
 /// The built-in's first-step output (check `output`) of `trace`, widened to f64.
-fn output(
+pub(crate) fn output(
     s: &dyn seedsweep::exec::scenario::Scenario,
     t: &seedsweep::exec::trace::Trace,
 ) -> Vec<f64> {
@@ -43,7 +43,7 @@ fn output(
     t.data(slot).to_vec()
 }
 
-fn builtin() -> Box<dyn seedsweep::exec::scenario::Scenario> {
+pub(crate) fn builtin() -> Box<dyn seedsweep::exec::scenario::Scenario> {
     let text = include_str!("../../configs/maxtext_moe_dense_test.toml");
     let sf = seedsweep::scenario::load("maxtext_moe_dense_test.toml", text)
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,145 @@
+//! The MaxText MoE built-in (`configs/maxtext_moe_dense_test.toml`) against real JAX, the
+//! framework of the test it mirrors.
+//!
+//! `tests/data/moe/maxtext_moe_dense_test.jax.json` is `scripts/jax_moe.py`'s record of the
+//! block's first-step output in JAX 0.10.2 on the CPU (`jax.jit`, float32, `jax_enable_x64`
+//! off, seedsweep's own draws) for 200 seeds, in three formulations: `seedsweep` (the one
+//! src/ops/moe.rs computes: softmax over all experts, top-k, renormalised, each expert on its
+//! gathered tokens, scatter-add), and MaxText's two, `maxtext-loop` (`MoeLoopBlock`, the
+//! test's expected output) and `maxtext-dense` (`RoutedMoE.dense_matmul`, its actual output).
+//! Per seed: digests of the output bits and of the routing; the first seed's output bits.
+//!
+//! seedsweep's reference computation at `cpu-fma+mkl-threads-1` (torch's arithmetic, which it
+//! equals bit for bit: tests/suite/moe.rs) is compared with each: seeds whose routing (every
+//! token's chosen experts) is identical, seeds whose output is identical, and over the stored
+//! seed the identical elements, the largest |difference| and its usage of the built-in's
+//! `maxtext-cpu` tolerance (the test's own `allclose(actual, expected)`, with JAX's value as
+//! `expected`). The measured rows are `agreement-jax.tsv`; the test asserts they equal the
+//! recorded ones (`SEEDSWEEP_BLESS_CORPUS=1` rewrites the table), so a change of seedsweep's
+//! arithmetic or routing shows in the diff.
+//!
+//! Why the outputs are not bit-exact: torch's CPU kernels (which seedsweep's `cpu-fma` profiles
+//! compute) and XLA's differ kernel by kernel. On identical f32 inputs (seed 0, AVX2 torch,
+//! `scripts/jax_moe.py --kernels`): the router, up and down matmuls 36.9 %, 24.0 % and 14.8 %
+//! of outputs identical (XLA's CPU dot sums in another order than MKL's sgemm), `exp` 90.9 %,
+//! softmax 63.9 %, `silu` 73.8 % (XLA's own approximations). seedsweep models torch's kernels,
+//! not XLA's; the routing, a discrete decision, agrees on every seed.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::moe::{builtin, output};
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/moe/maxtext_moe_dense_test.jax.json"
+);
+const TABLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/moe/agreement-jax.tsv"
+);
+
+/// The built-in's `maxtext-cpu` policy (`assert_moe_close` off TPU): |a − b| <= atol + rtol·|b|.
+const ATOL: f64 = 1e-6;
+const RTOL: f64 = 1e-5;
+
+fn hex_bits(s: &str) -> Vec<u32> {
+    assert_eq!(s.len() % 8, 0, "bit patterns are 8 hex digits each");
+    (0..s.len() / 8)
+        .map(|i| u32::from_str_radix(&s[8 * i..8 * i + 8], 16).expect("hex bit pattern"))
+        .collect()
+}
+
+fn digest_u32(words: impl Iterator<Item = u32>) -> String {
+    let bytes: Vec<u8> = words.flat_map(u32::to_le_bytes).collect();
+    format!("{:016x}", seedsweep::rng::chacha::fnv1a64(&bytes))
+}
+
+#[derive(Default)]
+struct Row {
+    routing_same: usize,
+    output_same: usize,
+    elements_same: usize,
+    elements: usize,
+    max_diff: f64,
+    usage: f64,
+}
+
+#[test]
+fn maxtext_moe_builtin_against_jax() {
+    use seedsweep::exec::scenario::Workspace;
+    use seedsweep::scenario::profile::ProfileRegistry;
+    let text = std::fs::read_to_string(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE}: {e}"));
+    let fx: Value = serde_json::from_str(&text).unwrap();
+    let first = fx["first_seed"].as_u64().unwrap();
+    let seeds = fx["seeds"].as_u64().unwrap() as usize;
+    let forms = fx["formulations"].as_object().unwrap();
+    assert!(seeds > 0 && !forms.is_empty(), "an empty fixture");
+    let s = builtin();
+    let profile = ProfileRegistry::builtin()
+        .unwrap()
+        .resolve("cpu-fma+mkl-threads-1", "test")
+        .unwrap();
+    let mut ws = Workspace::default();
+    let mut rows: Vec<(String, Row)> = forms.keys().map(|k| (k.clone(), Row::default())).collect();
+    for i in 0..seeds {
+        let seed = first + i as u64;
+        s.run(0, seed, &profile, &mut ws);
+        let tr = &ws.traces.reference;
+        let out = output(s.as_ref(), tr);
+        let out_bits: Vec<u32> = out.iter().map(|&v| (v as f32).to_bits()).collect();
+        let (routing, outd) = (
+            digest_u32(tr.routing.iter().copied()),
+            digest_u32(out_bits.iter().copied()),
+        );
+        for (name, row) in &mut rows {
+            let f = &forms[name.as_str()];
+            let at = |key: &str| {
+                f[key][i]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}.{key}[{i}]"))
+            };
+            row.routing_same += usize::from(at("routing_fnv1a64") == routing);
+            row.output_same += usize::from(at("output_fnv1a64") == outd);
+            if let Some(bits) = f["output_bits"][seed.to_string()].as_str() {
+                let jax = hex_bits(bits);
+                assert_eq!(jax.len(), out_bits.len(), "{name}: output size");
+                for (&a, &b) in out_bits.iter().zip(&jax) {
+                    let (a, b) = (f64::from(f32::from_bits(a)), f64::from(f32::from_bits(b)));
+                    row.elements += 1;
+                    row.elements_same += usize::from(a.to_bits() == b.to_bits());
+                    row.max_diff = row.max_diff.max((a - b).abs());
+                    row.usage = row
+                        .usage
+                        .max((a - b).abs() / (ATOL + RTOL * b.abs()) * 100.0);
+                }
+            }
+        }
+    }
+    let mut table = format!(
+        "# The built-in maxtext_moe_dense_test, seedsweep's reference at cpu-fma+mkl-threads-1 against \
+         JAX ({}, jit, f32) over {seeds} seeds from {first}; elements over the seeds whose bits are stored\n\
+         # formulation\tseeds\trouting identical\toutputs identical\telements identical\telements\tmax |diff|\tworst usage maxtext-cpu\n",
+        fx["conditions"]["jax"].as_str().unwrap_or("?")
+    );
+    for (name, r) in &rows {
+        assert!(r.elements > 0, "{name}: no stored bits compared");
+        writeln!(
+            table,
+            "{name}\t{seeds}\t{}\t{}\t{}\t{}\t{:e}\t{:.1}%",
+            r.routing_same, r.output_same, r.elements_same, r.elements, r.max_diff, r.usage
+        )
+        .unwrap();
+    }
+    eprint!("{table}");
+    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
+        std::fs::write(TABLE, &table).unwrap();
+        return;
+    }
+    let recorded = std::fs::read_to_string(TABLE).unwrap_or_default();
+    assert_eq!(
+        recorded, table,
+        "measured agreement with JAX differs from {TABLE}"
+    );
+}
