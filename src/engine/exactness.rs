@@ -274,12 +274,31 @@ pub fn gaps(s: &dyn Scenario, param: usize, profile: &Profile) -> Vec<Gap> {
     v
 }
 
-/// The stderr lines for the gaps of one group: a header naming the scenario, its
-/// parametrization and profile, then one line per gap.
-pub fn describe(scenario: &str, param: &str, profile: &str, gaps: &[Gap]) -> String {
+/// The parametrizations of one warning: all of them when they are (`all 9 parametrizations`),
+/// else their ids.
+fn param_list(params: &[&str], of: usize) -> String {
+    if params.len() == of && of > 1 {
+        format!("all {of} parametrizations")
+    } else {
+        params.join(", ")
+    }
+}
+
+/// The stderr lines for one set of gaps shared by every (parametrization, profile) pair of
+/// `params` × `profiles` of one scenario (`of`: how many parametrizations it has): a header
+/// naming them, then one line per gap.
+pub fn describe(
+    scenario: &str,
+    params: &[&str],
+    of: usize,
+    profiles: &[&str],
+    gaps: &[Gap],
+) -> String {
     let mut out = format!(
-        "{scenario} [{param}] under {profile} is not covered exactly by torch's measured \
-         kernels ({} part(s)):",
+        "{scenario} [{}] under {} is not covered exactly by torch's measured kernels ({} \
+         part(s)):",
+        param_list(params, of),
+        profiles.join(", "),
         gaps.len()
     );
     for g in gaps {
@@ -288,8 +307,49 @@ pub fn describe(scenario: &str, param: &str, profile: &str, gaps: &[Gap]) -> Str
     out
 }
 
-/// Says on stderr, once per clean (scenario, parametrization, profile) of `groups`, what is
-/// not covered exactly; with `strict`, returns an error naming `flag` and every gap instead.
+/// One warning: a scenario, the parametrizations and profiles it holds for, and its gaps.
+struct Warning<'a> {
+    scenario: usize,
+    params: Vec<&'a str>,
+    profiles: Vec<&'a str>,
+    gaps: Vec<Gap>,
+}
+
+/// Merges warnings that say the same: first the parametrizations of one (scenario, profile)
+/// with equal gaps, then the profiles of equal (scenario, parametrizations, gaps); every
+/// warning then stands for exactly the pairs params × profiles it names. Order of first
+/// appearance is kept.
+fn merge(found: Vec<Warning<'_>>) -> Vec<Warning<'_>> {
+    let same_gaps = |a: &[Gap], b: &[Gap]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.what == y.what && x.why == y.why)
+    };
+    let mut by_profile: Vec<Warning> = Vec::new();
+    for w in found {
+        match by_profile.iter_mut().find(|m| {
+            m.scenario == w.scenario && m.profiles == w.profiles && same_gaps(&m.gaps, &w.gaps)
+        }) {
+            Some(m) => m.params.extend(w.params),
+            None => by_profile.push(w),
+        }
+    }
+    let mut out: Vec<Warning> = Vec::new();
+    for w in by_profile {
+        match out.iter_mut().find(|m| {
+            m.scenario == w.scenario && m.params == w.params && same_gaps(&m.gaps, &w.gaps)
+        }) {
+            Some(m) => m.profiles.extend(w.profiles),
+            None => out.push(w),
+        }
+    }
+    out
+}
+
+/// Says on stderr what is not covered exactly, once for every set of (parametrization,
+/// profile) pairs of a scenario that share the same gaps (the clean groups of `groups`); with
+/// `strict`, returns an error naming `flag` and every gap instead.
 pub fn announce(
     catalog: &crate::engine::catalog::Catalog,
     groups: &[crate::engine::catalog::Group],
@@ -297,7 +357,7 @@ pub fn announce(
     flag: &str,
 ) -> anyhow::Result<()> {
     let mut seen: Vec<(usize, usize, &str)> = Vec::new();
-    let mut lines = Vec::new();
+    let mut found = Vec::new();
     for g in groups.iter().filter(|g| g.mutant.is_none()) {
         let key = (g.scenario, g.param, g.profile.name.as_str());
         if seen.contains(&key) || !claims_torch(&g.profile) {
@@ -305,16 +365,29 @@ pub fn announce(
         }
         seen.push(key);
         let s = catalog.scenarios[g.scenario].as_ref();
-        let found = gaps(s, g.param, &g.profile);
-        if !found.is_empty() {
-            lines.push(describe(
-                &s.common().name,
-                s.param_ids()[g.param],
-                &g.profile.name,
-                &found,
-            ));
+        let gaps = gaps(s, g.param, &g.profile);
+        if !gaps.is_empty() {
+            found.push(Warning {
+                scenario: g.scenario,
+                params: vec![s.param_ids()[g.param]],
+                profiles: vec![g.profile.name.as_str()],
+                gaps,
+            });
         }
     }
+    let lines: Vec<String> = merge(found)
+        .iter()
+        .map(|w| {
+            let s = catalog.scenarios[w.scenario].as_ref();
+            describe(
+                &s.common().name,
+                &w.params,
+                s.param_ids().len(),
+                &w.profiles,
+                &w.gaps,
+            )
+        })
+        .collect();
     if lines.is_empty() {
         return Ok(());
     }
@@ -335,6 +408,69 @@ pub fn announce(
 mod tests {
     use super::*;
     use crate::scenario::profile::ProfileRegistry;
+
+    /// Warnings that say the same are merged into rectangles of parametrizations × profiles,
+    /// and never claim a pair that was not found: (a, X), (b, X), (a, Y) with one gap are
+    /// "a, b under X" and "a under Y", not "a, b under X, Y"; other gaps stay apart.
+    #[test]
+    fn equal_warnings_merge_into_exact_rectangles() {
+        let gap = |w: &str| {
+            vec![Gap {
+                what: w.into(),
+                why: "because".into(),
+            }]
+        };
+        let w = |params: &[&'static str], profile: &'static str, g: &str| Warning {
+            scenario: 0,
+            params: params.to_vec(),
+            profiles: vec![profile],
+            gaps: gap(g),
+        };
+        let merged = merge(vec![
+            w(&["a"], "X", "topk"),
+            w(&["b"], "X", "topk"),
+            w(&["a"], "Y", "topk"),
+            w(&["a"], "Z", "exp"),
+            w(&["b"], "Y", "topk"),
+        ]);
+        let shown: Vec<(Vec<&str>, Vec<&str>, &str)> = merged
+            .iter()
+            .map(|m| {
+                (
+                    m.params.clone(),
+                    m.profiles.clone(),
+                    m.gaps[0].what.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (vec!["a", "b"], vec!["X", "Y"], "topk"),
+                (vec!["a"], vec!["Z"], "exp"),
+            ]
+        );
+        let merged = merge(vec![
+            w(&["a"], "X", "topk"),
+            w(&["b"], "X", "topk"),
+            w(&["a"], "Y", "topk"),
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(
+            (merged[0].params.clone(), merged[0].profiles.clone()),
+            (vec!["a", "b"], vec!["X"])
+        );
+        assert_eq!(
+            (merged[1].params.clone(), merged[1].profiles.clone()),
+            (vec!["a"], vec!["Y"])
+        );
+        let text = describe("ring", &["a", "b"], 2, &["X", "Y"], &gap("attn"));
+        assert!(
+            text.starts_with("ring [all 2 parametrizations] under X, Y is not covered"),
+            "{text}"
+        );
+        assert!(describe("ring", &["a"], 2, &["X"], &gap("attn")).starts_with("ring [a] under X "));
+    }
 
     /// The order models claim torch at their thread counts, like the revealed files at theirs;
     /// the numerics models claim nothing.
