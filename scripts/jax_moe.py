@@ -39,7 +39,10 @@ reference computation with them and asserts the measured agreement
 
 `--kernels` says why the outputs differ: kernel by kernel, on identical f32 inputs, how many
 outputs of torch's CPU kernel (seedsweep's `cpu-fma` profiles equal torch's) and of XLA's are
-bit-identical.
+bit-identical, and which path ran XLA's (a YNNPACK fusion or XLA's own emitter); then what XLA's
+kernels are where measured: its standalone f32 exp against Cephes' with fused multiply-adds,
+and its dot's summation tree at the block's shapes on either side of the row count where it
+changes.
 
 Needs torch 2.15 (for the draws), jax 0.10.2, jaxlib 0.10.2, numpy, in one venv outside the
 repo (the tests never need Python). Anything the formulations above cannot run (another layer,
@@ -225,20 +228,88 @@ def kernels(b, seed):
     mm = jax.jit(lambda p, q: p @ q)
     cases = [
         (f"router matmul {x2.shape[0]}x{x2.shape[1]} @ {gate.shape[0]}x{gate.shape[1]}",
-         logits, mm(x2, gate)),
+         logits, mm, (x2, gate)),
         (f"expert up matmul {x2.shape[0]}x{x2.shape[1]} @ {wi0.shape[1]}x{wi0.shape[2]}",
-         up, mm(x2, wi0[0])),
+         up, mm, (x2, wi0[0])),
         (f"expert down matmul {x2.shape[0]}x{wo.shape[1]} @ {wo.shape[1]}x{wo.shape[2]}",
-         F.linear(mid, t(wo[0]).t().contiguous()), mm(mid.numpy(), wo[0])),
-        ("exp (of the router logits)", torch.exp(logits), jax.jit(jnp.exp)(logits.numpy())),
+         F.linear(mid, t(wo[0]).t().contiguous()), mm, (mid.numpy(), wo[0])),
+        ("exp (of the router logits)", torch.exp(logits), jax.jit(jnp.exp), (logits.numpy(),)),
         ("softmax (of the router logits)", torch.softmax(logits, -1),
-         jax.jit(lambda z: jax.nn.softmax(z, axis=-1))(logits.numpy())),
-        ("silu (of the up projection)", F.silu(up), jax.jit(jax.nn.silu)(up.numpy())),
+         jax.jit(lambda z: jax.nn.softmax(z, axis=-1)), (logits.numpy(),)),
+        ("silu (of the up projection)", F.silu(up), jax.jit(jax.nn.silu), (up.numpy(),)),
     ]
-    for what, tv, jv in cases:
+    for what, tv, fn, args in cases:
         a = tv.detach().numpy().astype(np.float32).view(np.uint32)
-        bj = np.asarray(jv, dtype=np.float32).view(np.uint32)
-        print(f"{what}: {int((a == bj).sum())} of {a.size} identical ({(a == bj).mean() * 100:.1f} %)")
+        bj = np.asarray(fn(*args), dtype=np.float32).view(np.uint32)
+        # which XLA CPU path ran it: a library fusion (YNNPACK, XNNPACK, oneDNN) or XLA's own
+        hlo = fn.lower(*args).compile().as_text()
+        libs = sorted({k for k in ("__ynn_fusion", "__xnn_fusion", "__onednn") if k in hlo})
+        path = ", ".join(libs) if libs else "XLA's own emitter"
+        print(f"{what}: {int((a == bj).sum())} of {a.size} identical ({(a == bj).mean() * 100:.1f} %); "
+              f"XLA: {path}")
+
+
+def fma32(a, b, c):
+    """fma(a, b, c) in f32 for f32 arrays: the product is exact in f64; the f64 sum then rounds
+    to f32 (a double rounding that can differ from one rounding only when the f64 sum lies
+    within 2^-29 ulp of an f32 midpoint, which the probes below do not meet)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
+def cephes_expf(x):
+    """Cephes' single-precision exp (S. Moshier; the constants are Cephes' expf.c) with every
+    multiply-add fused: clamp, n = floor(fma(x, log2 e, 1/2)), r = x - n·C1 - n·C2 (two FMAs),
+    the degree-5 polynomial by Horner in FMAs, y = fma(p, r², r) + 1, times 2^n."""
+    f = np.float32
+    c = lambda v: np.full_like(x, f(v))
+    xx = np.clip(x, f(-87.8), f(88.8)).astype(f)
+    n = np.floor(fma32(xx, c(1.44269504088896341), c(0.5))).astype(f)
+    r = fma32(n, c(-0.693359375), xx)
+    r = fma32(n, c(2.12194440e-4), r)
+    y = c(1.9875691500e-4)
+    for p in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        y = fma32(y, r, c(p))
+    y = (fma32(y, (r * r).astype(f), r) + f(1)).astype(f)
+    return (y * np.exp2(n.astype(np.float64))).astype(f)
+
+
+def dot_structure(m, k, n):
+    """The summation tree of XLA's f32 dot `a (m x k) @ b (k x n)` under jax.jit, told apart by
+    FPRev probes (scripts/reveal_order.py's method): the size of the subtree where terms p and
+    q first meet, for (0, 1) and (0, 2). A sequential chain gives 2 and 3; s interleaved
+    accumulators (term t in accumulator t mod s) give (k, 2) for s = 2 and (k/2, k) for
+    s = 4 combined as (acc0 + acc1) + (acc2 + acc3)."""
+    mm = jax.jit(lambda p, q: p @ q)
+    big = np.float32(2.0 ** 40)
+
+    def meet(p, q):
+        a = np.ones((m, k), np.float32)
+        a[:, p], a[:, q] = big, -big
+        s = k - np.asarray(mm(a, np.ones((k, n), np.float32))).astype(np.int64)
+        return int(s[0, 0]) if (s == s[0, 0]).all() else None
+
+    got = (meet(0, 1), meet(0, 2))
+    for name, want in (("one sequential chain", (2, 3)), ("2 interleaved accumulators", (k, 2)),
+                       ("4 interleaved accumulators", (k // 2, k))):
+        if got == want:
+            return name
+    return f"another tree (subtree sizes {got})"
+
+
+def xla_structure(b):
+    """What XLA's kernels are, where measured: its standalone f32 exp against Cephes' with
+    FMAs, and its dot's summation tree at the block's shapes, below and above the row count
+    where it changes (measured with this script: 51 rows at 32x112 and 112x32, 2 at 32x8)."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(200_000) * 5, rng.uniform(-87, 88, 100_000)]).astype(np.float32)
+    j = np.asarray(jax.jit(jnp.exp)(x)).view(np.uint32)
+    same = int((cephes_expf(x).view(np.uint32) == j).sum())
+    print(f"XLA's f32 exp (jax.jit(jnp.exp)) equals Cephes' expf with fused multiply-adds on "
+          f"{same} of {x.size} inputs")
+    h = b.model.shape_of_input(b.model.inputs[0])[-1]
+    f, e = b.model.ival(b.model.layers[0]["ffn"], "ffn"), b.ne
+    for m, k, n in ((1, h, e), (128, h, e), (50, h, f), (51, h, f), (50, f, h), (51, f, h)):
+        print(f"XLA's dot {m}x{k} @ {k}x{n}: {dot_structure(m, k, n)}")
 
 
 def conditions():
@@ -291,6 +362,7 @@ def main():
         first = tomllib.load(f).get("first_seed", 0) if a.first_seed is None else a.first_seed
     if a.kernels:
         kernels(b, first)
+        xla_structure(b)
         return
     if not a.out:
         ap.error("-o/--out is required (or --kernels)")

@@ -21,9 +21,10 @@
 //! Why the outputs are not bit-exact: torch's CPU kernels (which seedsweep's `cpu-fma` profiles
 //! compute) and XLA's differ kernel by kernel. On identical f32 inputs (seed 0, AVX2 torch,
 //! `scripts/jax_moe.py --kernels`): the router, up and down matmuls 36.9 %, 24.0 % and 14.8 %
-//! of outputs identical (XLA's CPU dot sums in another order than MKL's sgemm), `exp` 90.9 %,
-//! softmax 63.9 %, `silu` 73.8 % (XLA's own approximations). seedsweep models torch's kernels,
-//! not XLA's; the routing, a discrete decision, agrees on every seed.
+//! of outputs identical (XLA hands its CPU dots to YNNPACK, whose summation tree changes with
+//! the shape: one chain below 51 rows, interleaved accumulators above), `exp` 90.9 % (XLA's is
+//! Cephes' polynomial with fused multiply-adds), softmax 63.9 %, `silu` 73.8 %. seedsweep
+//! models torch's kernels, not XLA's; the routing, a discrete decision, agrees on every seed.
 
 use std::fmt::Write as _;
 
