@@ -23,7 +23,10 @@ in float32 with JAX's defaults (`jax_enable_x64` off), as the test runs:
 The last two (SwiGLU experts with softmax over the chosen, which equals renormalising the
 chosen probabilities in exact arithmetic) are what the real test compares: `assert
 allclose(dense, loop, rtol, atol)`. The script writes that comparison per seed (max |diff|
-and the usage of each of the file's policies) as evidence of what rounding the test sees.
+and the usage of each of the file's policies) as evidence of what rounding the test sees: in
+float32 as on the CPU, with JAX's default matmul precision on a TPU emulated (every dot and
+einsum operand rounded to bfloat16, float32 accumulation, elementwise work in float32), and
+the latter with the dense block's combine einsum kept in float32 (how much the combine makes).
 
 Records per seed and formulation the FNV-1a 64 digest of the output's f32 bits (row-major)
 and of the routing in seedsweep's trace encoding (per token its chosen experts ascending, then
@@ -187,31 +190,46 @@ def make_jits(b):
             out = combine(out, jnp.asarray(tok), ye, jnp.asarray(w[tok, slot]))
         return np.asarray(out), idx
 
-    def topk_softmax(x, gate):
-        logits = x @ gate
-        tw, sel = jax.lax.top_k(logits, b.k)
-        return jax.nn.softmax(tw.astype(jnp.float32), axis=-1), sel
+    def maxtext_blocks(op, combine_op=None):
+        """MaxText's two blocks with every dot and einsum operand passed through `op`: the
+        identity (float32, as on the CPU), or a rounding to bfloat16 (what JAX's default matmul
+        precision does on a TPU: one bf16 pass, float32 accumulation; elementwise work stays
+        float32); the dense block's combine einsum through `combine_op` (default `op`)."""
+        cop = op if combine_op is None else combine_op
 
-    @jax.jit
-    def loop_block(x, gate, wi0, wi1, wo):
-        tw, sel = topk_softmax(x, gate)
-        acc = jnp.zeros_like(x)
-        for e in range(b.ne):
-            we = jnp.sum(jnp.multiply(sel == e, tw), axis=-1)
-            y = (jax.nn.silu(x @ wi0[e]) * (x @ wi1[e])) @ wo[e]
-            acc += we[:, :, None] * y
-        return acc, sel
+        def topk_softmax(x, gate):
+            logits = op(x) @ op(gate)
+            tw, sel = jax.lax.top_k(logits, b.k)
+            return jax.nn.softmax(tw.astype(jnp.float32), axis=-1), sel
 
-    @jax.jit
-    def dense_block(x, gate, wi0, wi1, wo):
-        tw, sel = topk_softmax(x, gate)
-        weights = jnp.sum(jax.nn.one_hot(sel, b.ne, dtype=jnp.float32) * tw[..., None], axis=-2)
-        l0 = jnp.einsum("BSM,EMH -> BSEH", x, wi0)
-        l1 = jnp.einsum("BSM,EMH -> BSEH", x, wi1)
-        inter = jnp.einsum("BSEH,EHM -> BSEM", jax.nn.silu(l0) * l1, wo)
-        return jnp.einsum("BSEM,BSE -> BSM", inter, weights), sel
+        @jax.jit
+        def loop_block(x, gate, wi0, wi1, wo):
+            tw, sel = topk_softmax(x, gate)
+            acc = jnp.zeros_like(x)
+            for e in range(b.ne):
+                we = jnp.sum(jnp.multiply(sel == e, tw), axis=-1)
+                y = op(jax.nn.silu(op(x) @ op(wi0[e])) * (op(x) @ op(wi1[e]))) @ op(wo[e])
+                acc += we[:, :, None] * y
+            return acc, sel
 
-    return seedsweep_form, loop_block, dense_block
+        @jax.jit
+        def dense_block(x, gate, wi0, wi1, wo):
+            tw, sel = topk_softmax(x, gate)
+            weights = jnp.sum(jax.nn.one_hot(sel, b.ne, dtype=jnp.float32) * tw[..., None], axis=-2)
+            l0 = jnp.einsum("BSM,EMH -> BSEH", op(x), op(wi0))
+            l1 = jnp.einsum("BSM,EMH -> BSEH", op(x), op(wi1))
+            inter = jnp.einsum("BSEH,EHM -> BSEM", op(jax.nn.silu(l0) * l1), op(wo))
+            return jnp.einsum("BSEM,BSE -> BSM", cop(inter), cop(weights)), sel
+
+        return loop_block, dense_block
+
+    loop_block, dense_block = maxtext_blocks(lambda t: t)
+    bf16 = lambda t: t.astype(jnp.bfloat16).astype(jnp.float32)  # noqa: E731
+    tpu_blocks = maxtext_blocks(bf16)
+    # the same with the dense block's combine in float32: how much of the difference it makes
+    tpu_f32_combine = maxtext_blocks(bf16, combine_op=lambda t: t)
+
+    return seedsweep_form, loop_block, dense_block, tpu_blocks, tpu_f32_combine
 
 
 def kernels(b, seed):
@@ -366,10 +384,12 @@ def main():
         return
     if not a.out:
         ap.error("-o/--out is required (or --kernels)")
-    seedsweep_form, loop_block, dense_block = make_jits(b)
+    seedsweep_form, loop_block, dense_block, tpu_blocks, tpu_f32_combine = make_jits(b)
     forms = ["seedsweep"] + (["maxtext-loop", "maxtext-dense"] if b.maxtext else [])
     rec = {f: {"routing_fnv1a64": [], "output_fnv1a64": [], "output_bits": {}} for f in forms}
     test = {"max_abs_diff": [], "usage": {p: [] for p in b.policies}}
+    tpu = {"max_abs_diff": [], "usage": {p: [] for p in b.policies}}
+    tpu_f32c = {"max_abs_diff": [], "usage": {p: [] for p in b.policies}}
     for i, seed in enumerate(range(first, first + a.seeds)):
         x, gate, wi0, wi1, wo = b.draws(seed)
         outs = {}
@@ -388,11 +408,14 @@ def main():
             if i < a.bits_seeds:
                 rec[f]["output_bits"][str(seed)] = "".join(f"{w:08x}" for w in o.reshape(-1).view(np.uint32))
         if b.maxtext:
-            dense, loop = outs["maxtext-dense"][0], outs["maxtext-loop"][0]
-            test["max_abs_diff"].append(float(np.max(np.abs(dense.astype(np.float64) - loop))))
-            for p, pol in b.policies.items():
-                tol = pol["default"]
-                test["usage"][p].append(round(usage(dense, loop, tol["atol"], tol["rtol"]), 3))
+            tl, td = (np.asarray(fn(*args)[0]).reshape(-1, x.shape[-1]) for fn in tpu_blocks)
+            td32 = np.asarray(tpu_f32_combine[1](*args)[0]).reshape(-1, x.shape[-1])
+            for rec_, (dense, loop) in ((test, (outs["maxtext-dense"][0], outs["maxtext-loop"][0])),
+                                        (tpu, (td, tl)), (tpu_f32c, (td32, tl))):
+                rec_["max_abs_diff"].append(float(np.max(np.abs(dense.astype(np.float64) - loop))))
+                for p, pol in b.policies.items():
+                    tol = pol["default"]
+                    rec_["usage"][p].append(round(usage(dense, loop, tol["atol"], tol["rtol"]), 3))
         if (i + 1) % 20 == 0:
             print(f"{i + 1} seeds", file=sys.stderr)
     doc = {
@@ -412,9 +435,22 @@ def main():
             "what": "maxtext-dense against maxtext-loop, as test_dense asserts allclose(actual, expected)",
             **test,
         }
-        worst = {p: max(v) for p, v in test["usage"].items()}
-        print(f"test_dense's own comparison over {a.seeds} seeds: max |diff| "
-              f"{max(test['max_abs_diff']):.3e}, worst usage {worst}", file=sys.stderr)
+        doc["test_comparison_tpu_precision"] = {
+            "what": ("the same comparison with every dot and einsum operand rounded to bfloat16, "
+                     "float32 accumulation: JAX's default matmul precision on a TPU, emulated on the "
+                     "CPU (the test's dtype float32 does not change it)"),
+            **tpu,
+        }
+        doc["test_comparison_tpu_precision_f32_combine"] = {
+            "what": ("as test_comparison_tpu_precision, with the dense block's combine einsum "
+                     "(BSEM,BSE->BSM) in float32: how much of the difference the combine makes"),
+            **tpu_f32c,
+        }
+        for what, r in (("", test), (" at TPU default precision (emulated)", tpu),
+                        (" at TPU default precision, the dense combine in float32", tpu_f32c)):
+            worst = {p: max(v) for p, v in r["usage"].items()}
+            print(f"test_dense's own comparison{what} over {a.seeds} seeds: max |diff| "
+                  f"{max(r['max_abs_diff']):.3e}, worst usage {worst}", file=sys.stderr)
     with open(a.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")
