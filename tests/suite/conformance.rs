@@ -101,11 +101,9 @@ fn render(t: &Table) -> String {
 #[test]
 fn conformance_table_is_what_the_probes_measure() {
     let table = render(&measured());
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(DOC, &table).unwrap();
+    let Some(doc) = super::common::recorded::bless_or_recorded(DOC, &table) else {
         return;
-    }
-    let doc = std::fs::read_to_string(DOC).unwrap_or_default();
+    };
     assert_eq!(
         doc, table,
         "docs/conformance.md is not what the probes measure; regenerate it (its header says how)"

@@ -38,16 +38,14 @@ fn heldout_block_against_torch_at_one_thread() {
     }
     writeln!(out, "all\t{}\t{}", c.tensors_same, c.tensors).unwrap();
     let table = Path::new(DIR).join("agreement-torch1.tsv");
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(&table, &out).unwrap();
+    let Some(recorded) = super::common::recorded::bless_or_recorded(&table, &out) else {
         return;
-    }
+    };
     assert_eq!(
         c.tensors_same, c.tensors,
         "the held-out block is no longer bit-exact with torch (first difference: {:?})",
         c.first
     );
-    let recorded = std::fs::read_to_string(&table).unwrap_or_default();
     assert_eq!(
         recorded,
         out,

@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::common::recorded::bless_or_recorded;
 use super::moe::{builtin, output};
 
 const FIXTURE: &str = concat!(
@@ -134,11 +135,9 @@ fn maxtext_moe_builtin_against_jax() {
         .unwrap();
     }
     eprint!("{table}");
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(TABLE, &table).unwrap();
+    let Some(recorded) = bless_or_recorded(TABLE, &table) else {
         return;
-    }
-    let recorded = std::fs::read_to_string(TABLE).unwrap_or_default();
+    };
     assert_eq!(
         recorded, table,
         "measured agreement with JAX differs from {TABLE}"

@@ -28,6 +28,8 @@ use seedsweep::exec::trace::SlotRole;
 use seedsweep::scenario::profile::ProfileRegistry;
 use serde_json::Value;
 
+use super::common::recorded::bless_or_recorded;
+
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/torch_corpus/");
 
 /// What one file's comparison measured.
@@ -123,11 +125,9 @@ pub(crate) fn assert_agreement(dir: &str, label: &str, files: &[PathBuf]) {
     assert!(compared > 0, "no fixture found in {dir}");
     let table = Path::new(dir).join("agreement.tsv");
     eprintln!("not bit-exact: {inexact:#?}");
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(&table, &out).unwrap();
+    let Some(recorded) = bless_or_recorded(&table, &out) else {
         return;
-    }
-    let recorded = std::fs::read_to_string(&table).unwrap_or_default();
+    };
     assert_eq!(
         recorded,
         out,
@@ -410,8 +410,7 @@ pub(crate) fn check_table(
             "the summary is {summary:?}, recorded {old:?} (regenerate the table)"
         )),
     }
-    if std::env::var_os("SEEDSWEEP_BLESS_CORPUS").is_some() {
-        std::fs::write(format!("{dir}{table}"), &out).unwrap();
+    if bless_or_recorded(format!("{dir}{table}"), &out).is_none() {
         return;
     }
     assert!(total.tensors > 0 && total.elements > 0, "nothing compared");

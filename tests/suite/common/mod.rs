@@ -3,4 +3,5 @@
 pub mod alone;
 pub mod checkpoint;
 pub mod legacy_graphs;
+pub mod recorded;
 pub mod splitmix;
