@@ -99,7 +99,8 @@ def enc(t, hex_limit):
 
 LAYER_KEYS = {"name", "op", "input", "inputs", "parallel", "attr", "out", "bias", "tie", "num",
               "dim", "padding_idx", "eps", "affine", "heads", "causal", "scale", "theta",
-              "style", "experts", "top_k", "ffn", "activation", "gated", "norm_topk", "expert_parallel"}
+              "style", "experts", "top_k", "ffn", "activation", "gated", "norm_topk", "expert_parallel",
+              "combine", "reference_combine"}
 TABLES = ("parallel", "train", "loss", "data", "init")
 
 
@@ -381,6 +382,10 @@ class Model:
         self.layers = d.get("layers", [])
         self.ep = max([self.ival(l.get("expert_parallel", 1), "expert_parallel")
                        for l in self.layers if l.get("op") == "moe"] or [1])
+        # a moe layer whose reference combines otherwise: two computations even unsharded
+        self.two_combines = any(
+            l.get("reference_combine", l.get("combine", "elementwise")) != l.get("combine", "elementwise")
+            for l in self.layers if l.get("op") == "moe")
         for l in self.layers:
             for k in l:
                 if k not in LAYER_KEYS:
@@ -843,7 +848,15 @@ class Run:
         w, idx = torch.topk(probs, k, dim=-1)
         if l.get("norm_topk", False):
             w = w / w.sum(-1, keepdim=True)
+        combine = l.get("combine", "elementwise")
+        if not self.sharded:
+            combine = l.get("reference_combine", combine)
         out = torch.zeros_like(x2)
+        if combine == "einsum":
+            # MaxText's dense combine: every expert's output [T, E, H] (zero rows where a
+            # token did not choose it) and the weights [T, E] (zero there), one einsum
+            ys = torch.zeros(x2.shape[0], ne, x2.shape[1])
+            ws = torch.zeros(x2.shape[0], ne)
         for e in range(ne):
             tok, slot = torch.where(idx == e)
             if tok.numel() == 0:
@@ -856,7 +869,13 @@ class Run:
                 w3 = self.leaves[f"{name}.experts.{e}.w3.weight"][0][0]
                 hcur = hcur * F.linear(xe, w3)
             ye = F.linear(hcur, w2)
+            if combine == "einsum":
+                ys = ys.index_put((tok, torch.full_like(tok, e)), ye)
+                ws = ws.index_put((tok, torch.full_like(tok, e)), w[tok, slot])
+                continue
             out.index_add_(0, tok, ye * w[tok, slot].unsqueeze(-1))
+        if combine == "einsum":
+            out = torch.einsum("teh,te->th", ys, ws)
         return out.reshape(shape)
 
     def sdpa(self, l, name, qkv):
@@ -1466,7 +1485,7 @@ def mirror(path, seeds, first_seed, threads, hex_limit):
             else:
                 ref = Run(model, seed, False, hex_limit, first).run()
             run = {"param": pid, "seed": seed, "reference": ref}
-            if model.tp > 1 or model.dp > 1 or model.ep > 1:
+            if model.tp > 1 or model.dp > 1 or model.ep > 1 or model.two_combines:
                 run["sharded"] = Run(model, seed, True, hex_limit, first).run()
             # else one computation: the sharded one is the reference (written once)
             runs.append(run)

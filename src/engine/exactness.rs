@@ -154,7 +154,29 @@ pub fn op_gaps(g: &ResolvedGraph, profile: &Profile) -> Vec<Gap> {
                     );
                 }
             }
-            Op::Moe { x, act, ffn, .. } => {
+            Op::Moe {
+                x,
+                act,
+                ffn,
+                experts,
+                combine,
+                reference_combine,
+                ..
+            } => {
+                let einsum = crate::scenario::ir::MoeCombine::Einsum;
+                if (*combine == einsum || *reference_combine == einsum)
+                    && g.width(*x) * experts >= 400
+                {
+                    add(
+                        format!(
+                            "`{}`: the einsum combine above ATen's naive bmm size",
+                            layer.name
+                        ),
+                        "torch's per-token bmm over the experts (hidden x experts >= 400) runs \
+                         MKL's batched order, which seedsweep does not model there (the profile's \
+                         matmul computes it)",
+                    );
+                }
                 add(
                     format!("`{}`: top-k among equal router probabilities", layer.name),
                     "torch's CPU topk does not promise an order among equal values; seedsweep \

@@ -1001,7 +1001,7 @@ impl Plan {
             }
             Op::Moe { x, out, .. } => {
                 // `shards`: the expert-parallel ranks' token blocks (one block unsharded).
-                let c = self.moe_cfg(op);
+                let c = self.moe_cfg(op, cx.sharded);
                 if bf.moe.len() <= li {
                     bf.moe.resize_with(li + 1, MoeBufs::default);
                 }
@@ -1466,7 +1466,7 @@ impl Plan {
                 self.act_grad_done(bf, x.0, dx);
             }
             Op::Moe { x, router, .. } => {
-                let c = self.moe_cfg(op);
+                let c = self.moe_cfg(op, cx.sharded);
                 let want_dx = self.needs_grad[x.0];
                 let mut dx = want_dx.then(|| self.act_grad_target(bf, x.0));
                 {
@@ -1573,8 +1573,9 @@ impl Plan {
         }
     }
 
-    /// The shape and options of moe layer `op`.
-    fn moe_cfg(&self, op: &Op) -> MoeCfg {
+    /// The shape and options of moe layer `op` in the sharded computation or (`sharded`
+    /// false) the reference and float64 ones, which differ in their combine only.
+    fn moe_cfg(&self, op: &Op, sharded: bool) -> MoeCfg {
         let Op::Moe {
             x,
             experts,
@@ -1583,6 +1584,8 @@ impl Plan {
             act,
             gated,
             norm_topk,
+            combine,
+            reference_combine,
             ..
         } = *op
         else {
@@ -1597,6 +1600,7 @@ impl Plan {
             act,
             gated,
             norm_topk,
+            combine: if sharded { combine } else { reference_combine },
         }
     }
 

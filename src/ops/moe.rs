@@ -22,6 +22,21 @@
 //!    `((0 + w_a·y_a) + w_b·y_b) + …` over the token's experts **in ascending expert index**,
 //!    each product and each addition rounded once.
 //!
+//! # The einsum combine (`combine = "einsum"`, MaxText's `dense_matmul`)
+//!
+//! Step 5's combine as one contraction over the experts, `out = einsum("teh,te->th", Y, W)`:
+//! `Y` every expert's output `[T, E, H]` (rows of the experts a token did not choose are zero),
+//! `W` the weights `[T, E]` (zero there); per token a `[H, E]·[E, 1]` product ([`MoeCombine`]).
+//! torch computes it with `bmm`; under a profile that mirrors torch's batched products and
+//! below ATen's naive size (`H·E < 400`) that is `c = 0; c = c + fl(w_e·y_e)` over the experts
+//! in ascending order, the elementwise combine's bits; its backward gives the weights
+//! `Σ_h fl(y·g)` in `h` order from +0 and the expert outputs `fl(w·g)`. Otherwise (the
+//! profiles that mirror no torch build, and torch's MKL order above the size, a listed gap)
+//! the three products are the profile's matmul ([`Backend::matmul`]), whose passes round both
+//! operands: under `tpu-bf16` the expert outputs and the weights are rounded to bf16, as a TPU
+//! does at JAX's default precision. Expert parallelism, the routing and the experts are as
+//! above; the reference computation may combine otherwise (`reference_combine`).
+//!
 //! # Backward (torch's autograd of that formulation)
 //!
 //! - `gy = g[tok] * w[tok, slot]` per element; the weight's gradient
@@ -79,7 +94,7 @@ use crate::ops::backend::Backend;
 use crate::ops::layers::{linear, tanh_backward};
 use crate::ops::real::Real;
 use crate::ops::softmax::SoftmaxReal;
-use crate::scenario::ir::{Activation, Op, ParamId};
+use crate::scenario::ir::{Activation, MoeCombine, Op, ParamId};
 
 /// The shape and options of one moe layer.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +115,9 @@ pub struct MoeCfg {
     pub gated: bool,
     /// Renormalised top-k weights.
     pub norm_topk: bool,
+    /// The combine as one contraction over the experts (MaxText's dense einsum) instead of
+    /// the elementwise weighted sum ([`MoeCombine`]).
+    pub combine: MoeCombine,
 }
 
 /// A moe layer's weights: the parameter table, its storage map and the router's id.
@@ -145,7 +163,13 @@ pub struct MoeBufs<R> {
     up: Vec<R>,
     h: Vec<R>,
     ye: Vec<R>,
+    /// The einsum combine's operands: per token its experts' outputs `[E, H]` (zero rows for
+    /// the experts it did not choose) and its weights `[E]` (zero where not chosen).
+    comb_y: Vec<R>,
+    comb_w: Vec<R>,
     // backward scratch
+    comb_dy: Vec<R>,
+    comb_dw: Vec<R>,
     gy: Vec<R>,
     dh: Vec<R>,
     da: Vec<R>,
@@ -308,6 +332,11 @@ pub fn moe_forward<B: Backend>(
     sized(&mut bf.up, if c.gated { n * f } else { 0 });
     sized(&mut bf.h, n * f);
     sized(&mut bf.ye, n * h);
+    let einsum = c.combine == MoeCombine::Einsum;
+    if einsum {
+        sized(&mut bf.comb_y, t * ne * h);
+        sized(&mut bf.comb_w, t * ne);
+    }
     y.fill(zero);
     for e in 0..ne {
         let (lo, hi) = (bf.off[e], bf.off[e + 1]);
@@ -348,11 +377,46 @@ pub fn moe_forward<B: Backend>(
                 be.wire_round(row);
             }
             let wt = bf.topw[tt * k + bf.slot[i] as usize];
+            if einsum {
+                let at = (tt * ne + e) * h;
+                bf.comb_y[at..at + h].copy_from_slice(row);
+                bf.comb_w[tt * ne + e] = wt;
+                continue;
+            }
             for (o, &v) in y[tt * h..(tt + 1) * h].iter_mut().zip(row.iter()) {
                 *o = *o + v * wt;
             }
         }
     }
+    if einsum {
+        // `einsum("BSEM,BSE->BSM")`, per token over the experts.
+        let naive = torch_naive_bmm(be, h, ne);
+        for tt in 0..t {
+            let (yt, wt) = (
+                &bf.comb_y[tt * ne * h..(tt + 1) * ne * h],
+                &bf.comb_w[tt * ne..(tt + 1) * ne],
+            );
+            let out = &mut y[tt * h..(tt + 1) * h];
+            if naive {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = (0..ne).fold(zero, |acc, e| acc + wt[e] * yt[e * h + j]);
+                }
+            } else {
+                be.matmul(wt, yt, out, 1, ne, h);
+            }
+        }
+    }
+}
+
+/// Whether torch computes a `[rows, red]·[red, 1]` product of the einsum combine (a `bmm`
+/// per token) in ATen's naive kernel, `c = 0; c = c + fl(a·b)` in reduction order: under a
+/// profile that mirrors torch's batched products ([`Backend::bmm_order`] not the naive
+/// default) and below ATen's size, `red · rows · 1 < 400`. Otherwise the contraction is the
+/// profile's matmul ([`Backend::matmul`]: its passes round the operands, bf16 under
+/// `tpu-bf16`; MKL's sgemm model above the size, where torch's batched order is not
+/// modelled and `check` says so).
+fn torch_naive_bmm<B: Backend>(be: &B, rows: usize, red: usize) -> bool {
+    be.bmm_order() != crate::ops::attention::BmmOrder::Naive && rows * red < 400
 }
 
 /// The backward (module doc) from the output gradient `g` (`[T, H]`): the weight gradients
@@ -391,6 +455,39 @@ pub fn moe_backward<B: Backend>(
     if let Some(d) = dx.as_deref_mut() {
         d.fill(zero);
     }
+    let einsum = c.combine == MoeCombine::Einsum;
+    if einsum {
+        // The contraction's gradients per token, as `bmm`'s backward computes them: the
+        // weights' `Y·g` (`[E, H]·[H, 1]`) and the experts' outputs' `w·gᵀ` (`[E, 1]·[1, H]`,
+        // one product each) ([`torch_naive_bmm`] says which kernel).
+        sized(&mut bf.comb_dw, t * ne);
+        sized(&mut bf.comb_dy, t * ne * h);
+        let naive = torch_naive_bmm(be, ne, h);
+        for tt in 0..t {
+            let gr = &g[tt * h..(tt + 1) * h];
+            let (yt, wt) = (
+                &bf.comb_y[tt * ne * h..(tt + 1) * ne * h],
+                &bf.comb_w[tt * ne..(tt + 1) * ne],
+            );
+            let (dwt, dyt) = (
+                &mut bf.comb_dw[tt * ne..(tt + 1) * ne],
+                &mut bf.comb_dy[tt * ne * h..(tt + 1) * ne * h],
+            );
+            if naive {
+                for (e, o) in dwt.iter_mut().enumerate() {
+                    *o = (0..h).fold(zero, |acc, j| acc + yt[e * h + j] * gr[j]);
+                }
+                for (e, row) in dyt.chunks_exact_mut(h).enumerate() {
+                    for (o, &v) in row.iter_mut().zip(gr) {
+                        *o = wt[e] * v;
+                    }
+                }
+            } else {
+                be.matmul(yt, gr, dwt, ne, h, 1);
+                be.matmul(wt, gr, dyt, ne, 1, h);
+            }
+        }
+    }
     // Experts in descending order: the order autograd adds their input gradients.
     for e in (0..ne).rev() {
         let (lo, hi) = (bf.off[e], bf.off[e + 1]);
@@ -410,10 +507,16 @@ pub fn moe_backward<B: Backend>(
             let wt = bf.topw[tt * k + s];
             let gr = &g[tt * h..(tt + 1) * h];
             let ye = &bf.ye[i * h..(i + 1) * h];
-            bf.gw[tt * k + s] = zero + B::R::row_sum_by(h, |j| gr[j] * ye[j]);
             let row = &mut bf.gy[i * h..(i + 1) * h];
-            for (o, &v) in row.iter_mut().zip(gr) {
-                *o = v * wt;
+            if einsum {
+                bf.gw[tt * k + s] = bf.comb_dw[tt * ne + e];
+                let at = (tt * ne + e) * h;
+                row.copy_from_slice(&bf.comb_dy[at..at + h]);
+            } else {
+                bf.gw[tt * k + s] = zero + B::R::row_sum_by(h, |j| gr[j] * ye[j]);
+                for (o, &v) in row.iter_mut().zip(gr) {
+                    *o = v * wt;
+                }
             }
             if crosses(e, tt) {
                 be.wire_round(row);

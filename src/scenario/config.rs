@@ -81,6 +81,12 @@ pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
         "maxtext_moe_dense_test.toml",
         include_str!("../../configs/maxtext_moe_dense_test.toml"),
     ),
+    // Issue 35: the same block as MaxText's test compares it, the dense path's einsum combine
+    // against the loop's elementwise one (#4550), validated in tests/suite/moe.rs.
+    (
+        "maxtext_moe_dense_vs_loop.toml",
+        include_str!("../../configs/maxtext_moe_dense_vs_loop.toml"),
+    ),
 ];
 
 /// A tolerance as written in TOML.

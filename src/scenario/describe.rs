@@ -9,7 +9,7 @@ use crate::sys::error::InputError;
 
 use super::file::ScenarioFile;
 use super::resolve::{Dtype, Graph, Group, Role, Split};
-use crate::scenario::ir::FixedValues;
+use crate::scenario::ir::{FixedValues, MoeCombine};
 
 use super::spec::{Binary, Draw, LossOp, Op, Optimizer, Scheme, ShardRule};
 
@@ -122,15 +122,36 @@ fn describe_layer(l: &super::spec::Layer) -> String {
             gated,
             norm_topk,
             expert_parallel,
-        } => format!(
-            "moe(experts={experts}, top_k={top_k}, ffn={ffn}, {}, norm_topk={norm_topk}, expert_parallel={expert_parallel}; router linear(bias=False), softmax over experts, topk (ties: lower expert first), {}combine sum over the chosen experts in ascending expert order)",
-            if *gated {
-                format!("experts {}(x·w1ᵀ) * (x·w3ᵀ) then ·w2ᵀ", act.name())
+            combine,
+            reference_combine,
+        } => {
+            let how = |c: &MoeCombine| match c {
+                MoeCombine::Elementwise => {
+                    "combine sum over the chosen experts in ascending expert order"
+                }
+                MoeCombine::Einsum => {
+                    "combine einsum(BSEM,BSE->BSM) over all experts as one matmul per token"
+                }
+            };
+            let combine_text = if combine == reference_combine {
+                how(combine).to_string()
             } else {
-                format!("experts {}(x·w1ᵀ)·w2ᵀ", act.name())
-            },
-            if *norm_topk { "weights / their sum, " } else { "" }
-        ),
+                format!(
+                    "sharded: {}; reference: {}",
+                    how(combine),
+                    how(reference_combine)
+                )
+            };
+            format!(
+                "moe(experts={experts}, top_k={top_k}, ffn={ffn}, {}, norm_topk={norm_topk}, expert_parallel={expert_parallel}; router linear(bias=False), softmax over experts, topk (ties: lower expert first), {}{combine_text})",
+                if *gated {
+                    format!("experts {}(x·w1ᵀ) * (x·w3ᵀ) then ·w2ᵀ", act.name())
+                } else {
+                    format!("experts {}(x·w1ᵀ)·w2ᵀ", act.name())
+                },
+                if *norm_topk { "weights / their sum, " } else { "" }
+            )
+        }
     }
 }
 

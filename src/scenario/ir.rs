@@ -495,7 +495,23 @@ pub enum Op {
         norm_topk: bool,
         /// Expert-parallel degree of the sharded computation.
         ep: usize,
+        /// How the sharded computation combines the experts' outputs.
+        combine: MoeCombine,
+        /// How the reference and float64 computations combine them.
+        reference_combine: MoeCombine,
     },
+}
+
+/// How a moe layer combines its experts' weighted outputs (`combine`, `reference_combine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeCombine {
+    /// `out.index_add_(0, tok, ye * w)` per expert in ascending order: each product rounded,
+    /// added elementwise (torch's loop; MaxText's `MoeLoopBlock`).
+    Elementwise,
+    /// One contraction over the experts, `einsum("BSEM,BSE->BSM", Y, W)` with the unchosen
+    /// experts' weights zero (MaxText's `RoutedMoE.dense_matmul`): per token `[1, E]·[E, H]`
+    /// by the profile's matmul, so its passes round both operands (bf16 under `tpu-bf16`).
+    Einsum,
 }
 
 /// Elementwise ops of two tensors.

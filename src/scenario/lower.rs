@@ -402,6 +402,8 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 gated,
                 norm_topk,
                 expert_parallel,
+                combine,
+                reference_combine,
             } => ir::Op::Moe {
                 x: tid(&l.input),
                 out,
@@ -419,6 +421,8 @@ pub fn lower(ctx: &Ctx, g: &Graph, rng: RngKind) -> Result<ir::ResolvedGraph, In
                 gated: *gated,
                 norm_topk: *norm_topk,
                 ep: *expert_parallel,
+                combine: *combine,
+                reference_combine: *reference_combine,
             },
             Op::Sdpa {
                 k,

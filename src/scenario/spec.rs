@@ -8,7 +8,7 @@ use crate::sys::error::InputError;
 
 use super::node::{check_name, DimValue, Obj, MAX_SIZE};
 use super::values::{read_values, ValueType};
-use crate::scenario::ir::FixedValues;
+use crate::scenario::ir::{FixedValues, MoeCombine};
 
 /// DeepSpeed's or Megatron's rule for splitting a size over ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +223,10 @@ pub enum Op {
         norm_topk: bool,
         /// Expert-parallel degree (experts split over this many ranks).
         expert_parallel: usize,
+        /// The sharded computation's combine.
+        combine: MoeCombine,
+        /// The reference's combine (default: `combine`).
+        reference_combine: MoeCombine,
     },
     /// `F.scaled_dot_product_attention(q, k, v, is_causal, scale)` (torch's math path) on
     /// `[batch, seq, heads·head_dim]` tensors; `q` is the layer's `input`.
@@ -581,6 +585,8 @@ const LAYER_KEYS: &[&str] = &[
     "gated",
     "norm_topk",
     "expert_parallel",
+    "combine",
+    "reference_combine",
     "cp",
     "load_balance",
 ];
@@ -621,6 +627,8 @@ fn op_keys(op: &str) -> &'static [&'static str] {
             "gated",
             "norm_topk",
             "expert_parallel",
+            "combine",
+            "reference_combine",
         ],
         _ => &[],
     }
@@ -1183,6 +1191,21 @@ fn parse_layers(
                     "tanh" => Act::Tanh,
                     _ => Act::Silu,
                 };
+                let combine_of = |key: &str, default: &'static str| {
+                    o.choice(key, &["elementwise", "einsum"], default)
+                        .map(|v| match v {
+                            "einsum" => MoeCombine::Einsum,
+                            _ => MoeCombine::Elementwise,
+                        })
+                };
+                let combine = combine_of("combine", "elementwise")?;
+                let reference_combine = combine_of(
+                    "reference_combine",
+                    match combine {
+                        MoeCombine::Einsum => "einsum",
+                        MoeCombine::Elementwise => "elementwise",
+                    },
+                )?;
                 Op::Moe {
                     experts,
                     top_k,
@@ -1191,6 +1214,8 @@ fn parse_layers(
                     gated: o.bool("gated", false)?,
                     norm_topk: o.bool("norm_topk", false)?,
                     expert_parallel,
+                    combine,
+                    reference_combine,
                 }
             }
             "sdpa" => {

@@ -67,10 +67,12 @@ fn sweep_writes_both_csvs_with_the_documented_columns() {
     // fsdp-zero2-grad-acc: 1 param x 4 checks x 3 x 1.
     // megatron-vocab-parallel-ce-test: 1 param x 2 checks x 3 comparisons x 1 policy.
     // torchtitan-fsdp-vs-hsdp: 1 param x 5 checks x 3 x 1.
-    // maxtext-moe-dense-test: 1 param x 3 profiles x 1 check x 3 comparisons x 2 policies.
+    // maxtext-moe-dense-test: 1 param x 3 profiles x 1 check x 3 comparisons x 2 policies;
+    // maxtext-moe-dense-vs-loop the same in 2 profiles.
     // pytorch-ring-attention-sdpa-test: 9 params x 4 checks x 3 x 2 policies (efficient-flat,
     // torch-default).
-    let new_rows = 4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3 + 2 * 3 + 5 * 3 + 3 * 3 * 2 + 9 * 4 * 3 * 2;
+    let new_rows =
+        4 * 3 * 3 * 2 + 2 * 10 * 3 + 4 * 3 + 2 * 3 + 5 * 3 + 3 * 3 * 2 + 2 * 3 * 2 + 9 * 4 * 3 * 2;
     assert_eq!(
         summary.lines().count() - 1,
         deepspeed_rows + new_rows + vocab_ce_rows + 2 * diloco_rows

@@ -28,11 +28,11 @@ fn fast_and_scalar_reference_kernels_give_identical_traces() {
     // T1 4 params, T2 3, maxtext-diloco 1, diloco 1, deepspeed-tp-row-parallel 4,
     // deepspeed-uneven-tp3-row-parallel 2, deepspeed-tp-column-parallel 4, megatron-tp-mlp 2,
     // fsdp-zero2-grad-acc 1, megatron-vocab-parallel-ce 2, megatron-vocab-parallel-ce-test 1,
-    // torchtitan-fsdp-vs-hsdp 1, maxtext-moe-dense-test 1, pytorch-ring-attention-sdpa-test 9;
-    // each in the 5 profiles.
+    // torchtitan-fsdp-vs-hsdp 1, maxtext-moe-dense-test 1, maxtext-moe-dense-vs-loop 1,
+    // pytorch-ring-attention-sdpa-test 9; each in the 5 profiles.
     assert_eq!(
         groups.len(),
-        (4 + 3 + 1 + 1 + 4 + 2 + 4 + 2 + 1 + 2 + 1 + 1 + 1 + 9) * 5
+        (4 + 3 + 1 + 1 + 4 + 2 + 4 + 2 + 1 + 2 + 1 + 1 + 1 + 1 + 9) * 5
     );
     let mut fast = Workspace::with_kernels(Kernels::Fast);
     let mut scalar = Workspace::with_kernels(Kernels::ScalarReference);

@@ -1130,11 +1130,12 @@ fn moe(from: &str, to: &str) -> String {
 #[test]
 fn moe_keys_are_checked() {
     parse_file(FILE, MOE).unwrap_or_else(|e| panic!("{e}"));
-    parse_file(
+    for f in [
         "configs/maxtext_moe_dense_test.toml",
-        &std::fs::read_to_string("configs/maxtext_moe_dense_test.toml").unwrap(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+        "configs/maxtext_moe_dense_vs_loop.toml",
+    ] {
+        parse_file(f, &std::fs::read_to_string(f).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    }
     // top_k larger than the experts, and zero
     let msg = err(&moe("top_k = 2", "top_k = 5"));
     assert_names(
@@ -1187,6 +1188,19 @@ fn moe_keys_are_checked() {
         &msg,
         "layers[1].activation",
         &["`swish` is not allowed", "silu"],
+    );
+    // a combine that is not one of the two formulations
+    let msg = err(&moe("ffn = 16", "ffn = 16, combine = \"dense\""));
+    assert_names(
+        &msg,
+        "layers[1].combine",
+        &["`dense` is not allowed", "elementwise", "einsum"],
+    );
+    let msg = err(&moe("ffn = 16", "ffn = 16, reference_combine = \"loop\""));
+    assert_names(
+        &msg,
+        "layers[1].reference_combine",
+        &["`loop` is not allowed", "elementwise", "einsum"],
     );
     let msg = err(&moe("ffn = 16, ", ""));
     assert_names(&msg, "layers[1].ffn", &["`ffn` is required"]);

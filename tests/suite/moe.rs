@@ -1,6 +1,7 @@
 //! The mixture-of-experts layer (`op = "moe"`, `src/ops/moe.rs`) against real torch.
 //!
-//! The files: `tests/data/moe/*.toml` and the built-in `configs/maxtext_moe_dense_test.toml`;
+//! The files: `tests/data/moe/*.toml` and the built-ins `configs/maxtext_moe_dense_test.toml` and
+//! `configs/maxtext_moe_dense_vs_loop.toml`;
 //! for each `F.toml`, `tests/data/moe/` holds `F.torch1.json` (and `F.torch2.json` where
 //! present): `scripts/torch_mirror.py F.toml --threads T -o ...` in torch 2.15 on the CPU
 //! (`ATEN_CPU_CAPABILITY=avx2`, eager, T threads), every check of both computations as FNV-1a
@@ -19,6 +20,7 @@ fn files() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut v = toml_files(DIR);
     v.push(root.join("configs/maxtext_moe_dense_test.toml"));
+    v.push(root.join("configs/maxtext_moe_dense_vs_loop.toml"));
     v.sort_by_key(|p| p.file_name().map(|n| n.to_os_string()));
     v
 }
@@ -43,11 +45,17 @@ pub(crate) fn output(
     t.data(slot).to_vec()
 }
 
-pub(crate) fn builtin() -> Box<dyn seedsweep::exec::scenario::Scenario> {
-    let text = include_str!("../../configs/maxtext_moe_dense_test.toml");
-    let sf = seedsweep::scenario::load("maxtext_moe_dense_test.toml", text)
-        .unwrap_or_else(|e| panic!("{e}"));
+/// A scenario file's text, built.
+pub(crate) fn built(name: &str, text: &str) -> Box<dyn seedsweep::exec::scenario::Scenario> {
+    let sf = seedsweep::scenario::load(name, text).unwrap_or_else(|e| panic!("{e}"));
     Box::new(seedsweep::exec::build::build(sf).unwrap_or_else(|e| panic!("{e}")))
+}
+
+pub(crate) fn builtin() -> Box<dyn seedsweep::exec::scenario::Scenario> {
+    built(
+        "maxtext_moe_dense_test.toml",
+        include_str!("../../configs/maxtext_moe_dense_test.toml"),
+    )
 }
 
 /// The float64 truth of the built-in is the MoE formula, evaluated here independently from
