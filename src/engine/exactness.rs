@@ -638,4 +638,38 @@ checks = [{{ name = "o", tensor = "m.out" }}]
         assert!(has(&w, "the experts' Silu at 2 threads"), "{w:?}");
         assert!(!has(&whats(&moe("sgd", false, 8), p), "Silu"));
     }
+
+    /// The einsum combine is a gap above ATen's naive bmm size (`hidden · experts >= 400`),
+    /// whichever computation combines so, and exact below it.
+    #[test]
+    fn einsum_combine_is_a_gap_above_the_naive_bmm_size() {
+        let graph = |hidden: usize, keys: &str| {
+            let text = format!(
+                r#"
+name = "moe"
+dims = {{ rows = 6, hidden = {hidden} }}
+inputs = [{{ name = "x", draw = "randn", shape = ["rows", "hidden"] }}]
+layers = [{{ name = "m", op = "moe", input = "x", experts = 8, top_k = 2, ffn = 4, {keys} }}]
+loss = {{ op = "sum" }}
+train = {{ steps = 1, optimizer = "sgd", lr = 0.01 }}
+checks = [{{ name = "o", tensor = "m.out" }}]
+"#
+            );
+            crate::scenario::load("moe.toml", &text)
+                .unwrap()
+                .lowered
+                .remove(0)
+        };
+        let gap = |g: &ResolvedGraph| {
+            whats(g, "cpu-fma+mkl-threads-1")
+                .iter()
+                .any(|w| w.contains("einsum combine above ATen's naive bmm size"))
+        };
+        // 49 x 8 = 392 < 400: torch's naive kernel, modelled
+        assert!(!gap(&graph(49, r#"combine = "einsum""#)));
+        // 50 x 8 = 400: MKL's batched order
+        assert!(gap(&graph(50, r#"combine = "einsum""#)));
+        assert!(gap(&graph(50, r#"reference_combine = "einsum""#)));
+        assert!(!gap(&graph(50, r#"combine = "elementwise""#)));
+    }
 }
