@@ -21,7 +21,8 @@ What a file may draw (docs/scenario-language.md):
   with `--moe P` (default 0: off) also, with probability P, a mixture-of-experts layer after
   the MLP (on its whole output): 2-8 experts, top_k 1..=experts, any expert activation, gated
   or not, `norm_topk` or not, and in files without tp or dp (--moe makes more of them) often
-  `expert_parallel` 2-4 (a degree dividing the experts, at most the tokens);
+  `expert_parallel` 2-4 (a degree dividing the experts, at most the tokens), and in 2 files of
+  5 `combine = "einsum"` (half of them against `reference_combine = "elementwise"`);
 - losses: cross-entropy (plain, and vocab-parallel behind a column head), mse, sum;
 - train: steps, micro-steps, sgd / momentum / nesterov / adam / adamw with their options;
 - parallel: tp 1-4 under both shard rules (uneven DeepSpeed shards, grains), or dp 2-4 with
@@ -105,6 +106,14 @@ class Gen:
             degrees = [n for n in (2, 3, 4) if experts % n == 0 and n <= tokens]
             if degrees:
                 l["expert_parallel"] = r.pick(degrees)
+        # The combine, from a stream of its own (the file's index), so that the draws above
+        # and every later one are those of earlier versions: MaxText's einsum for the sharded
+        # computation in 2 files of 5, half of them against an elementwise reference.
+        side = random.Random(f"moe-combine-{self.i}")
+        if side.random() < 0.4:
+            l["combine"] = "einsum"
+            if side.random() < 0.5:
+                l["reference_combine"] = "elementwise"
         return l
 
     def attn_chance(self):

@@ -3,7 +3,9 @@
 //! 1.0 --prefix moe` (the corpus generator's files, each with a `moe` layer after the MLP block:
 //! 2 to 8 experts, top 1 to 7, silu, gelu, gelu-tanh and tanh experts, 4 gated, 7 with
 //! `norm_topk`; under tp 2-4 (5 files), dp 4 with ZeRO 2 and 3 (2 files), and expert
-//! parallelism over 2 ranks (`moe-003`, `moe-005`)). For each `F.toml` the directory holds
+//! parallelism over 2 ranks (`moe-003`, `moe-005`); MaxText's einsum combine in 6 files,
+//! against an elementwise reference in 4 of them: `moe-001`, `-003`, `-007`, `-009`, and on both
+//! computations in `-002`, `-004`). For each `F.toml` the directory holds
 //! `F.torch1.json` and `F.torch2.json`: `scripts/torch_mirror.py F.toml --seeds 5 --threads T`
 //! in torch 2.15 on the CPU (`ATEN_CPU_CAPABILITY=avx2`, eager, T = 1 and 2 threads), every
 //! check of both computations (the unsharded reference and the simulated sharded one) as
@@ -12,7 +14,8 @@
 //! to `agreement.tsv`; the test asserts the measured rows equal the recorded ones (regenerate
 //! with `SEEDSWEEP_BLESS_CORPUS=1`), so a regression and an improvement both fail it.
 //!
-//! Measured: 6 of the 10 files bit-exact at 1 and 2 threads (`moe-001`, `-002`, `-003`, `-004`, `-006`,
+//! Measured (the same counts before and after the einsum combine joined six of the files):
+//! 6 of the 10 files bit-exact at 1 and 2 threads (`moe-001`, `-002`, `-003`, `-004`, `-006`,
 //! `-009`). Four more differ only in parameter values of experts that no token chose during a
 //! whole step (checked per seed by re-running the mirror's routing), the listed gap of
 //! docs/scenario-language.md: torch leaves such an expert's `.grad` `None` and the optimizer
