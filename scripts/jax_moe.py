@@ -130,6 +130,10 @@ class Block:
         self.act_name = l.get("activation", "silu")
         if self.act_name not in ACTS:
             raise tm.Unsupported(f"layers.{self.name}.activation = {self.act_name!r}")
+        ref_combine = l.get("reference_combine", l.get("combine", "elementwise"))
+        if ref_combine != "elementwise":
+            raise tm.Unsupported(f"layers.{self.name}.reference_combine = {ref_combine!r}: the "
+                                 "reference computation (the one compared) must combine elementwise")
         self.gated = l.get("gated", False)
         self.norm = l.get("norm_topk", False)
         # MaxText's blocks: SwiGLU experts, softmax over the chosen (= renormalised top-k)
