@@ -332,6 +332,12 @@ def xla_structure(b):
     f, e = b.model.ival(b.model.layers[0]["ffn"], "ffn"), b.ne
     for m, k, n in ((1, h, e), (128, h, e), (50, h, f), (51, h, f), (50, f, h), (51, f, h)):
         print(f"XLA's dot {m}x{k} @ {k}x{n}: {dot_structure(m, k, n)}")
+    # which path runs a softmax over the experts depends on the row count
+    sm = jax.jit(lambda z: jax.nn.softmax(z, axis=-1))
+    for rows in (128, 4096):
+        hlo = sm.lower(np.zeros((rows, e), np.float32)).compile().as_text()
+        path = "a YNNPACK fusion" if "__ynn_fusion" in hlo else "XLA's own emitter"
+        print(f"XLA's softmax over {rows}x{e}: {path}")
 
 
 def conditions():
