@@ -194,17 +194,28 @@ impl Plan {
                     ffn,
                     gated,
                     ep,
+                    combine,
+                    reference_combine,
                     ..
                 } => {
                     let (t, h) = (g.rows(x) as u128, g.width(x) as u128);
                     let (e, k, f) = (experts as u128, top_k as u128, ffn as u128);
                     let pm = e * h + e * (if gated { 3 } else { 2 }) * f * h;
+                    // The einsum combine's operands and their gradients: every expert's
+                    // output per token `[T, E, H]` and the weights `[T, E]`, twice each.
+                    let einsum = crate::scenario::ir::MoeCombine::Einsum;
+                    let dense = if combine == einsum || reference_combine == einsum {
+                        2 * (t * e * h + t * e)
+                    } else {
+                        0
+                    };
                     4 * t * e
                         + 4 * t * k
                         + t * k * (5 * h + 7 * f)
                         + ep as u128 * e * h
                         + t * h
                         + pm
+                        + dense
                 }
                 _ => 0,
             })

@@ -88,6 +88,8 @@ fn the_bound_covers_peak_resident_memory() {
         "configs/megatron_tp_mlp.toml",
         "configs/megatron_vocab_parallel_cross_entropy.toml",
         "configs/maxtext_moe_dense_test.toml",
+        "configs/maxtext_moe_dense_vs_loop.toml",
+        "tests/data/moe/moe_einsum.toml",
         "tests/data/moe/moe_gated_norm.toml",
         "tests/data/moe/moe_dp2.toml",
         "tests/data/moe/moe_ep2.toml",
