@@ -57,7 +57,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import struct
 import sys
 import tomllib
 
@@ -81,21 +80,13 @@ ACTS = {
 }
 
 
-def fnv1a64_bytes(data):
-    h = 0xCBF29CE484222325
-    for b in data:
-        h ^= b
-        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
-
-
 def routing_words(idx):
     """seedsweep's Trace::routing: per token its chosen experts ascending, then u32::MAX."""
     words = []
     for row in np.asarray(idx):
         words.extend(sorted(int(e) for e in row))
         words.append(0xFFFFFFFF)
-    return struct.pack(f"<{len(words)}I", *words)
+    return words
 
 
 class Block:
@@ -412,11 +403,12 @@ def main():
                 outs[f] = (np.asarray(o).reshape(-1, x.shape[-1]), np.asarray(sel).reshape(-1, b.k))
         for f, (o, idx) in outs.items():
             o = np.ascontiguousarray(o, dtype=np.float32)
-            raw = o.astype("<f4").tobytes()
-            rec[f]["output_fnv1a64"].append(fnv1a64_bytes(raw))
-            rec[f]["routing_fnv1a64"].append(fnv1a64_bytes(routing_words(idx)))
+            words = o.reshape(-1).view(np.uint32).tolist()
+            # torch_mirror.py's digest: FNV-1a 64 of the words' little-endian bytes
+            rec[f]["output_fnv1a64"].append(f"{tm.fnv1a64(words):016x}")
+            rec[f]["routing_fnv1a64"].append(f"{tm.fnv1a64(routing_words(idx)):016x}")
             if i < a.bits_seeds:
-                rec[f]["output_bits"][str(seed)] = "".join(f"{w:08x}" for w in o.reshape(-1).view(np.uint32))
+                rec[f]["output_bits"][str(seed)] = "".join(f"{w:08x}" for w in words)
         if b.maxtext:
             tl, td = (np.asarray(fn(*args)[0]).reshape(-1, x.shape[-1]) for fn in tpu_blocks)
             td32 = np.asarray(tpu_f32_combine[1](*args)[0]).reshape(-1, x.shape[-1])

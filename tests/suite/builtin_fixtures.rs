@@ -171,17 +171,7 @@ fn load(scenario: &str) -> (Value, Vec<Run>) {
     (json, runs)
 }
 
-/// FNV-1a 64 of the little-endian bytes of `words` (the fixture's digest).
-fn fnv1a64(words: &[u32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for w in words {
-        for b in w.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
+use super::common::digest::fnv1a64_words as fnv1a64;
 
 fn bits_of(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

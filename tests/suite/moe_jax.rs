@@ -33,7 +33,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::common::digest::fnv1a64_words;
 use super::common::recorded::bless_or_recorded;
+use super::common::splitmix::hex32;
 use super::moe::{built, builtin, output};
 
 const FIXTURE: &str = concat!(
@@ -49,16 +51,9 @@ const TABLE: &str = concat!(
 const ATOL: f64 = 1e-6;
 const RTOL: f64 = 1e-5;
 
-fn hex_bits(s: &str) -> Vec<u32> {
-    assert_eq!(s.len() % 8, 0, "bit patterns are 8 hex digits each");
-    (0..s.len() / 8)
-        .map(|i| u32::from_str_radix(&s[8 * i..8 * i + 8], 16).expect("hex bit pattern"))
-        .collect()
-}
-
-fn digest_u32(words: impl Iterator<Item = u32>) -> String {
-    let bytes: Vec<u8> = words.flat_map(u32::to_le_bytes).collect();
-    format!("{:016x}", seedsweep::rng::chacha::fnv1a64(&bytes))
+/// The fixture's digest of u32 words, as 16 hex digits.
+fn digest(words: &[u32]) -> String {
+    format!("{:016x}", fnv1a64_words(words))
 }
 
 #[derive(Default)]
@@ -94,10 +89,7 @@ fn maxtext_moe_builtin_against_jax() {
         let tr = &ws.traces.reference;
         let out = output(s.as_ref(), tr);
         let out_bits: Vec<u32> = out.iter().map(|&v| (v as f32).to_bits()).collect();
-        let (routing, outd) = (
-            digest_u32(tr.routing.iter().copied()),
-            digest_u32(out_bits.iter().copied()),
-        );
+        let (routing, outd) = (digest(&tr.routing), digest(&out_bits));
         for (name, row) in &mut rows {
             let f = &forms[name.as_str()];
             let at = |key: &str| {
@@ -108,10 +100,10 @@ fn maxtext_moe_builtin_against_jax() {
             row.routing_same += usize::from(at("routing_fnv1a64") == routing);
             row.output_same += usize::from(at("output_fnv1a64") == outd);
             if let Some(bits) = f["output_bits"][seed.to_string()].as_str() {
-                let jax = hex_bits(bits);
+                let jax = hex32(bits);
                 assert_eq!(jax.len(), out_bits.len(), "{name}: output size");
                 for (&a, &b) in out_bits.iter().zip(&jax) {
-                    let (a, b) = (f64::from(f32::from_bits(a)), f64::from(f32::from_bits(b)));
+                    let (a, b) = (f64::from(f32::from_bits(a)), f64::from(b));
                     row.elements += 1;
                     row.elements_same += usize::from(a.to_bits() == b.to_bits());
                     row.max_diff = row.max_diff.max((a - b).abs());

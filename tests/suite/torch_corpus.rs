@@ -59,16 +59,7 @@ impl Counts {
     }
 }
 
-fn fnv1a64(words: &[u32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for w in words {
-        for b in w.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
+use super::common::digest::fnv1a64_words as fnv1a64;
 
 fn hex_words(h: &str) -> Vec<u32> {
     (0..h.len() / 8)

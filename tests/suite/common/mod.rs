@@ -2,6 +2,7 @@
 
 pub mod alone;
 pub mod checkpoint;
+pub mod digest;
 pub mod legacy_graphs;
 pub mod recorded;
 pub mod splitmix;
