@@ -262,26 +262,40 @@ impl RopeReal for f64 {
 /// `y[i] = fl(fl(x[i]·c[i]) + fl((-x[i+h])·s[i]))`,
 /// `y[i+h] = fl(fl(x[i+h]·c[i+h]) + fl(x[i]·s[i+h]))`.
 pub fn rope_forward<R: RopeReal>(x: &[R], width: usize, t: &RopeTables, y: &mut [R]) {
-    assert_eq!(x.len(), y.len(), "rope: lengths");
+    per_head(x, width, t, y, |xh, yh, c, s, h| {
+        for i in 0..h {
+            yh[i] = xh[i] * c[i] + (-xh[i + h]) * s[i];
+            yh[i + h] = xh[i + h] * c[i + h] + xh[i] * s[i + h];
+        }
+    });
+}
+
+/// The walk [`rope_forward`] and [`rope_backward`] share: for every head of the rows of
+/// `width` in `a` (whole heads of `t.head_dim`), `f(a's head, b's head, cos, sin, head_dim/2)`
+/// with row `r`'s table row `r mod t.seq`.
+fn per_head<R: RopeReal>(
+    a: &[R],
+    width: usize,
+    t: &RopeTables,
+    b: &mut [R],
+    mut f: impl FnMut(&[R], &mut [R], &[R], &[R], usize),
+) {
+    assert_eq!(a.len(), b.len(), "rope: lengths");
     let hd = t.head_dim;
     assert!(
         hd.is_multiple_of(2) && width.is_multiple_of(hd),
         "rope: whole heads"
     );
-    let h = hd / 2;
     let (cos, sin) = R::rope_tables(t);
-    for (r, (xr, yr)) in x
+    for (r, (ar, br)) in a
         .chunks_exact(width)
-        .zip(y.chunks_exact_mut(width))
+        .zip(b.chunks_exact_mut(width))
         .enumerate()
     {
         let row = (r % t.seq) * hd;
         let (c, s) = (&cos[row..row + hd], &sin[row..row + hd]);
-        for (xh, yh) in xr.chunks_exact(hd).zip(yr.chunks_exact_mut(hd)) {
-            for i in 0..h {
-                yh[i] = xh[i] * c[i] + (-xh[i + h]) * s[i];
-                yh[i + h] = xh[i + h] * c[i + h] + xh[i] * s[i + h];
-            }
+        for (ah, bh) in ar.chunks_exact(hd).zip(br.chunks_exact_mut(hd)) {
+            f(ah, bh, c, s, hd / 2);
         }
     }
 }
@@ -294,30 +308,12 @@ pub fn rope_forward<R: RopeReal>(x: &[R], width: usize, t: &RopeTables, y: &mut 
 /// `dx[i] = fl(fl(0 + gs[i+h]) + gc[i])`, `dx[i+h] = fl(fl(-gs[i] + 0) + gc[i+h])`
 /// (the zero additions matter only for the sign of a zero).
 pub fn rope_backward<R: RopeReal>(dy: &[R], width: usize, t: &RopeTables, dx: &mut [R]) {
-    assert_eq!(dy.len(), dx.len(), "rope: lengths");
-    let hd = t.head_dim;
-    assert!(
-        hd.is_multiple_of(2) && width.is_multiple_of(hd),
-        "rope: whole heads"
-    );
-    let h = hd / 2;
-    let (cos, sin) = R::rope_tables(t);
-    for (r, (gr, dr)) in dy
-        .chunks_exact(width)
-        .zip(dx.chunks_exact_mut(width))
-        .enumerate()
-    {
-        let row = (r % t.seq) * hd;
-        let (c, s) = (&cos[row..row + hd], &sin[row..row + hd]);
-        for (g, d) in gr.chunks_exact(hd).zip(dr.chunks_exact_mut(hd)) {
-            for i in 0..h {
-                let lo = (R::ZERO + g[i + h] * s[i + h]) + g[i] * c[i];
-                let hi = (-(g[i] * s[i]) + R::ZERO) + g[i + h] * c[i + h];
-                d[i] = lo;
-                d[i + h] = hi;
-            }
+    per_head(dy, width, t, dx, |g, d, c, s, h| {
+        for i in 0..h {
+            d[i] = (R::ZERO + g[i + h] * s[i + h]) + g[i] * c[i];
+            d[i + h] = (-(g[i] * s[i]) + R::ZERO) + g[i + h] * c[i + h];
         }
-    }
+    });
 }
 
 #[cfg(test)]
