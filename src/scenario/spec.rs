@@ -558,38 +558,19 @@ pub const GRAPH_KEYS: &[&str] = &[
     "dims", "parallel", "data", "inputs", "layers", "loss", "train", "init", "checks",
 ];
 
-const LAYER_KEYS: &[&str] = &[
-    "name",
-    "op",
-    "input",
-    "inputs",
-    "parallel",
-    "attr",
-    "num",
-    "dim",
-    "padding_idx",
-    "out",
-    "bias",
-    "tie",
-    "eps",
-    "affine",
-    "heads",
-    "causal",
-    "scale",
-    "theta",
-    "style",
-    "experts",
-    "top_k",
-    "ffn",
-    "activation",
-    "gated",
-    "norm_topk",
-    "expert_parallel",
-    "combine",
-    "reference_combine",
-    "cp",
-    "load_balance",
-];
+/// Keys every layer may have; each op adds its own ([`op_keys`]).
+const COMMON_LAYER_KEYS: &[&str] = &["name", "op", "input", "parallel", "attr"];
+
+/// Every key some layer may have: the common ones, then each op's in [`OPS`] order.
+fn layer_keys() -> Vec<&'static str> {
+    let mut keys = COMMON_LAYER_KEYS.to_vec();
+    for k in OPS.iter().flat_map(|op| op_keys(op)) {
+        if !keys.contains(k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
 
 const OPS: &[&str] = &[
     "embedding",
@@ -1073,7 +1054,7 @@ fn parse_layers(
 ) -> Result<Vec<Layer>, InputError> {
     let mut out: Vec<Layer> = Vec::new();
     // No layers: a test of a loss function alone, on its inputs (`loss.input`).
-    let objs = doc.tables("layers", LAYER_KEYS)?;
+    let objs = doc.tables("layers", &layer_keys())?;
     for o in &objs {
         let name = o.name("name", false)?.to_string();
         if out.iter().any(|l| l.name == name) {
@@ -1082,9 +1063,8 @@ fn parse_layers(
         let op_name = o.req_choice("op", OPS)?;
         let own = op_keys(op_name);
         for k in o.table.keys() {
-            let common = ["name", "op", "input", "parallel", "attr"];
-            if !common.contains(&k.as_str()) && !own.contains(&k.as_str()) {
-                let mut allowed: Vec<&str> = common.to_vec();
+            if !COMMON_LAYER_KEYS.contains(&k.as_str()) && !own.contains(&k.as_str()) {
+                let mut allowed: Vec<&str> = COMMON_LAYER_KEYS.to_vec();
                 allowed.extend_from_slice(own);
                 return Err(o.err(
                     k,
